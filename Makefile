@@ -1,0 +1,56 @@
+# xbench: the README's two commands are `make run` and `make test`; both set up .venv when needed.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.xbench-installed
+ARGS ?=
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test test-fast lint bench report lock clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+# The environment is pinned by requirements/dev.lock (torch 2.9.0 / torchvision 0.24.0 / torch-xla 2.9.0).
+# uv when present (fast), pip otherwise; the stamp re-installs when the lock or pyproject changes.
+$(STAMP): requirements/dev.lock pyproject.toml
+	@echo "==> setting up $(VENV) from requirements/dev.lock (first time: a few minutes, torch is ~7 GB)"
+	@command -v uv >/dev/null 2>&1 || $(PY) -m pip install -q uv || true
+	@if command -v uv >/dev/null 2>&1; then \
+	  uv venv -q --allow-existing --python $(PY) $(VENV) && \
+	  uv pip install -q --python $(VPY) -r requirements/dev.lock && \
+	  uv pip install -q --python $(VPY) --no-deps --no-build-isolation -e . ; \
+	else \
+	  $(PY) -m venv $(VENV) && $(VPY) -m pip install -q -r requirements/dev.lock && \
+	  $(VPY) -m pip install -q --no-deps --no-build-isolation -e . ; \
+	fi
+	@touch $@
+
+install: $(STAMP)  ## create .venv with the pinned environment and xbench (editable)
+
+run: $(STAMP)  ## run the default benchmark on this machine (extra Hydra overrides: ARGS="...")
+	$(VPY) -m xbench $(ARGS)
+
+test: $(STAMP)  ## run every test
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)  ## run the tests not marked slow
+	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff
+	$(VENV)/bin/ruff check xbench tests scripts
+
+bench: $(STAMP)  ## harness overhead and report-scale benchmarks (prints ratios measured side by side)
+	$(VPY) scripts/bench_overhead.py
+	$(VPY) scripts/bench_report.py
+
+report: $(STAMP)  ## tables and plots from ./results into ./report
+	$(VPY) -m xbench.report results --out report
+
+lock:  ## recompile requirements/dev.lock from requirements/dev.in
+	uv pip compile requirements/dev.in -o requirements/dev.lock --python-version 3.11 --python-platform x86_64-manylinux_2_28
+
+clean:  ## remove the environment and local outputs
+	rm -rf $(VENV) results outputs multirun wandb report

@@ -1,0 +1,84 @@
+"""The real CLI, end to end, in a temporary store."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import FAST, records, run_cli
+from xbench.records.record import RunRecord
+
+pytestmark = pytest.mark.slow
+
+ENV_KEYS = ("hostname", "python", "cpu", "git", "packages", "torch")
+
+
+def test_default_run_leaves_a_complete_record(store):
+    p = run_cli(*FAST, store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    r = RunRecord.from_dict(rec)  # validates
+    assert r.status == "ok" and r.reason is None
+    m = r.measurements
+    assert m["throughput_samples_per_s"] > 0
+    assert m["throughput_samples_per_s"] == pytest.approx(
+        m["samples_per_window"] / m["window_s"][0], rel=1e-9)
+    assert m["step_time_s_p10"] <= m["step_time_s_median"] <= m["step_time_s_p90"]
+    assert m["threads_intra"] >= 1 and m["first_step_s"] > 0 and m["warmup_steps"] >= 2
+    assert m["flops_per_sample_train"] > m["flops_per_sample_forward"] > 0
+    assert m["compiles_warmup"] is None  # eager never compiles
+    for key in ENV_KEYS:
+        assert key in r.env, key
+    assert r.env["cpu"]["model"] and isinstance(r.env["cpu"]["flags"], list)
+    assert r.env["packages"]["torch"].startswith("2.")
+    assert r.config["model"]["name"] == "cnn_small" and r.config["data"]["batch_size"] == 64
+    assert len(r.series["loss"]) == m["warmup_steps"] + 5
+    assert "throughput" in p.stdout and "samples/s" in p.stdout
+
+
+def test_threads_in_force_are_recorded(store):
+    p = run_cli(*FAST, "bench.threads=1", "data.batch_size=8", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    assert rec["measurements"]["threads_intra"] == 1
+
+
+def test_multirun_sweep_leaves_one_record_per_point(store):
+    p = run_cli("-m", *FAST, "data.batch_size=8,16", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = records(store)
+    assert sorted(r["config"]["data"]["batch_size"] for r in recs) == [8, 16]
+    assert all(r["status"] == "ok" for r in recs)
+    assert len({r["run_id"] for r in recs}) == 2
+
+
+def test_misspelled_key_fails_with_hydra_message(store):
+    p = run_cli("data.batchsize=3", store=store)
+    assert p.returncode != 0
+    assert "batchsize" in p.stderr
+    assert not records(store)  # nothing ran: composition failed before a record existed
+
+
+def test_impossible_combination_fails_before_device_work_with_a_record(store):
+    p = run_cli(*FAST, "precision=tf32", "platform=cpu", store=store)
+    assert p.returncode == 1
+    [rec] = records(store)
+    assert rec["status"] == "failed"
+    assert "tf32 needs a CUDA GPU" in rec["reason"]
+    assert rec["measurements"] == {}  # stopped before any measurement
+
+
+def test_failing_run_still_writes_its_record(store):
+    p = run_cli(*FAST, "fault.kind=exception", "fault.at_step=3", store=store)
+    assert p.returncode == 1
+    [rec] = records(store)
+    assert rec["status"] == "failed"
+    assert "injected fault at step 3" in rec["reason"]
+    assert (store / rec["run_id"] / "traceback.txt").read_text().count("RuntimeError") >= 1
+
+
+def test_failing_point_does_not_stop_a_sweep(store):
+    p = run_cli("-m", *FAST, "data.batch_size=-1,8", store=store)
+    assert p.returncode == 1  # the sweep reports that a point failed ...
+    by_bs = {r["config"]["data"]["batch_size"]: r for r in records(store)}
+    assert by_bs[-1]["status"] == "failed" and "batch_size must be a positive" in by_bs[-1]["reason"]
+    assert by_bs[8]["status"] == "ok"  # ... after running every point

@@ -1,0 +1,142 @@
+"""Pure-Python parts: statistics, aggregation across ranks, derived figures, records and the store."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import threading
+
+import pytest
+
+from xbench.metrics.aggregate import aggregate
+from xbench.metrics.cost import price_per_hour
+from xbench.metrics.derived import derive
+from xbench.metrics.stats import olympic_mean, percentile, summarize, t95
+from xbench.records.record import RunRecord
+from xbench.records.store import load_records, new_run_id, read_record, write_record
+
+
+def test_summarize_against_hand_computed_values():
+    xs = [10.0, 12.0, 11.0, 13.0, 9.0]
+    s = summarize(xs)
+    assert s["median"] == 11.0 and s["mean"] == 11.0
+    assert s["std"] == pytest.approx(1.5811388, rel=1e-6)  # sample std: sqrt(10/4)
+    assert s["cv"] == pytest.approx(1.5811388 / 11.0, rel=1e-6)
+    assert s["olympic_mean"] == 11.0  # drop 9 and 13
+    half = 2.776 * 1.5811388 / math.sqrt(5)  # t(0.975, df=4) = 2.776
+    assert s["ci95_low"] == pytest.approx(11 - half, rel=1e-4)
+    assert s["ci95_high"] == pytest.approx(11 + half, rel=1e-4)
+    assert s["p10"] == pytest.approx(9.4) and s["p90"] == pytest.approx(12.6)
+
+
+def test_percentile_and_olympic_edges():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert olympic_mean([1.0, 100.0]) == 50.5
+    assert olympic_mean([1.0, 2.0, 3.0, 1000.0]) == 2.5
+    assert t95(1) == 12.706 and t95(11) == 2.228 and t95(500) == 1.96
+
+
+def _rank(rank, windows, batch=32, steps=10):
+    return {"rank": rank, "device": "cpu", "window_s": windows, "samples_per_window": batch * steps,
+            "samples_per_step": batch, "devices_per_rank": 1, "data_wait_s": 0.0,
+            "peak_host_rss_gib": 1.0 + rank, "step_time_cv": 0.01}
+
+
+def test_global_throughput_sums_ranks_over_the_common_window():
+    # rank 1 is slower: the common window is the slowest rank's (ranks finish together).
+    m = aggregate([_rank(0, [1.0, 2.0]), _rank(1, [1.25, 2.0])])
+    assert m["throughput_samples_per_s_windows"] == [640 / 1.25, 640 / 2.0]
+    assert m["throughput_samples_per_s"] == statistics.median([512.0, 320.0])
+    assert (m["world_size"], m["devices"], m["global_batch_size"]) == (2, 2, 64)
+    assert m["window_s_total"] == 3.25 and m["peak_host_rss_gib"] == 2.0
+    assert m["noisy"] is True  # 512 vs 320 samples/s across windows
+
+
+def test_single_rank_noisy_from_step_times():
+    r = _rank(0, [1.0])
+    r["step_time_cv"] = 0.2
+    assert aggregate([r], noisy_cv=0.05)["noisy"] is True
+    assert aggregate([r], noisy_cv=0.5)["noisy"] is False
+
+
+def test_derived_cost_and_mfu():
+    m = {"throughput_samples_per_s": 1000.0, "devices": 4, "flops_per_sample_train": 24.3e9,
+         "compute_dtype": "bf16", "window_s_total": 36.0}
+    cfg = {"platform": {"peak_tflops": {"bf16": 100.0},
+                        "price": [{"amount": 6.5, "unit": "hour", "count": 1},
+                                  {"amount": 0.19, "unit": "hour", "count": 1}]},
+           "data": {"dataset_size": 1_281_167}}
+    d = derive(m, cfg)
+    assert d["throughput_per_device_samples_per_s"] == 250.0
+    assert d["achieved_tflops"] == pytest.approx(24.3)
+    assert d["mfu"] == pytest.approx(24.3 / 400)
+    assert d["usd_per_hour"] == pytest.approx(6.69)
+    assert d["samples_per_s_per_usd_per_hour"] == pytest.approx(1000 / 6.69)
+    assert d["usd_per_million_samples"] == pytest.approx(6.69 / 3600 / 1000 * 1e6)
+    assert d["window_cost_usd"] == pytest.approx(6.69 * 36 / 3600)
+    assert d["projected_epoch_s"] == pytest.approx(1281.167)
+
+
+def test_price_units_and_no_price():
+    assert price_per_hour({"price": [{"amount": 0.02, "unit": "minute"}]}) == pytest.approx(1.2)
+    assert price_per_hour({"price": [{"amount": 730.0, "unit": "month"}]}) == pytest.approx(1.0)
+    assert price_per_hour({"price": [{"amount": 0.01, "unit": "hour", "per": "vcpu", "count": 64}]}) == pytest.approx(0.64)
+    assert price_per_hour({}) is None
+    with pytest.raises(ValueError, match="unit"):
+        price_per_hour({"price": [{"amount": 1, "unit": "fortnight"}]})
+
+
+def test_record_round_trip_and_validation(tmp_path):
+    rec = RunRecord(run_id=new_run_id("t"), config={"bench": {"mode": "throughput"}})
+    rec.measurements = {"throughput_samples_per_s": 1.5, "loss_last": float("nan")}
+    rec.finish("ok")
+    path = write_record(tmp_path, rec)
+    back = read_record(path)
+    assert back.status == "ok" and back.measurements["throughput_samples_per_s"] == 1.5
+    assert back.measurements["loss_last"] is None  # NaN is stored as null: strict JSON for every reader
+    bad = RunRecord(run_id="x")
+    bad.status = "failed"
+    assert any("needs a reason" in p for p in bad.problems())
+    with pytest.raises(ValueError, match="unknown status"):
+        rec.finish("great")
+
+
+def test_store_skips_corrupt_records_with_a_warning(tmp_path):
+    good = RunRecord(run_id="a", config={})
+    good.finish("failed", "boom")
+    write_record(tmp_path, good)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "record.json").write_text('{"run_id": "b", "status": ')
+    with pytest.warns(UserWarning, match="b/record.json"):
+        recs = load_records(tmp_path)
+    assert [r.run_id for r in recs] == ["a"]
+
+
+def test_atomic_write_never_exposes_a_partial_record(tmp_path):
+    """A reader polling while a writer rewrites a large record only ever sees complete JSON."""
+    rec = RunRecord(run_id="big", config={"blob": "x" * 2_000_000})
+    rec.finish("failed", "r")
+    write_record(tmp_path, rec)
+    stop, bad = threading.Event(), []
+
+    def reader():
+        while not stop.is_set():
+            try:
+                json.loads((tmp_path / "big" / "record.json").read_text())
+            except json.JSONDecodeError as e:
+                bad.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for _ in range(20):
+        write_record(tmp_path, rec)
+    stop.set()
+    t.join()
+    assert not bad
+    assert not [p for p in os.listdir(tmp_path / "big") if p.endswith(".tmp")]
+
+
+def test_run_ids_are_unique():
+    assert len({new_run_id() for _ in range(1000)}) == 1000

@@ -1,0 +1,1 @@
+"""The benchmark itself: worker.py builds one rank's workload, loop.py measures it."""

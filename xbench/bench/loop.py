@@ -1,0 +1,179 @@
+"""The measurement loop: warm-up, then timed windows. The rules the product stands on live here.
+
+Rules
+-----
+1. Warm-up is separate from the timed window. It ends on evidence: at least `warmup_min_steps`, and
+   over the last `warmup_stable_steps` steps the runtime's compile counter did not grow and the step
+   times' coefficient of variation is within `warmup_cv_tol`; or at `warmup_max_steps`, in which case
+   the record says warm-up never stabilised. Warm-up steps are synchronised one by one (they are
+   not timed as throughput), so their times include compilation and show when it stopped.
+2. Inside a timed window nothing reads device values on the host: the device is synchronised at
+   the window's two edges only. Losses stay device tensors until the window has closed.
+3. Per-step times come from CUDA events where the device has them, else from host timestamps taken
+   after each step was issued (exact on the CPU, where eager execution is synchronous; on XLA they
+   are host tracing/dispatch times and say so in `step_time_source`).
+4. Throughput is global: samples of every rank in the window over the window's wall time.
+5. Compilations during a timed window are counted and become a warning: the window was not
+   steady state.
+6. The harness's own per-step work is a handful of `perf_counter` calls and list stores; no
+   logging, no allocation and no Python-level branching on device values inside the window.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+perf_counter = time.perf_counter
+
+
+class StopRequested(Exception):
+    """Raised inside the loop when a signal asked the run to stop; carries what was measured so far."""
+
+    def __init__(self, partial: dict):
+        super().__init__("stop requested")
+        self.partial = partial
+
+
+@dataclass
+class StopFlag:
+    """Set by a signal handler; the loop checks it once per step (one attribute read)."""
+
+    requested: bool = False
+    reason: str = ""
+
+
+@dataclass
+class Hooks:
+    """What the loop needs from the runtime, the data and the console: plain callables."""
+
+    step: Callable  # step(inputs, targets) -> loss tensor (not read on the host)
+    next_batch: Callable[[], tuple]  # -> (inputs, targets) already on the device
+    sync: Callable[[], None]  # waits for the device to finish all queued work
+    compile_count: Callable[[], int | None] = lambda: None
+    read_losses: Callable[[list], list[float]] = None  # device scalars -> floats, after a window
+    make_timer: Callable[[int], object] | None = None  # steps -> device timer (CUDA events)
+    on_step: Callable[[str, int], None] | None = None  # progress: (phase, step index)
+    stop: StopFlag = field(default_factory=StopFlag)
+
+
+@dataclass
+class WarmupResult:
+    steps: int
+    time_s: float
+    first_step_s: float
+    step_times_s: list[float]
+    losses: list[float]
+    compiles: int | None
+    stable: bool
+
+
+@dataclass
+class WindowResult:
+    steps: int
+    wall_s: float
+    step_times_s: list[float]
+    step_time_source: str  # cuda_events | host
+    losses: list[float]
+    compiles_during: int | None
+    data_wait_s: float
+
+
+def cv(values: list[float]) -> float:
+    """Coefficient of variation (population std / mean); 0 for fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.pstdev(values) / mean if mean > 0 else 0.0
+
+
+def _delta(after: int | None, before: int | None) -> int | None:
+    return None if after is None or before is None else after - before
+
+
+def warmup(h: Hooks, min_steps: int, max_steps: int, stable_steps: int, cv_tol: float) -> WarmupResult:
+    times: list[float] = []
+    counts: list[int | None] = []
+    losses = []
+    start = perf_counter()
+    h.sync()
+    for i in range(max(1, max_steps)):
+        t0 = perf_counter()
+        inputs, targets = h.next_batch()
+        losses.append(h.step(inputs, targets))
+        h.sync()
+        times.append(perf_counter() - t0)
+        counts.append(h.compile_count())
+        if h.on_step:
+            h.on_step("warmup", i)
+        if h.stop.requested:
+            raise StopRequested({"phase": "warmup", "warmup_steps": i + 1, "warmup_step_times_s": times})
+        n = i + 1
+        if n >= max(min_steps, stable_steps + 1):
+            recent = times[-stable_steps:]
+            flat = counts[-1] == counts[-stable_steps - 1]  # None == None on runtimes that never compile
+            if flat and cv(recent) <= cv_tol:
+                return WarmupResult(n, perf_counter() - start, times[0], times, h.read_losses(losses),
+                                    counts[-1], True)
+    return WarmupResult(len(times), perf_counter() - start, times[0], times, h.read_losses(losses),
+                        counts[-1], False)
+
+
+def timed_window(h: Hooks, steps: int) -> WindowResult:
+    """One timed window of `steps` steps, synchronised at its edges only (see the module rules)."""
+    stamps = [0.0] * steps
+    losses = [None] * steps
+    timer = h.make_timer(steps) if h.make_timer else None
+    step, next_batch, on_step, stop = h.step, h.next_batch, h.on_step, h.stop
+    wait = 0.0
+    c0 = h.compile_count()
+    h.sync()
+    t0 = perf_counter()
+    if timer:
+        timer.start()
+    for i in range(steps):
+        tb = perf_counter()
+        inputs, targets = next_batch()
+        ta = perf_counter()
+        wait += ta - tb
+        losses[i] = step(inputs, targets)
+        if timer:
+            timer.mark(i)
+        stamps[i] = perf_counter()
+        if on_step:
+            on_step("timed", i)
+        if stop.requested:
+            h.sync()
+            done = i + 1
+            raise StopRequested({"phase": "timed", "timed_steps": done, "window_s": perf_counter() - t0})
+    h.sync()
+    t1 = perf_counter()
+    if timer:
+        step_times, source = timer.elapsed_s(), "cuda_events"
+    else:
+        step_times = [stamps[0] - t0] + [b - a for a, b in zip(stamps, stamps[1:])]
+        source = "host"
+    return WindowResult(steps, t1 - t0, step_times, source, h.read_losses(losses),
+                        _delta(h.compile_count(), c0), wait)
+
+
+class CudaEventTimer:
+    """Per-step device times from CUDA events recorded on the stream; read after the window only."""
+
+    def __init__(self, steps: int):
+        import torch
+
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+
+    def start(self) -> None:
+        self._events[0].record()
+
+    def mark(self, i: int) -> None:
+        self._events[i + 1].record()
+
+    def elapsed_s(self) -> list[float]:
+        ev = self._events
+        ev[-1].synchronize()
+        return [ev[i].elapsed_time(ev[i + 1]) / 1e3 for i in range(len(ev) - 1)]

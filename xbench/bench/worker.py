@@ -1,0 +1,203 @@
+"""One rank's whole benchmark, built in order: threads -> seed -> runtime/device -> precision -> model
+-> parallel wrap -> optimizer -> step -> data -> warm-up -> timed windows -> this rank's figures.
+
+Nothing here knows which runtime, precision or strategy it runs: those are policies passed in by
+name and resolved through their registries, so there is one loop for every variant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+
+from xbench import models, parallel, runtimes
+from xbench.bench import loop
+from xbench.bench.step import make_optimizer
+from xbench.config import XBenchConfig
+from xbench.data.synthetic import synthetic_pool
+from xbench.metrics.stats import summarize
+from xbench.models.flops import flops_per_sample
+from xbench.models.spec import InputSpec
+from xbench.platforms.detect import HostFacts, device_type
+from xbench.precision import resolve
+
+
+class Diverged(Exception):
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"loss became {loss} at step {step}")
+        self.step = step
+
+
+@dataclass
+class RankContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+
+@dataclass
+class RankResult:
+    rank: int
+    measurements: dict
+    series: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def set_threads(bench) -> dict:
+    """Apply the configured thread counts and return the values actually in force."""
+    if bench.threads is not None:
+        torch.set_num_threads(bench.threads)
+    if bench.interop_threads is not None:
+        # Only settable before any inter-op work; the value in force is what gets recorded.
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(bench.interop_threads)
+    return {"threads_intra": torch.get_num_threads(), "threads_interop": torch.get_num_interop_threads()}
+
+
+def _inject_fault(step_fn, fault, rank: int):
+    """Wrap the step to fail on purpose at one step (fault drill and tests); never on by default."""
+    counter = [0]
+
+    def faulty(inputs, targets):
+        n = counter[0]
+        counter[0] += 1
+        if n == fault.at_step and (fault.rank is None or fault.rank == rank):
+            if fault.kind == "exception":
+                raise RuntimeError(f"injected fault at step {n} (fault.kind=exception)")
+            if fault.kind == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            if fault.kind == "nan_loss":
+                return step_fn(inputs * float("nan"), targets)
+        return step_fn(inputs, targets)
+
+    return faulty
+
+
+def _check_finite(losses: list[float], first_step: int) -> None:
+    for i, v in enumerate(losses):
+        if not math.isfinite(v):
+            raise Diverged(first_step + i, v)
+
+
+def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
+             stop: loop.StopFlag | None = None) -> RankResult:
+    threads = set_threads(cfg.bench)
+    torch.manual_seed(cfg.bench.seed)
+    warnings: list[str] = []
+
+    dev_type = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    runtime = runtimes.create(cfg.runtime, dev_type, ctx.local_rank)
+    precision = resolve(cfg.precision.name, runtime.device.type)
+    spec = InputSpec.from_data(cfg.data)
+    entry = models.get(cfg.model.name)
+
+    flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))
+    model = models.build(cfg.model.name, spec, dict(cfg.model.options))
+    params_count = sum(p.numel() for p in model.parameters())
+    memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
+    model = model.to(device=runtime.device, dtype=precision.param_dtype, memory_format=memory_format)
+    model = parallel.wrap(cfg.parallel, model, runtime.device)
+    model.train()
+    optimizer = make_optimizer(cfg.optim, model.parameters())
+    step = runtime.prepare(model, optimizer, entry.task, precision)
+    if cfg.fault.kind:
+        step = _inject_fault(step, cfg.fault, ctx.rank)
+
+    # Each rank gets its own data (seed + rank), as a data-parallel sampler would give it.
+    pool = synthetic_pool(spec, cfg.data.batch_size, entry.task, cfg.data.synthetic_batches,
+                          runtime.device, cfg.bench.seed + ctx.rank)
+    if precision.param_dtype != torch.float32:
+        pool = [(x.to(precision.param_dtype) if x.is_floating_point() else x, y) for x, y in pool]
+    if cfg.model.channels_last:
+        pool = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in pool]
+    cursor = [0]
+    n_pool = len(pool)
+
+    def next_batch():
+        i = cursor[0]
+        cursor[0] = i + 1
+        return pool[i % n_pool]
+
+    hooks = loop.Hooks(
+        step=step, next_batch=next_batch, sync=runtime.sync, compile_count=runtime.compile_count,
+        read_losses=runtime.read_losses,
+        make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
+        on_step=on_step, stop=stop or loop.StopFlag(),
+    )
+    if runtime.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(runtime.device)
+
+    b = cfg.bench
+    wu = loop.warmup(hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
+    _check_finite(wu.losses, 0)
+    startup_to_first_step_s = time.time() - psutil.Process().create_time() - (wu.time_s - wu.first_step_s)
+    if not wu.stable:
+        warnings.append(f"warm-up did not stabilise within {b.warmup_max_steps} steps (compilations or "
+                        f"step times still changing); the timed windows may include them")
+
+    windows = []
+    for _ in range(b.repeats):
+        w = loop.timed_window(hooks, b.steps)
+        _check_finite(w.losses, wu.steps + sum(x.steps for x in windows))
+        windows.append(w)
+        if w.compiles_during:
+            warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+
+    devices_per_rank = 1
+    samples_per_step = cfg.data.batch_size * devices_per_rank
+    step_times = [t for w in windows for t in w.step_times_s]
+    st = summarize(step_times)
+    window_s = [w.wall_s for w in windows]
+    m = {
+        "rank": ctx.rank,
+        "device": str(runtime.device),
+        "batch_size_per_device": cfg.data.batch_size,
+        "devices_per_rank": devices_per_rank,
+        "samples_per_step": samples_per_step,
+        "params_count": params_count,
+        "flops_per_sample_forward": flops["forward"],
+        "flops_per_sample_train": flops["train"],
+        "compute_dtype": precision.compute_dtype,
+        **threads,
+        "warmup_steps": wu.steps,
+        "warmup_s": wu.time_s,
+        "warmup_stable": wu.stable,
+        "first_step_s": wu.first_step_s,
+        "startup_to_first_step_s": startup_to_first_step_s,
+        "compiles_warmup": wu.compiles,
+        "compiles_timed": None if windows[0].compiles_during is None else sum(w.compiles_during for w in windows),
+        "timed_steps_per_window": b.steps,
+        "repeats": b.repeats,
+        "window_s": window_s,
+        "samples_per_window": samples_per_step * b.steps,
+        "step_time_source": windows[0].step_time_source,
+        "step_time_s_median": st["median"],
+        "step_time_s_mean": st["mean"],
+        "step_time_s_p10": st["p10"],
+        "step_time_s_p90": st["p90"],
+        "step_time_cv": st["cv"],
+        "data_wait_s": sum(w.data_wait_s for w in windows),
+        "loss_first": wu.losses[0],
+        "loss_last": windows[-1].losses[-1],
+        "peak_host_rss_gib": psutil.Process().memory_info().rss / 2**30,
+        **runtime.overhead(),
+    }
+    if runtime.device.type == "cuda":
+        m["peak_device_allocated_gib"] = torch.cuda.max_memory_allocated(runtime.device) / 2**30
+        m["peak_device_reserved_gib"] = torch.cuda.max_memory_reserved(runtime.device) / 2**30
+
+    steps_all = list(range(wu.steps + sum(w.steps for w in windows)))
+    series = {
+        "step": steps_all,
+        "phase": ["warmup"] * wu.steps + ["timed"] * (len(steps_all) - wu.steps),
+        "loss": wu.losses + [v for w in windows for v in w.losses],
+        "step_time_s": wu.step_times_s + step_times,
+    }
+    return RankResult(ctx.rank, m, series, warnings)

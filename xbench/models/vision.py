@@ -1,0 +1,72 @@
+"""Image and flat-feature classifiers."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from xbench.models import register
+from xbench.models.spec import InputSpec
+
+
+def _flat_inputs(spec: InputSpec) -> int:
+    if spec.modality == "features":
+        return spec.num_features
+    return spec.channels * spec.image_size * spec.image_size
+
+
+@register("mlp", modalities=("image", "features"))
+def mlp(spec: InputSpec, hidden: int = 512, depth: int = 2, dropout: float = 0.0) -> nn.Module:
+    """MLP over flattened inputs: the MNIST MLP of the CPU-vs-GPU study."""
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = _flat_inputs(spec)
+    for _ in range(depth):
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+        width = hidden
+    layers.append(nn.Linear(width, spec.num_classes))
+    return nn.Sequential(*layers)
+
+
+@register("cnn_small")
+def cnn_small(spec: InputSpec, width: int = 32) -> nn.Module:
+    """Two conv blocks and two linear layers (the small MNIST CNN of the CPU-vs-GPU study)."""
+    if spec.image_size < 4:
+        raise ValueError(f"cnn_small needs images of at least 4x4 pixels, got {spec.image_size}")
+    side = spec.image_size // 4  # two 2x2 poolings
+    return nn.Sequential(
+        nn.Conv2d(spec.channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(2 * width * side * side, max(64, 4 * width)),
+        nn.ReLU(),
+        nn.Linear(max(64, 4 * width), spec.num_classes),
+    )
+
+
+
+
+def _torchvision_resnet(arch: str, spec: InputSpec, zero_init_residual: bool) -> nn.Module:
+    try:
+        import torchvision
+    except ImportError as e:  # the GPU image may lack it: say what to install
+        raise ImportError(f"model {arch} needs torchvision (pip install torchvision)") from e
+    # torchvision's ResNet-50 is v1.5 (stride 2 in the 3x3 conv of each downsampling bottleneck).
+    return getattr(torchvision.models, arch)(weights=None, num_classes=spec.num_classes,
+                                             zero_init_residual=zero_init_residual)
+
+
+@register("resnet50")
+def resnet50(spec: InputSpec, zero_init_residual: bool = False) -> nn.Module:
+    """ResNet-50 v1.5 (torchvision): the studies' ImageNet model."""
+    return _torchvision_resnet("resnet50", spec, zero_init_residual)
+
+
+@register("resnet18")
+def resnet18(spec: InputSpec, zero_init_residual: bool = False) -> nn.Module:
+    """ResNet-18 (torchvision): a smaller ResNet for quick runs."""
+    return _torchvision_resnet("resnet18", spec, zero_init_residual)

@@ -1,0 +1,85 @@
+"""What hardware and software torch sees here, and which device a platform config resolves to.
+
+`host_facts()` is cheap and side-effect free (no CUDA context, no torch_xla import): compat checks
+run on it before any device work.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+@dataclass
+class HostFacts:
+    cuda_devices: list[str] = field(default_factory=list)  # device names, index = CUDA ordinal
+    torch_xla: bool = False  # importable (not imported)
+    accelerate: bool = False
+    logical_cores: int = 1
+    torch_version: str = ""
+
+    @property
+    def cuda_count(self) -> int:
+        return len(self.cuda_devices)
+
+
+def host_facts() -> HostFacts:
+    import os
+
+    names = []
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return HostFacts(
+        cuda_devices=names,
+        torch_xla=importlib.util.find_spec("torch_xla") is not None,
+        accelerate=importlib.util.find_spec("accelerate") is not None,
+        logical_cores=os.cpu_count() or 1,
+        torch_version=torch.__version__,
+    )
+
+
+def device_type(platform_device: str, runtime_name: str, facts: HostFacts) -> str:
+    """cpu | cuda | xla for this run. XLA runtimes always run on the `xla` device type."""
+    if runtime_name.startswith("xla") or platform_device == "xla":
+        return "xla"
+    if platform_device == "auto":
+        return "cuda" if facts.cuda_count else "cpu"
+    return platform_device
+
+
+def torch_env(facts: HostFacts) -> dict:
+    """Library and accelerator facts for the record."""
+    out = {
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "cpu_capability": _cpu_capability(),
+        "host_facts": asdict(facts),
+        "accelerators": [{"index": i, "name": n} for i, n in enumerate(facts.cuda_devices)],
+        "driver": _nvidia_driver() if facts.cuda_count else None,
+    }
+    return out
+
+
+def _cpu_capability() -> str | None:
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else v
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML: the record says unknown, the run goes on
+        return None

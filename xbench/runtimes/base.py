@@ -1,0 +1,44 @@
+"""What every runtime provides to the worker and the loop."""
+
+from __future__ import annotations
+
+import torch
+
+from xbench.bench.step import make_train_step
+
+
+class Runtime:
+    name = "base"
+
+    def __init__(self, cfg, device_type: str, local_rank: int = 0):
+        self.cfg = cfg
+        self.device = self._device(device_type, local_rank)
+
+    @staticmethod
+    def _device(device_type: str, local_rank: int) -> torch.device:
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+            return torch.device("cuda", local_rank)
+        return torch.device(device_type)
+
+    def prepare(self, model, optimizer, task: str, precision):
+        """-> step(inputs, targets) returning the detached loss. Default: the shared eager step."""
+        return make_train_step(model, optimizer, task, precision)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def compile_count(self) -> int | None:
+        """Graph compilations so far; None for runtimes that do not compile."""
+        return None
+
+    def read_losses(self, losses: list) -> list[float]:
+        """Device loss scalars -> floats, after a window (one transfer where the device allows)."""
+        if not losses:
+            return []
+        return torch.stack([x.float() for x in losses]).cpu().tolist()
+
+    def overhead(self) -> dict:
+        """Runtime-specific overhead figures for the record (compile time, tracing time, ...)."""
+        return {}

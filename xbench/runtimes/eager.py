@@ -1,0 +1,9 @@
+"""Plain eager PyTorch: the baseline."""
+
+from __future__ import annotations
+
+from xbench.runtimes.base import Runtime
+
+
+class EagerRuntime(Runtime):
+    name = "eager"

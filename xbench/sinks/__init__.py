@@ -1,0 +1,1 @@
+"""Where a finished record goes: the local store first (always), then W&B, then the console."""

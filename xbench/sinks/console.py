@@ -1,0 +1,82 @@
+"""Console output: a progress bar through warm-up and the timed steps, and a summary table."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+from xbench.records.record import RunRecord
+
+
+class Progress:
+    """on_step(phase, i) for the loop; one bar per phase. tqdm redraws at most every 0.2 s."""
+
+    def __init__(self, warmup_max: int, timed_total: int, enabled: bool = True):
+        self.totals = {"warmup": warmup_max, "timed": timed_total}
+        self.enabled = enabled
+        self.bars: dict[str, tqdm] = {}
+
+    def __call__(self, phase: str, i: int) -> None:
+        bar = self.bars.get(phase)
+        if bar is None:
+            for other in self.bars.values():
+                other.close()
+            desc = "warm-up (until stable)" if phase == "warmup" else "timed steps"
+            bar = self.bars[phase] = tqdm(total=self.totals.get(phase), desc=desc, unit="step",
+                                          file=sys.stderr, disable=not self.enabled, mininterval=0.2,
+                                          leave=True, dynamic_ncols=True)
+        bar.update(1)
+
+    def close(self) -> None:
+        for phase, bar in self.bars.items():
+            if phase == "warmup" and self.enabled and bar.total and bar.n < bar.total:
+                bar.total = bar.n  # warm-up ended early on evidence: show it as complete
+                bar.refresh()
+            bar.close()
+        self.bars.clear()
+
+
+def _fmt(v, digits=4):
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+SUMMARY_ROWS = (
+    ("throughput", "throughput_samples_per_s", "samples/s"),
+    ("per device", "throughput_per_device_samples_per_s", "samples/s"),
+    ("step time (median)", "step_time_s_median", "s"),
+    ("step time p10 / p90", ("step_time_s_p10", "step_time_s_p90"), "s"),
+    ("step time CV", "step_time_cv", ""),
+    ("warm-up", ("warmup_steps", "warmup_s"), "steps / s"),
+    ("first step", "first_step_s", "s"),
+    ("compilations warm-up / timed", ("compiles_warmup", "compiles_timed"), ""),
+    ("threads intra / inter-op", ("threads_intra", "threads_interop"), ""),
+    ("achieved", "achieved_tflops", "TFLOP/s"),
+    ("MFU", "mfu", ""),
+    ("cost", "usd_per_million_samples", "USD per 1M samples"),
+    ("loss first / last", ("loss_first", "loss_last"), ""),
+)
+
+
+def summary(record: RunRecord, path) -> str:
+    c = record.config
+    head = (f"xbench run {record.run_id}: {record.status.upper()}"
+            + (f" ({record.reason})" if record.reason else ""))
+    what = (f"  {c.get('model', {}).get('name')} on {c.get('data', {}).get('name')} | "
+            f"platform={c.get('platform', {}).get('name')} runtime={c.get('runtime', {}).get('name')} "
+            f"precision={c.get('precision', {}).get('name')} parallel={c.get('parallel', {}).get('name')} "
+            f"batch={c.get('data', {}).get('batch_size')}/device")
+    lines = [head, what]
+    values = {**record.measurements, **record.derived}
+    for label, keys, unit in SUMMARY_ROWS:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        if all(values.get(k) is None for k in keys):
+            continue
+        shown = " / ".join(_fmt(values.get(k)) for k in keys)
+        lines.append(f"  {label:<30} {shown} {unit}".rstrip())
+    for w in record.warnings:
+        lines.append(f"  WARNING: {w}")
+    lines.append(f"  record: {path}")
+    return "\n".join(lines)

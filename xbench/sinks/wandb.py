@@ -1,0 +1,144 @@
+"""Weights & Biases sink: config, per-step series and summary, with group and tags.
+
+Called after the measurement (never during a timed window: W&B's service process would compete for
+the cores being measured). Never fails a run: any W&B error becomes one console line and a note in
+the record, and the local record is already on disk by then.
+
+Modes: `auto` is online when credentials are present, else offline (`wandb sync` uploads later);
+online with the service unreachable falls back to offline after `init_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+from xbench.records.env import is_secret_name
+from xbench.records.record import RunRecord
+
+# What the record's status means to W&B's run state.
+_EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
+
+
+def has_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def resolve_mode(mode: str) -> str:
+    env = os.environ.get("WANDB_MODE")
+    if env in ("online", "offline", "disabled", "dryrun"):
+        return "offline" if env == "dryrun" else env
+    if mode == "auto":
+        return "online" if has_credentials() else "offline"
+    return mode
+
+
+def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
+    c = record.config
+    group = wcfg.get("group") or record.experiment or f"{c['model']['name']}-{c['data']['name']}"
+    tags = [f"{k}:{c[k]['name']}" for k in ("platform", "runtime", "precision", "parallel", "model", "data")]
+    tags += list(wcfg.get("tags") or []) + list(c.get("tags") or [])
+    return group, tags
+
+
+def scrub(obj):
+    """Drop anything whose key looks like a secret before it leaves the machine."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items() if not is_secret_name(str(k))}
+    if isinstance(obj, list):
+        return [scrub(v) for v in obj]
+    return obj
+
+
+def flat_summary(record: RunRecord) -> dict:
+    out = {"status": record.status, "reason": record.reason, "run_id": record.run_id}
+    for src in (record.measurements, record.derived):
+        for k, v in src.items():
+            if isinstance(v, (int, float, str, bool)) or v is None:
+                out[k] = v
+    return out
+
+
+class WandbSink:
+    def __init__(self, wcfg: dict, say=print):
+        self.wcfg = wcfg
+        self.say = say
+
+    def publish(self, record: RunRecord, run_dir: Path) -> dict:
+        """Log the record; return what to keep in record.artifacts (mode, run path, offline dir)."""
+        try:
+            return self._publish(record, run_dir)
+        except Exception as e:  # W&B trouble never fails a run
+            self.say(f"W&B: skipped ({type(e).__name__}: {e}); the local record is complete")
+            return {"wandb_mode": "error", "wandb_error": f"{type(e).__name__}: {e}"}
+
+    def _publish(self, record: RunRecord, run_dir: Path) -> dict:
+        mode = resolve_mode(self.wcfg.get("mode", "auto"))
+        if mode == "disabled":
+            return {"wandb_mode": "disabled"}
+        try:
+            import wandb
+        except ImportError:
+            self.say("W&B: wandb is not installed; skipped (the local record is complete)")
+            return {"wandb_mode": "unavailable", "wandb_error": "wandb not installed"}
+        os.environ.setdefault("WANDB_SILENT", "true")
+        wdir = Path(self.wcfg.get("dir") or run_dir)
+        wdir.mkdir(parents=True, exist_ok=True)
+        group, tags = group_and_tags(record, self.wcfg)
+        kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
+                      group=group, tags=tags, name=record.run_id, config=scrub(record.config),
+                      dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
+                      reinit="create_new")
+        try:
+            run = self._init(wandb, mode, kwargs)
+        except Exception as e:  # W&B trouble never fails a run
+            self.say(f"W&B: could not start a run ({type(e).__name__}: {e}); the local record is complete")
+            return {"wandb_mode": mode, "wandb_error": f"{type(e).__name__}: {e}"}
+        try:
+            s = record.series
+            per_sample = record.measurements.get("global_batch_size")
+            for i, step in enumerate(s.get("step", [])):
+                row = {k: s[k][i] for k in ("loss", "step_time_s") if k in s}
+                row["phase_timed"] = int(s["phase"][i] == "timed")
+                if per_sample and row.get("step_time_s"):
+                    row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
+                run.log(row, step=step)
+            run.summary.update(flat_summary(record))
+            if record.status == "interrupted":
+                with contextlib.suppress(Exception):
+                    run.mark_preempting()
+            run.finish(exit_code=_EXIT_CODES.get(record.status, 1))
+        except Exception as e:
+            self.say(f"W&B: logging failed ({type(e).__name__}: {e}); the local record is complete")
+            return {"wandb_mode": self.mode_used, "wandb_error": f"{type(e).__name__}: {e}"}
+        out = {"wandb_mode": self.mode_used, "wandb_run_path": f"{run.entity}/{run.project}/{run.id}"
+               if self.mode_used == "online" else None}
+        offline = sorted(wdir.glob(f"wandb/offline-run-*-{run.id}"))
+        if offline:
+            out["wandb_offline_dir"] = str(offline[-1])
+            self.say(f"W&B: offline (no credentials, no network or WANDB_MODE=offline); "
+                     f"upload later with: wandb sync {offline[-1]}")
+        return out
+
+    def _init(self, wandb, mode: str, kwargs: dict):
+        timeout = float(self.wcfg.get("init_timeout_s", 30))
+        if mode == "online":
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):
+                    run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout), **kwargs)
+                self.mode_used = "online"
+                return run
+            except Exception as e:
+                self.say(f"W&B: online init failed within {timeout:.0f} s ({type(e).__name__}); "
+                         "falling back to offline")
+        run = wandb.init(mode="offline", **kwargs)
+        self.mode_used = "offline"
+        return run
