@@ -80,6 +80,7 @@ def run(dcfg: DictConfig):
     from xbench.bench.worker import Diverged
     from xbench.metrics.aggregate import aggregate
     from xbench.metrics.derived import derive
+    from xbench.metrics.gates import record_gates
     from xbench.platforms.detect import host_facts, torch_env
     from xbench.records.env import host_env
     from xbench.records.record import RunRecord
@@ -116,7 +117,10 @@ def run(dcfg: DictConfig):
         if record.measurements.get("noisy"):
             record.warnings.append(f"noisy: spread above bench.noisy_cv={b.noisy_cv} "
                                    "(see throughput_cv / step_time_cv)")
+        if b.self_check:
+            record.warnings += _self_check(cfg, facts, record.measurements, progress, stop)
         record.derived = derive(record.measurements, resolved)
+        record.warnings += record_gates(record.measurements, record.derived)
         record.finish("ok")
     except ConfigError as e:
         record.finish("failed", "config: " + "; ".join(e.reasons))
@@ -145,6 +149,28 @@ def run(dcfg: DictConfig):
     if record.status != "ok":
         _FAILED_RUNS.append(record.run_id)
     return record
+
+
+def _self_check(cfg, facts, measurements: dict, progress, stop) -> list[str]:
+    """Measure again at half the batch: throughput must not fall as the batch grows (a missing sync
+    or an untimed device shows up as the opposite)."""
+    from dataclasses import replace
+
+    from xbench import launch
+    from xbench.metrics.aggregate import aggregate
+    from xbench.metrics.gates import batch_scaling_gate
+
+    half = max(1, cfg.data.batch_size // 2)
+    if half == cfg.data.batch_size:
+        return ["self-check skipped: batch size 1 cannot be halved"]
+    small = replace(cfg, data=replace(cfg.data, batch_size=half))
+    res = launch.run(small, facts, on_step=progress, stop=stop)
+    progress.close()
+    tp_small = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
+    points = [(half, tp_small), (cfg.data.batch_size, measurements["throughput_samples_per_s"])]
+    measurements["self_check_batch_sizes"] = [p[0] for p in points]
+    measurements["self_check_throughput_samples_per_s"] = [p[1] for p in points]
+    return batch_scaling_gate(points)
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")

@@ -114,8 +114,11 @@ def platform_is_here(cfg, facts):
                    f"(torch {facts.torch_version}); use platform=local or platform=cpu")
     if p.accelerator:
         seen = facts.cuda_devices
-        if p.device == "xla":
-            pass  # TPU/XLA devices are checked by the XLA runtime once torch_xla is imported
+        if "tpu" in p.accelerator.lower():
+            if not facts.tpu_chips:
+                out.append(f"platform {p.name!r} expects {p.accelerator} chips, but this machine has no TPU "
+                           f"(no /dev/accel* or /dev/vfio/*; accelerators seen: {', '.join(seen) or 'none, CPU only'}); "
+                           "use platform=local to describe it")
         elif not any(p.accelerator.lower() in n.lower() for n in seen):
             out.append(f"platform {p.name!r} expects accelerator {p.accelerator!r}, but this machine has "
                        f"{', '.join(seen) or 'no accelerator (CPU only)'}; use platform=local to describe it")

@@ -143,6 +143,7 @@ class BenchConfig:
     steps: int = 30  # timed steps per window
     repeats: int = 1  # timed windows; median and spread over them
     noisy_cv: float = 0.05  # a coefficient of variation above this flags the result noisy
+    self_check: bool = False  # also measure at half the batch; flag throughput that falls as the batch grows
     seed: int = 0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     interop_threads: int | None = None
