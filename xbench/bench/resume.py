@@ -1,7 +1,7 @@
 """`resume=<run id or folder>`: continue a train-to-target run from its checkpoint.
 
 The stored record's config is authoritative (the model, data, goal and seed must be the ones the
-checkpoint was made with); only `resume`, `store` and `logger` come from this command line.
+checkpoint was made with); only `resume`, `store`, `logger` and `fault` come from this command line.
 """
 
 from __future__ import annotations
@@ -22,4 +22,5 @@ def resume_config(dcfg: DictConfig) -> tuple[DictConfig, dict]:
     stored.store = dcfg.store
     stored.store.root = str(path.parent.parent)  # the checkpoint lives in that run's folder
     stored.logger = dcfg.logger
+    stored.fault = dcfg.fault  # a drill belongs to one attempt, not to the run
     return stored, prior
