@@ -89,9 +89,17 @@ def run(dcfg: DictConfig):
     from xbench.sinks.local import LocalSink
     from xbench.sinks.wandb import WandbSink
 
+    prior = None
+    if dcfg.get("resume"):  # continue a train-to-target run: its stored config and run folder
+        from xbench.bench.resume import resume_config
+
+        dcfg, prior = resume_config(dcfg)
     cfg: XBenchConfig = OmegaConf.to_object(dcfg)
     resolved = OmegaConf.to_container(dcfg, resolve=True)
-    record = RunRecord(run_id=new_run_id(cfg.store.run_name), experiment=cfg.experiment, config=resolved)
+    record = RunRecord(run_id=prior["run_id"] if prior else new_run_id(cfg.store.run_name),
+                       experiment=cfg.experiment, config=resolved)
+    if prior:
+        record.created_at = prior["created_at"]
     record.env = host_env()
     local = LocalSink(cfg.store.root)
     local.write(record)  # status "running": if the process is killed outright, the trace remains
@@ -107,10 +115,16 @@ def run(dcfg: DictConfig):
             reasons = compat.check(cfg, facts)
             if reasons:
                 raise ConfigError(reasons)
-            result = launch.run(cfg, facts, on_step=progress, stop=stop)
+            if b.mode == "train_to_target":
+                from xbench.bench.target import run_to_target
+
+                result = run_to_target(cfg, facts, local.run_dir(record), on_step=progress, stop=stop)
+                record.artifacts.update(result.artifacts)
+            else:
+                result = launch.run(cfg, facts, on_step=progress, stop=stop)
         progress.close()
         ranks = [r.measurements for r in result.ranks]
-        record.measurements = aggregate(ranks, b.noisy_cv)
+        record.measurements = aggregate(ranks, b.noisy_cv) if b.mode != "train_to_target" else ranks[0]
         record.series = result.ranks[0].series
         record.ranks = ranks if len(ranks) > 1 else []
         record.warnings += result.warnings
@@ -119,7 +133,7 @@ def run(dcfg: DictConfig):
                                    "(see throughput_cv / step_time_cv)")
         if b.self_check:
             record.warnings += _self_check(cfg, facts, record.measurements, progress, stop)
-        record.derived = derive(record.measurements, resolved)
+        record.derived = derive(record.measurements, resolved, baseline=_baseline(cfg))
         record.warnings += record_gates(record.measurements, record.derived)
         record.finish("ok")
     except ConfigError as e:
@@ -171,6 +185,15 @@ def _self_check(cfg, facts, measurements: dict, progress, stop) -> list[str]:
     measurements["self_check_batch_sizes"] = [p[0] for p in points]
     measurements["self_check_throughput_samples_per_s"] = [p[1] for p in points]
     return batch_scaling_gate(points)
+
+
+def _baseline(cfg) -> dict | None:
+    """The stored record named by `baseline=` (run id under store.root, or a run folder), as a dict."""
+    if not cfg.baseline:
+        return None
+    from xbench.records.store import find_run, read_record
+
+    return read_record(find_run(cfg.baseline, cfg.store.root)).to_dict()
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
