@@ -146,6 +146,7 @@ class BenchConfig:
     seed: int = 0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     interop_threads: int | None = None
+    util_interval_s: float = 0.1  # device/CPU utilisation sampling period during timed windows; 0 = off
 
 
 @dataclass
@@ -178,6 +179,9 @@ class XBenchConfig:
     fault: FaultConfig = field(default_factory=FaultConfig)
     experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
     tags: list[str] = field(default_factory=list)
+    # Which stored record time and cost are normalised to (metrics/relative.py, the report): config
+    # paths -> values, e.g. {platform.name: gpu_t4, parallel.name: single}; empty = none.
+    baseline: dict[str, Any] = field(default_factory=dict)
 
 
 def register_configs() -> None:
