@@ -114,7 +114,7 @@ def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(store):
     assert sorted(recs) == [1, 2]  # one record per run, written by rank 0 only
     _ddp_checks(recs[2], 2)
     assert recs[1]["ranks"] == []
-    assert all(r["measurements"]["threads_intra"] == 1 for r in recs[2]["ranks"])  # bench.threads=1
+    assert all(r["threads_intra"] == 1 for r in recs[2]["ranks"])  # bench.threads=1
     [row] = [r for r in scaling_efficiency(load_records(store)) if r["devices"] == 2]
     tp1, tp2 = (recs[n]["measurements"]["throughput_samples_per_s"] for n in (1, 2))
     assert row["scaling_efficiency"] == pytest.approx(tp2 / (2 * tp1))
