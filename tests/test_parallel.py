@@ -169,3 +169,19 @@ def test_dataparallel_experiment_on_cpu_stops_with_its_reason(store):
     [rec] = records(store)
     assert rec["status"] == "failed" and "nn.DataParallel without CUDA" in rec["reason"]
     assert rec["measurements"] == {}
+
+
+def test_slurm_launcher_config_composes_on_submitit():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from tests.conftest import CONF
+    from xbench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        c = compose(config_name="config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                    return_hydra_config=True)
+    assert c.hydra.launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert c.hydra.launcher.partition == "gpu" and c.hydra.launcher.tasks_per_node == 1
