@@ -1,5 +1,7 @@
 """DDP world size 1 vs `single` on the same workload (overhead of the DDP wrapper + barrier at window
-edges), and 2 gloo processes, measured side by side on this machine. Prints ratios; asserts nothing.
+edges), and 2 gloo processes (one thread per rank throughout: on a shared 2-core machine two OpenMP
+threads per process are dominated by spin-waiting under contention), measured side by side on this
+machine. Prints ratios; asserts nothing.
 
     PYTHONPATH=$PWD python scripts/bench_ddp_overhead.py [store_root]
 """
@@ -15,8 +17,8 @@ from pathlib import Path
 COMMON = ["model=cnn_small", "data=synthetic_cifar10", "data.batch_size=32", "platform=cpu", "logger=none",
           "logger.progress=false", "bench.steps=30", "bench.repeats=3", "bench.warmup_max_steps=15"]
 POINTS = {
-    "single (2 threads)": ["parallel=single", "bench.threads=2"],
-    "ddp world 1 (2 threads)": ["parallel=ddp", "parallel.world_size=1", "bench.threads=2"],
+    "single (1 thread)": ["parallel=single", "bench.threads=1"],
+    "ddp world 1 (1 thread)": ["parallel=ddp", "parallel.world_size=1", "bench.threads=1"],
     "ddp world 2 (1 thread/rank)": ["parallel=ddp", "parallel.world_size=2", "bench.threads=1"],
 }
 
