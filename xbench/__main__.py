@@ -95,6 +95,8 @@ def run(dcfg: DictConfig):
 
         dcfg, prior = resume_config(dcfg)
     cfg: XBenchConfig = OmegaConf.to_object(dcfg)
+    if not launch.writes_record(cfg):  # a rank > 0 under torchrun, or a node > 0: rank 0 writes the record
+        return _run_ranks_only(cfg)
     resolved = OmegaConf.to_container(dcfg, resolve=True)
     record = RunRecord(run_id=prior["run_id"] if prior else new_run_id(cfg.store.run_name),
                        experiment=cfg.experiment, config=resolved)
@@ -149,6 +151,7 @@ def run(dcfg: DictConfig):
     except Exception as e:  # every other failure is a result too, with its reason
         progress.close()
         record.finish(_classify(e), f"{type(e).__name__}: {e}")
+        record.ranks = getattr(e, "ranks", None) or record.ranks  # failed ranks' errors (launch.torchrun)
         record.artifacts["traceback"] = "traceback.txt"
         (local.run_dir(record) / "traceback.txt").write_text(traceback.format_exc())
         if record.status == "oom":
@@ -196,13 +199,25 @@ def _baseline(cfg) -> dict | None:
     return read_record(find_run(cfg.baseline, cfg.store.root)).to_dict()
 
 
+def _run_ranks_only(cfg: XBenchConfig) -> None:
+    """Run this process's ranks and write nothing: the record is rank 0's. A failure exits non-zero."""
+    from xbench import compat, launch
+    from xbench.platforms.detect import host_facts
+
+    facts = host_facts()
+    reasons = compat.check(cfg, facts)
+    if reasons:  # rank 0 records the reasons; this rank just does not start
+        raise SystemExit(1)
+    launch.run(cfg, facts)
+
+
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def main(dcfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     record = run(dcfg)
-    if record.status != "ok" and HydraConfig.get().mode != RunMode.MULTIRUN:
+    if record is not None and record.status != "ok" and HydraConfig.get().mode != RunMode.MULTIRUN:
         raise SystemExit(1 if record.status != "interrupted" else 130)
 
 

@@ -204,3 +204,43 @@ def threads_in_range(cfg, facts):
     if t is not None and t > 4 * facts.logical_cores:
         return [f"bench.threads={t} is more than 4x this machine's {facts.logical_cores} logical cores"]
     return []
+
+
+@rule
+def parallel_fits_here(cfg, facts):
+    """Strategies that need hardware or settings this config does not give, said before any work."""
+    p, out = cfg.parallel, []
+    if p.name not in parallel.STRATEGIES:
+        return []  # known_names says so
+    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    if p.name == "dataparallel":
+        if dev != "cuda" or facts.cuda_count < max(2, p.world_size):
+            out.append(f"parallel=dataparallel measures nn.DataParallel over {max(2, p.world_size)} CUDA GPUs "
+                       f"in one process, but this run has {facts.cuda_count if dev == 'cuda' else 0} "
+                       f"(device {dev}). Without at least 2 GPUs it would silently run one device under "
+                       "another name (nn.DataParallel without CUDA just calls the module), so the "
+                       "comparison would be meaningless. Use parallel=single or parallel=ddp here")
+        elif p.world_size < 2:
+            out.append("parallel=dataparallel needs parallel.world_size >= 2 (GPUs); use parallel=single for one")
+    if parallel.get(p.name).multi_process:
+        if p.backend not in ("auto", "gloo", "nccl"):
+            out.append(f"parallel.backend={p.backend!r} is unknown; allowed: auto, gloo, nccl")
+        if p.backend == "nccl" and dev != "cuda":
+            out.append(f"parallel.backend=nccl needs CUDA GPUs; this run is on {dev}: use auto or gloo")
+        if dev == "xla":
+            out.append(f"parallel={p.name} runs torch.distributed over CPU/CUDA devices; for XLA devices use "
+                       "an XLA strategy (xla_spmd / xla_mp)")
+        if p.timeout_s <= 0:
+            out.append(f"parallel.timeout_s must be > 0 (a dead rank would hang the run), got {p.timeout_s}")
+        if p.nnodes < 1 or p.world_size % p.nnodes:
+            out.append(f"parallel.world_size={p.world_size} must be a multiple of parallel.nnodes={p.nnodes} "
+                       "(processes in all = nodes x processes per node)")
+        if p.nnodes > 1 and not p.rdzv_endpoint:
+            out.append("parallel.nnodes > 1 needs parallel.rdzv_endpoint=host:port of node 0")
+        if not 0 <= p.node_rank < max(1, p.nnodes):
+            out.append(f"parallel.node_rank={p.node_rank} must be in 0..{p.nnodes - 1}")
+        per_node = p.world_size // max(1, p.nnodes)
+        if dev == "cuda" and per_node > facts.cuda_count:
+            out.append(f"parallel={p.name} with {per_node} processes per node needs {per_node} GPUs, "
+                       f"{facts.cuda_count} visible")
+    return out

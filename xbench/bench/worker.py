@@ -21,6 +21,7 @@ import torch
 from xbench import models, parallel, runtimes
 from xbench.bench import loop
 from xbench.bench.step import make_optimizer
+from xbench.bench.utilisation import UtilisationSampler
 from xbench.config import XBenchConfig
 from xbench.data.synthetic import synthetic_pool
 from xbench.metrics.energy import EnergyMeter
@@ -63,6 +64,16 @@ def set_threads(bench) -> dict:
     return {"threads_intra": torch.get_num_threads(), "threads_interop": torch.get_num_interop_threads()}
 
 
+def threads_not_applied(bench, in_force: dict) -> list[str]:
+    """Warnings for thread counts asked for but not in force (inter-op threads are set once per process)."""
+    out = []
+    for key, asked in (("threads_intra", bench.threads), ("threads_interop", bench.interop_threads)):
+        if asked is not None and in_force[key] != asked:
+            out.append(f"{key}: asked {asked}, in force {in_force[key]} (torch allows setting inter-op "
+                       "threads once per process: run each value in a fresh process)")
+    return out
+
+
 def _inject_fault(step_fn, fault, rank: int):
     """Wrap the step to fail on purpose at one step (fault drill and tests); never on by default."""
     counter = [0]
@@ -92,7 +103,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
              stop: loop.StopFlag | None = None) -> RankResult:
     threads = set_threads(cfg.bench)
     torch.manual_seed(cfg.bench.seed)
-    warnings: list[str] = []
+    warnings: list[str] = threads_not_applied(cfg.bench, threads)
 
     dev_type = device_type(cfg.platform.device, cfg.runtime.name, facts)
     runtime = runtimes.create(cfg.runtime, dev_type, ctx.local_rank)
@@ -113,7 +124,8 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         step = _inject_fault(step, cfg.fault, ctx.rank)
 
     # Each rank gets its own data (seed + rank), as a data-parallel sampler would give it.
-    pool = synthetic_pool(spec, cfg.data.batch_size, entry.task, cfg.data.synthetic_batches,
+    devices_per_rank = parallel.devices_per_rank(cfg.parallel)  # DataParallel: one process, N GPUs
+    pool = synthetic_pool(spec, cfg.data.batch_size * devices_per_rank, entry.task, cfg.data.synthetic_batches,
                           runtime.device, cfg.bench.seed + ctx.rank)
     if precision.param_dtype != torch.float32:
         pool = [(x.to(precision.param_dtype) if x.is_floating_point() else x, y) for x, y in pool]
@@ -128,7 +140,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         return pool[i % n_pool]
 
     hooks = loop.Hooks(
-        step=step, next_batch=next_batch, sync=runtime.sync, compile_count=runtime.compile_count,
+        step=step, next_batch=next_batch, sync=parallel.sync(cfg.parallel, runtime.sync), compile_count=runtime.compile_count,
         read_losses=runtime.read_losses,
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
         on_step=on_step, stop=stop or loop.StopFlag(),
@@ -147,15 +159,19 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     energy = EnergyMeter(runtime.device.type, runtime.device.index or 0)
     energy.start()
     windows = []
+    on_cuda = runtime.device.type == "cuda"  # DataParallel: every GPU it drives; else this rank's own
+    gpus = (list(range(devices_per_rank)) if devices_per_rank > 1 else [runtime.device.index or 0]) if on_cuda else []
+    sampler = UtilisationSampler(runtime.device.type, b.util_interval_s, gpus)
+    sampler.start()  # its own thread, at a low rate; started and stopped outside the steps
     for _ in range(b.repeats):
         w = loop.timed_window(hooks, b.steps)
         _check_finite(w.losses, wu.steps + sum(x.steps for x in windows))
         windows.append(w)
         if w.compiles_during:
             warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+    utilisation = sampler.stop()
 
     energy_figures = energy.stop()
-    devices_per_rank = 1
     samples_per_step = cfg.data.batch_size * devices_per_rank
     step_times = [t for w in windows for t in w.step_times_s]
     st = summarize(step_times)
@@ -195,6 +211,8 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         **energy_figures,
         **runtime.overhead(),
+        **utilisation,
+        **parallel.rank_figures(cfg.parallel, model),
     }
     if runtime.device.type == "cuda":
         m["peak_device_allocated_gib"] = torch.cuda.max_memory_allocated(runtime.device) / 2**30

@@ -1,7 +1,8 @@
 """Launchers start the ranks a parallel strategy needs and gather their results; no model code here.
 
-inline: this process is the only rank. Others (torchrun, xla) are added beside it and chosen by the
-strategy's `launcher` field.
+inline: this process is the only rank. torchrun: one process per rank (launch/torchrun.py), started
+here through torchrun's launcher API or joined when already under torchrun. Chosen by the strategy's
+`launcher` field; a new launcher (e.g. `xla` for torch_xla.launch) is one more branch in `run`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,28 @@ class LaunchResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def run(cfg, facts, on_step=None, stop=None) -> LaunchResult:
+def writes_record(cfg) -> bool:
+    """False in a process whose run's record is written by another (a rank > 0, a node > 0)."""
+    if not parallel.get(cfg.parallel.name).multi_process:
+        return True
+    from xbench.launch.torchrun import writes_record as torchrun_writes
+
+    return torchrun_writes(cfg)
+
+
+def run(cfg, facts, on_step=None, stop=None) -> LaunchResult | None:
+    """Every rank's results (rank 0 first), or None in a process that does not write the record."""
     strategy = parallel.get(cfg.parallel.name)
     if strategy.launcher == "inline":
         from xbench.launch.inline import run_inline
 
-        return run_inline(cfg, facts, on_step, stop)
+        result = run_inline(cfg, facts, on_step, stop)
+        if strategy.name == "single" and cfg.parallel.world_size != 1:
+            result.warnings.append(f"parallel.world_size={cfg.parallel.world_size} is ignored by "
+                                   "parallel=single (one device)")
+        return result
+    if strategy.launcher == "torchrun":
+        from xbench.launch.torchrun import run_torchrun
+
+        return run_torchrun(cfg, facts, on_step, stop)
     raise ValueError(f"launcher {strategy.launcher!r} of strategy {strategy.name!r} is not available")

@@ -1,23 +1,36 @@
 """Parallel strategies: how the model is replicated and which launcher starts the ranks.
 
-Each strategy names its launcher (inline: this process; torchrun: one process per rank) and wraps
-the model for its rank. Data parallel throughout: every rank sees `data.batch_size` samples a step.
+A strategy is one registry line: the launcher that starts its ranks (`inline`: this process is the
+only rank; `torchrun`: one process per rank through torch.distributed's elastic launcher), whether
+one process drives several devices (`nn.DataParallel`, later XLA SPMD), and the module that wraps the
+model for a rank. Data parallel throughout: every device sees `data.batch_size` samples a step.
+
+Add a strategy: a module with `wrap(cfg, model, device)` (and optionally `sync(cfg, device_sync)` and
+`rank_figures(cfg, model)`), one line in STRATEGIES, a `conf/parallel/<name>.yaml` and, where it
+cannot run everywhere, a compat rule. Planned next, on the same shape: `xla_spmd` (inline, devices in
+process), `xla_mp` (launcher `xla`: torch_xla.launch) and `accelerate` (launcher torchrun).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    launcher: str  # inline | torchrun | xla
-    multi_process: bool
+    launcher: str  # inline | torchrun (later: xla)
+    multi_process: bool  # one process per rank (its ranks must agree on one record writer)
+    module: str | None = None  # module with wrap() / sync() / rank_figures(); None: model unchanged
+    devices_in_process: bool = False  # one process drives parallel.world_size devices (DataParallel)
 
 
 STRATEGIES: dict[str, Strategy] = {
     "single": Strategy("single", "inline", False),
+    "ddp": Strategy("ddp", "torchrun", True, "xbench.parallel.ddp"),
+    "dataparallel": Strategy("dataparallel", "inline", False, "xbench.parallel.dataparallel",
+                             devices_in_process=True),
 }
 
 
@@ -27,6 +40,29 @@ def get(name: str) -> Strategy:
     return STRATEGIES[name]
 
 
+def _module(cfg):
+    s = get(cfg.name)
+    return importlib.import_module(s.module) if s.module else None
+
+
+def devices_per_rank(cfg) -> int:
+    """Devices one rank's process drives: world_size for DataParallel, else 1."""
+    return cfg.world_size if get(cfg.name).devices_in_process else 1
+
+
 def wrap(cfg, model, device):
     """The model as this rank trains it (single: unchanged)."""
-    return model
+    mod = _module(cfg)
+    return mod.wrap(cfg, model, device) if mod else model
+
+
+def sync(cfg, device_sync):
+    """The loop's synchronisation: the device's, plus whatever the strategy needs at window edges."""
+    mod = _module(cfg)
+    return mod.sync(cfg, device_sync) if mod and hasattr(mod, "sync") else device_sync
+
+
+def rank_figures(cfg, model) -> dict:
+    """Strategy-specific figures of one rank after training (e.g. a parameter checksum)."""
+    mod = _module(cfg)
+    return mod.rank_figures(cfg, model) if mod and hasattr(mod, "rank_figures") else {}

@@ -1,0 +1,187 @@
+"""Data parallelism for real: DDP over 2 gloo processes on this CPU (self-launched and under torchrun),
+a crashing rank, DataParallel's refusal without GPUs, the thread sweep, scaling efficiency from the store."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAST, cli_env, records, run_cli
+from xbench.config import XBenchConfig
+from xbench.metrics.scaling import relative_to_baseline, scaling_efficiency, workload_key
+from xbench.platforms.detect import HostFacts
+from xbench.records.record import RunRecord
+from xbench.records.store import load_records, write_record
+
+TINY = ("model=mlp", "data=synthetic_mnist", "data.batch_size=16", "platform=cpu")
+
+
+def _check(cfg):
+    from xbench import compat
+
+    return compat.check(cfg, HostFacts(logical_cores=2, torch_version="2.9.0"))
+
+
+# ---------- pure units: compat, scaling ----------
+
+def test_dataparallel_without_gpus_says_why():
+    cfg = XBenchConfig()
+    cfg.model.name, cfg.data.name, cfg.platform.name, cfg.runtime.name = "mlp", "x", "local", "eager"
+    cfg.precision.name, cfg.logger.name, cfg.data.modality = "fp32", "none", "features"
+    cfg.parallel.name, cfg.parallel.world_size = "dataparallel", 2
+    [reason] = _check(cfg)
+    assert "2 CUDA GPUs" in reason and "silently" in reason and "parallel=ddp" in reason
+
+
+def test_ddp_config_errors_are_caught_before_work():
+    cfg = XBenchConfig()
+    cfg.model.name, cfg.data.name, cfg.platform.name, cfg.runtime.name = "mlp", "x", "local", "eager"
+    cfg.precision.name, cfg.logger.name, cfg.data.modality = "fp32", "none", "features"
+    cfg.parallel.name, cfg.parallel.world_size, cfg.parallel.nnodes = "ddp", 3, 2
+    cfg.parallel.backend, cfg.parallel.timeout_s = "nccl", 0
+    text = " | ".join(_check(cfg))
+    for part in ("multiple of parallel.nnodes", "rdzv_endpoint", "nccl needs CUDA", "timeout_s must be > 0"):
+        assert part in text, part
+
+
+def _rec(run_id, strategy, devices, tp, batch=16, platform="cpu", price=None, threads=1, **cfg_extra):
+    cfg = {"model": {"name": "mlp", "options": {}}, "data": {"name": "synthetic_mnist", "batch_size": batch},
+           "precision": {"name": "fp32"}, "runtime": {"name": "eager", "backend": "inductor", "mode": None},
+           "parallel": {"name": strategy, "world_size": devices}, "platform": {"name": platform},
+           "bench": {"threads": threads}, **cfg_extra}
+    derived = {"usd_per_million_samples": price / 3600 / tp * 1e6} if price else {}
+    return RunRecord(run_id=run_id, status="ok", config=cfg, derived=derived,
+                     measurements={"throughput_samples_per_s": tp, "devices": devices, "device": "cpu",
+                                   "threads_intra": threads})
+
+
+def test_scaling_efficiency_from_stored_records(tmp_path):
+    for r in (_rec("a", "single", 1, 100.0), _rec("b", "ddp", 1, 90.0), _rec("c", "ddp", 2, 180.0),
+              _rec("d", "ddp", 4, 300.0), _rec("e", "ddp", 4, 320.0),
+              _rec("f", "ddp", 2, 150.0, batch=32)):  # another workload: its own group, no 1-device base
+        write_record(tmp_path, r)
+    rows = scaling_efficiency(load_records(tmp_path))
+    by = {(r["strategy"], r["devices"], r["workload"]["data"]["batch_size"]): r for r in rows}
+    assert by[("ddp", 2, 16)]["scaling_efficiency"] == pytest.approx(180 / (2 * 100))  # base = single
+    assert by[("ddp", 4, 16)]["scaling_efficiency"] == pytest.approx(310 / (4 * 100))  # median of two
+    assert by[("ddp", 4, 16)]["records"] == 2
+    assert by[("ddp", 1, 16)]["speedup"] == pytest.approx(0.9)  # DDP world 1 overhead vs single
+    assert by[("ddp", 2, 32)]["scaling_efficiency"] is None
+    no_single = scaling_efficiency([_rec("b", "ddp", 1, 90.0), _rec("c", "ddp", 2, 180.0)])
+    assert {r["devices"]: r["scaling_efficiency"] for r in no_single}[2] == pytest.approx(1.0)
+    assert workload_key(_rec("x", "ddp", 1, 1.0)) != workload_key(_rec("x", "ddp", 1, 1.0, batch=8))
+
+
+def test_time_and_cost_relative_to_a_baseline_record():
+    recs = [_rec("gpu", "single", 1, 1000.0, platform="gpu_t4", price=0.75),
+            _rec("cpu1", "single", 1, 100.0, price=0.5), _rec("cpu2", "single", 1, 180.0, price=0.5, threads=2)]
+    rows = {r["run_id"]: r for r in relative_to_baseline(recs, {"platform": {"name": "gpu_t4"}})}
+    assert rows["cpu1"]["time_ratio"] == pytest.approx(10.0)
+    assert rows["cpu1"]["cost_ratio"] == pytest.approx((0.5 / 100) / (0.75 / 1000))
+    assert rows["cpu2"]["time_ratio"] == pytest.approx(1000 / 180) and rows["gpu"]["time_ratio"] == 1.0
+    with pytest.raises(ValueError, match="no ok record matches"):
+        relative_to_baseline(recs, {"platform.name": "tpu"})
+
+
+# ---------- for real: processes, records ----------
+
+def _ddp_checks(rec: dict, world: int):
+    RunRecord.from_dict(rec)
+    m, ranks = rec["measurements"], rec["ranks"]
+    assert rec["status"] == "ok", rec["reason"]
+    assert m["world_size"] == world and len(ranks) == world  # no silent world of one
+    assert [r["rank"] for r in ranks] == list(range(world))
+    assert all(r["process_group_world_size"] == world and r["process_group_backend"] == "gloo" for r in ranks)
+    # replicas identical after training on different data per rank: gradients were all-reduced
+    assert len({r["params_sha256"] for r in ranks}) == 1
+    assert m["loss_first"] != m["loss_last"]  # it trained
+    # global throughput: every rank's samples over the common (slowest) window, not a mean of ranks
+    common = max(r["window_s"][0] for r in ranks)
+    assert m["throughput_samples_per_s"] == pytest.approx(sum(r["samples_per_window"] for r in ranks) / common)
+    assert m["global_batch_size"] == 16 * world
+    assert all(r["threads_intra"] >= 1 and "threads_policy" in r for r in ranks)
+    assert all(r["util_samples"] >= 1 and r["cpu_util_percent_mean"] is not None for r in ranks)
+
+
+@pytest.mark.slow
+def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(store):
+    p = run_cli("-m", *FAST, *TINY, "+experiment=scaling", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = {r["measurements"]["world_size"]: r for r in records(store)}
+    assert sorted(recs) == [1, 2]  # one record per run, written by rank 0 only
+    _ddp_checks(recs[2], 2)
+    assert recs[1]["ranks"] == []
+    assert all(r["threads_intra"] == 1 for r in recs[2]["ranks"])  # bench.threads=1
+    [row] = [r for r in scaling_efficiency(load_records(store)) if r["devices"] == 2]
+    tp1, tp2 = (recs[n]["measurements"]["throughput_samples_per_s"] for n in (1, 2))
+    assert row["scaling_efficiency"] == pytest.approx(tp2 / (2 * tp1))
+
+
+@pytest.mark.slow
+def test_crashing_rank_fails_the_run_with_its_error(store):
+    p = run_cli(*FAST, *TINY, "parallel=ddp", "parallel.timeout_s=60", "fault.kind=exception",
+                "fault.rank=1", "fault.at_step=3", store=store, timeout=300)
+    assert p.returncode == 1
+    [rec] = records(store)
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("RankFailed: rank 1 failed: RuntimeError: injected fault at step 3")
+    failed = rec["ranks"][0]
+    assert failed["rank"] == 1 and "injected fault" in failed["error"]
+    assert "_inject_fault" in failed["traceback"] or "faulty" in failed["traceback"]
+    assert "injected fault" in (store / rec["run_id"] / "traceback.txt").read_text()
+
+
+@pytest.mark.slow
+def test_under_torchrun_ranks_join_and_rank_0_writes_one_record(store):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    import subprocess
+
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "xbench", f"store.root={store}",
+           *FAST, *TINY, "parallel=ddp"]
+    p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=cli_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    _ddp_checks(rec, 2)
+    assert all(r["omp_num_threads_env"] == "1" for r in rec["ranks"])  # torchrun's, overridden:
+    assert all(r["threads_intra"] == 1 for r in rec["ranks"])  # 2 cores // 2 ranks here
+
+
+@pytest.mark.slow
+def test_cpu_threads_sweep_records_threads_in_force(store):
+    p = run_cli("-m", *FAST, *TINY, "+experiment=cpu_threads", "bench.threads=1,2", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = records(store)
+    assert sorted(r["measurements"]["threads_intra"] for r in recs) == [1, 2]
+    assert all(r["measurements"]["threads_interop"] == 1 for r in recs)
+    assert all(r["measurements"]["cpu_util_percent_mean"] is not None for r in recs)
+    rows = relative_to_baseline(load_records(store), recs[0]["config"]["baseline_query"])
+    assert {r["threads_intra"]: r["time_ratio"] for r in rows}[1] == 1.0
+
+
+@pytest.mark.slow
+def test_dataparallel_experiment_on_cpu_stops_with_its_reason(store):
+    p = run_cli(*FAST, *TINY, "parallel=dataparallel", store=store)
+    assert p.returncode == 1
+    [rec] = records(store)
+    assert rec["status"] == "failed" and "nn.DataParallel without CUDA" in rec["reason"]
+    assert rec["measurements"] == {}
+
+
+def test_slurm_launcher_config_composes_on_submitit():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from tests.conftest import CONF
+    from xbench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        c = compose(config_name="config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                    return_hydra_config=True)
+    assert c.hydra.launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert c.hydra.launcher.partition == "gpu" and c.hydra.launcher.tasks_per_node == 1
