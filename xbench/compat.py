@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from xbench import models, parallel, runtimes
 from xbench.config import XBenchConfig
+from xbench.data import loaders
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
 
@@ -99,9 +100,29 @@ def model_fits_data(cfg, facts):
 
 @rule
 def data_source(cfg, facts):
-    if cfg.data.source != "synthetic":
-        return [f"data.source={cfg.data.source!r} is not available; allowed: synthetic"]
-    return []
+    src = cfg.data.source
+    if cfg.data.ngrams < 1:
+        return [f"data.ngrams must be >= 1 (1: words only, 2: words and bigrams), got {cfg.data.ngrams}"]
+    if src == "synthetic":
+        return []
+    if src not in loaders.SOURCES:
+        return [f"data.source={src!r} is not available; allowed: {', '.join(loaders.names())}"]
+    out = loaders.missing_reasons(src, cfg.data.path)
+    if loaders.SOURCES[src].modality != cfg.data.modality:
+        out.append(f"data.source={src} gives {loaders.SOURCES[src].modality} data, "
+                   f"but data.modality={cfg.data.modality}")
+    try:
+        task = models.get(cfg.model.name).task
+    except KeyError:
+        task = None  # reported by model_fits_data
+    if task and task != loaders.SOURCES[src].task:
+        out.append(f"model {cfg.model.name!r} trains on {task} targets, but data.source={src} gives "
+                   f"{loaders.SOURCES[src].task} targets")
+    if not 0 < cfg.data.eval_fraction < 1:
+        out.append(f"data.eval_fraction must be between 0 and 1 (exclusive), got {cfg.data.eval_fraction}")
+    if cfg.data.num_workers < 0:
+        out.append(f"data.num_workers must be >= 0, got {cfg.data.num_workers}")
+    return out
 
 
 @rule
