@@ -25,10 +25,10 @@ from torch.utils.data import Dataset, TensorDataset
 from xbench.data.loaders import Splits, malformed
 
 PAD, UNK = 0, 1
-CACHE_VERSION = 1  # bump when tokenisation changes
+CACHE_VERSION = 2  # bump when tokenisation changes
 SPLIT_SEED = 0  # the tweets' 90/10 split is the same on every machine
 CHAR_STRIDE = 3  # character windows start every 3 characters, as the Keras Nietzsche example
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?|[^\w\s]|_")  # words (with an apostrophe part), or one symbol
 
 
 def tokenize(text: str) -> list[str]:
