@@ -29,7 +29,6 @@ from xbench.models.spec import InputSpec
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import resolve
 
-
 INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
 
 

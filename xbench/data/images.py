@@ -62,7 +62,7 @@ def cifar10(data, task: str) -> Splits:
                     d = pickle.load(f, encoding="bytes")
                 x, y = np.asarray(d[b"data"], dtype=np.uint8), np.asarray(d[b"labels"], dtype=np.int64)
             except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as e:
-                raise malformed(data, f"{root / name} is not a CIFAR-10 python batch ({type(e).__name__}: {e})")
+                raise malformed(data, f"{root / name} is not a CIFAR-10 python batch ({type(e).__name__}: {e})") from e
             if x.ndim != 2 or x.shape[1] != 3072 or len(x) != len(y):
                 raise malformed(data, f"{root / name} holds data of shape {x.shape} with {len(y)} labels, "
                                       "expected (N, 3072) and N labels")
@@ -94,7 +94,7 @@ def _read_idx(data, path: Path, magic: int, ndim: int) -> np.ndarray:
         with opener(path, "rb") as f:
             raw = f.read()
     except (OSError, EOFError) as e:
-        raise malformed(data, f"{path} cannot be read ({e})")
+        raise malformed(data, f"{path} cannot be read ({e})") from e
     head = 4 + 4 * ndim
     if len(raw) < head or int.from_bytes(raw[:4], "big") != magic:
         got = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
@@ -143,7 +143,7 @@ def imagenet(data, task: str) -> Splits:
         train = ImageFolder(str(root / "train"), imagenet_transforms(data.image_size, data.augment))
         val = ImageFolder(str(root / "val"), imagenet_transforms(data.image_size, False))
     except (FileNotFoundError, RuntimeError) as e:
-        raise malformed(data, f"no image folder there ({e})")
+        raise malformed(data, f"no image folder there ({e})") from e
     if train.classes != val.classes:
         raise malformed(data, f"train has {len(train.classes)} class folders and val {len(val.classes)}, "
                               "not the same ones")

@@ -125,7 +125,7 @@ def imdb(data, task: str) -> Splits:
             try:
                 out.append(tokenize(p.read_text(encoding="utf-8")))
             except UnicodeDecodeError as e:
-                raise malformed(data, f"{p} is not UTF-8 text ({e})")
+                raise malformed(data, f"{p} is not UTF-8 text ({e})") from e
         return out
 
     return _classification(data, lambda: docs("train"), lambda: labels["train"], lambda: docs("test"),
@@ -183,7 +183,7 @@ def text_chars(data, task: str) -> Splits:
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            raise malformed(data, f"{path} is not UTF-8 text ({e})")
+            raise malformed(data, f"{path} is not UTF-8 text ({e})") from e
         vocab = sorted(set(text))
         index = {c: i for i, c in enumerate(vocab)}
         return {"vocab": vocab, "ids": torch.tensor([index[c] for c in text], dtype=torch.long)}
