@@ -199,3 +199,23 @@ def test_folder_without_the_expected_files_names_what_is_lacking(tmp_path):
     (tmp_path / "train" / "pos").mkdir(parents=True)
     [reason] = loaders.missing_reasons("imdb", str(tmp_path))
     assert "train/pos/*.txt" in reason and "aclImdb" in reason
+
+
+def test_ranks_read_disjoint_shards_and_epochs_cycle():
+    from torch.utils.data import TensorDataset
+
+    from xbench.data.feed import device_feed, make_loader
+
+    ds = TensorDataset(torch.arange(20).float().unsqueeze(1), torch.arange(20))
+    cfg = DataConfig(name="t", source="mnist", batch_size=5)
+    seen = []
+    for rank in (0, 1):
+        nb = device_feed(make_loader(ds, cfg, rank, 2, seed=0), torch.device("cpu"))
+        epoch0 = torch.cat([nb()[1] for _ in range(2)])  # 10 samples per rank = 2 batches
+        epoch1 = torch.cat([nb()[1] for _ in range(2)])  # cycles into a new epoch, reshuffled
+        assert sorted(epoch0.tolist()) != epoch0.tolist() or sorted(epoch1.tolist()) != epoch1.tolist()
+        assert not torch.equal(epoch0, epoch1)
+        seen.append(set(epoch0.tolist()))
+    assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(20))
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        make_loader(ds, DataConfig(name="t", source="mnist", batch_size=16), 0, 2, seed=0)
