@@ -85,9 +85,10 @@ def _cached(path: Path, make) -> dict:
         return torch.load(path, weights_only=True)
     value = make()
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save(value, tmp)
+    tmp.write_text(json.dumps(value["vocab"], ensure_ascii=False))  # human-readable copy of the vocabulary
+    os.replace(tmp, path.with_suffix(".vocab.json"))
+    torch.save(value, tmp)  # ranks building at once each write their own tmp file; the rename is atomic
     os.replace(tmp, path)
-    path.with_suffix(".vocab.json").write_text(json.dumps(value["vocab"], ensure_ascii=False))
     return value
 
 

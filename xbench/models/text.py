@@ -135,7 +135,9 @@ def bert(spec: InputSpec, hidden: int = 768, layers: int = 12, heads: int = 12, 
          max_position: int = 512, type_vocab: int = 2, dropout: float = 0.1) -> nn.Module:
     """BERT encoder with the masked-LM head (decoder tied to the word embeddings), BERT-base by default
     (110M parameters with a 30522-token vocabulary). Built from torch.nn.TransformerEncoder
-    (post-LayerNorm, GELU, as the original); no pooler, since MLM does not use it."""
+    (post-LayerNorm, GELU, as the original); no pooler, since MLM does not use it. The MLM head scores
+    every position (as Hugging Face's BertForMaskedLM); MLPerf's reference gathers only the masked ones,
+    so its head costs less: at 512 tokens the full head is ~24 of the ~121 forward GFLOP per sample."""
     if spec.seq_len > max_position:
         raise ValueError(f"bert: data.seq_len={spec.seq_len} exceeds max_position={max_position}")
     return _Bert(spec.vocab_size, hidden, layers, heads, intermediate, max_position, type_vocab, dropout)
