@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from xbench import models, parallel, runtimes
 from xbench.config import XBenchConfig
+from xbench.data import loaders
 from xbench.metrics import cost
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
@@ -20,7 +21,6 @@ RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
 MODALITIES = ("image", "tokens", "features")
 BENCH_MODES = ("throughput", "train_to_target")
-DATA_SOURCES = ("synthetic", "digits")  # the loader registry (xbench.data.loaders) adds the others
 GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "perplexity": "lm/mlm"}
 FAULT_KINDS = (None, "exception", "nan_loss", "sigterm")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
@@ -103,14 +103,29 @@ def model_fits_data(cfg, facts):
 
 @rule
 def data_source(cfg, facts):
-    if cfg.data.source not in DATA_SOURCES:
-        return [f"data.source={cfg.data.source!r} is not available; allowed: {', '.join(DATA_SOURCES)}"]
-    if cfg.data.source == "digits" and cfg.data.modality not in ("features", "image"):
-        return [f"data digits comes as modality features (64 values) or image (1x8x8), not {cfg.data.modality!r}"]
-    if cfg.data.source == "digits" and cfg.bench.mode == "throughput":
-        return ["data.source=digits is for bench.mode=train_to_target (throughput runs use synthetic data: "
-                "data=synthetic_mnist or similar)"]
-    return []
+    src = cfg.data.source
+    if cfg.data.ngrams < 1:
+        return [f"data.ngrams must be >= 1 (1: words only, 2: words and bigrams), got {cfg.data.ngrams}"]
+    if src == "synthetic":
+        return []
+    if src not in loaders.SOURCES:
+        return [f"data.source={src!r} is not available; allowed: {', '.join(loaders.names())}"]
+    out = loaders.missing_reasons(src, cfg.data.path)
+    if cfg.data.modality not in loaders.SOURCES[src].modality.split("|"):
+        out.append(f"data.source={src} gives {loaders.SOURCES[src].modality} data, "
+                   f"but data.modality={cfg.data.modality}")
+    try:
+        task = models.get(cfg.model.name).task
+    except KeyError:
+        task = None  # reported by model_fits_data
+    if task and task != loaders.SOURCES[src].task:
+        out.append(f"model {cfg.model.name!r} trains on {task} targets, but data.source={src} gives "
+                   f"{loaders.SOURCES[src].task} targets")
+    if not 0 < cfg.data.eval_fraction < 1:
+        out.append(f"data.eval_fraction must be between 0 and 1 (exclusive), got {cfg.data.eval_fraction}")
+    if cfg.data.num_workers < 0:
+        out.append(f"data.num_workers must be >= 0, got {cfg.data.num_workers}")
+    return out
 
 
 @rule

@@ -35,14 +35,15 @@ class DataConfig:
     channels: int = 3
     # token modality
     seq_len: int = 128
-    vocab_size: int = 30522
+    vocab_size: int = 30522  # real text: caps the vocabulary built from the training split (words + n-grams)
+    ngrams: int = 1  # real text: add word n-grams up to this length as tokens (fastText uses 2)
     # features modality (e.g. digits: 64 pixels as a flat vector)
     num_features: int = 64
     num_classes: int = 10
     # synthetic: how many distinct batches live on the device (cycled through)
     synthetic_batches: int = 4
     # real data
-    path: str | None = None
+    path: str | None = None  # real data: the folder or file the loader reads (layouts: xbench/data/loaders.py)
     num_workers: int = 0
     pin_memory: bool = False
     augment: bool = False

@@ -64,14 +64,31 @@ class Progress:
     curve: dict = field(default_factory=dict)
 
 
-def datasets(cfg):
-    """(train, eval) TensorDatasets of a real data source. The loader registry (xbench.data.loaders)
-    takes this over when it lands; digits is the one source this module knows itself."""
-    if cfg.data.source == "digits":
-        from xbench.data.digits import load_digits_split
+def datasets(cfg, task: str = "classify"):
+    """(train, eval) TensorDatasets of a real data source from the loader registry.
 
-        return load_digits_split(cfg.data.modality, cfg.data.eval_fraction)
-    raise ValueError(f"train_to_target needs a real data source; data.source={cfg.data.source!r} has no loader here")
+    Train-to-target keeps both splits as device tensors (evaluation then costs no host I/O), so the
+    source must fit in memory: digits, MNIST, CIFAR-10, the text sets; ImageNet does not.
+    """
+    from xbench.data import loaders
+
+    splits = loaders.build(cfg.data, task)
+    return _as_tensors(splits.train, splits.collate), _as_tensors(splits.eval, splits.collate)
+
+
+MAX_IN_MEMORY_SAMPLES = 2_000_000
+
+
+def _as_tensors(ds, collate):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    if isinstance(ds, TensorDataset):
+        return ds
+    if len(ds) > MAX_IN_MEMORY_SAMPLES:
+        raise ValueError(f"train_to_target holds the data set in memory; {len(ds)} samples is more than "
+                         f"{MAX_IN_MEMORY_SAMPLES} (use a smaller set, or bench.mode=throughput for this one)")
+    x, y = next(iter(DataLoader(ds, batch_size=len(ds), collate_fn=collate)))
+    return TensorDataset(x, y)
 
 
 def better(metric: str, value: float, target: float) -> bool:
@@ -160,7 +177,7 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
     if cfg.fault.kind:
         step = _inject_fault(step, cfg.fault, 0)
 
-    train, held_out = datasets(cfg)
+    train, held_out = datasets(cfg, entry.task)
     dtype = precision.param_dtype
     x_tr, y_tr = (t.to(runtime.device) for t in train.tensors)
     x_ev, y_ev = (t.to(runtime.device) for t in held_out.tensors)

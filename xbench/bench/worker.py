@@ -23,6 +23,7 @@ from xbench.bench import loop
 from xbench.bench.step import make_optimizer
 from xbench.bench.utilisation import UtilisationSampler
 from xbench.config import XBenchConfig
+from xbench.data import feed, loaders
 from xbench.data.synthetic import synthetic_pool
 from xbench.metrics.energy import EnergyMeter
 from xbench.metrics.stats import summarize
@@ -30,6 +31,8 @@ from xbench.models.flops import flops_per_sample
 from xbench.models.spec import InputSpec
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import resolve
+
+INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
 
 
 class Diverged(Exception):
@@ -123,21 +126,36 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     if cfg.fault.kind:
         step = _inject_fault(step, cfg.fault, ctx.rank)
 
-    # Each rank gets its own data (seed + rank), as a data-parallel sampler would give it.
     devices_per_rank = parallel.devices_per_rank(cfg.parallel)  # DataParallel: one process, N GPUs
-    pool = synthetic_pool(spec, cfg.data.batch_size * devices_per_rank, entry.task, cfg.data.synthetic_batches,
-                          runtime.device, cfg.bench.seed + ctx.rank)
-    if precision.param_dtype != torch.float32:
-        pool = [(x.to(precision.param_dtype) if x.is_floating_point() else x, y) for x, y in pool]
-    if cfg.model.channels_last:
-        pool = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in pool]
-    cursor = [0]
-    n_pool = len(pool)
 
-    def next_batch():
-        i = cursor[0]
-        cursor[0] = i + 1
-        return pool[i % n_pool]
+    def prepare_inputs(x):
+        # Model-side input format, applied once on the device: parameter dtype, NHWC for channels_last.
+        if precision.param_dtype != torch.float32 and x.is_floating_point():
+            x = x.to(precision.param_dtype)
+        return x.contiguous(memory_format=torch.channels_last) if cfg.model.channels_last else x
+
+    data_info = {}
+    if cfg.data.source == "synthetic":
+        # Each rank gets its own data (seed + rank), as a data-parallel sampler would give it.
+        pool = synthetic_pool(spec, cfg.data.batch_size * devices_per_rank, entry.task,
+                              cfg.data.synthetic_batches, runtime.device, cfg.bench.seed + ctx.rank)
+        pool = [(prepare_inputs(x), y) for x, y in pool]
+        cursor = [0]
+        n_pool = len(pool)
+
+        def next_batch():
+            i = cursor[0]
+            cursor[0] = i + 1
+            return pool[i % n_pool]
+    else:
+        # Real files: a per-rank shard through a DataLoader; the loop measures the wait (data_wait_s).
+        splits = loaders.build(cfg.data, entry.task)
+        info = splits.info or {}
+        data_info = {name: info[k] for k, name in (("train", "data_train_samples"), ("eval", "data_eval_samples"),
+                                                    ("vocab", "data_vocab_size")) if k in info}
+        train_loader = feed.make_loader(splits.train, cfg.data, ctx.rank, ctx.world_size, cfg.bench.seed,
+                                        splits.collate)
+        next_batch = feed.device_feed(train_loader, runtime.device, prepare_inputs)
 
     hooks = loop.Hooks(
         step=step, next_batch=next_batch, sync=parallel.sync(cfg.parallel, runtime.sync), compile_count=runtime.compile_count,
@@ -172,6 +190,12 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     utilisation = sampler.stop()
 
     energy_figures = energy.stop()
+    wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
+    if wait_fraction > INPUT_BOUND_FRACTION:
+        warnings.append(f"input-bound: {wait_fraction:.0%} of the timed window waited for data "
+                        f"(data.source={cfg.data.source}, num_workers={cfg.data.num_workers}); "
+                        "this measures the loader, not the chip")
+
     samples_per_step = cfg.data.batch_size * devices_per_rank
     step_times = [t for w in windows for t in w.step_times_s]
     st = summarize(step_times)
@@ -205,6 +229,8 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         "step_time_s_p90": st["p90"],
         "step_time_cv": st["cv"],
         "data_wait_s": sum(w.data_wait_s for w in windows),
+        "data_source": cfg.data.source,
+        **data_info,
         "loss_first": wu.losses[0],
         "loss_last": windows[-1].losses[-1],
         # ru_maxrss is the process's peak resident set (KiB on Linux), not the current one.

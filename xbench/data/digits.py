@@ -37,3 +37,11 @@ def load_digits_split(modality: str = "features", eval_fraction: float = 0.1,
     n_eval = max(1, round(len(y) * eval_fraction))
     ev, tr = order[:n_eval], order[n_eval:]
     return TensorDataset(x[tr], y[tr]), TensorDataset(x[ev], y[ev])
+
+
+def build(data, task: str):
+    """The loader registry's entry (xbench.data.loaders): the same split as load_digits_split."""
+    from xbench.data.loaders import Splits
+
+    train, held_out = load_digits_split(data.modality, data.eval_fraction)
+    return Splits(train, held_out, info={"train": len(train), "eval": len(held_out)})

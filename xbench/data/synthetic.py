@@ -30,10 +30,33 @@ def make_batch(spec: InputSpec, batch_size: int, task: str, device, generator):
         raise ValueError(f"unknown modality {spec.modality!r}; allowed: image, tokens, features")
     if task == "classify":
         targets = ints(spec.num_classes, (batch_size,))
-    elif task in ("lm", "mlm"):
+    elif task == "lm":
         targets = ints(spec.vocab_size, (batch_size, spec.seq_len))
+    elif task == "mlm":
+        if device.type == "meta":
+            targets = ints(spec.vocab_size, (batch_size, spec.seq_len))
+        else:
+            inputs, targets = mask_tokens(inputs, spec.vocab_size, generator)
     else:
         raise ValueError(f"unknown task {task!r}; allowed: classify, lm, mlm")
+    return inputs, targets
+
+
+MLM_MASK_FRACTION = 0.15  # BERT's recipe: 15% of positions carry a target ...
+MASK_TOKEN_ID = 103  # ... of which 80% become [MASK] (id 103 in BERT's vocabulary), 10% random, 10% kept
+
+
+def mask_tokens(ids, vocab_size: int, generator):
+    """BERT-style masking: returns (inputs, targets) with targets -100 where no loss is taken."""
+    masked = torch.rand(ids.shape, generator=generator, device=ids.device) < MLM_MASK_FRACTION
+    if not masked.any():  # tiny test batches: keep at least one target so the loss is defined
+        masked.view(-1)[0] = True
+    targets = torch.where(masked, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, generator=generator, device=ids.device)
+    mask_id = min(MASK_TOKEN_ID, vocab_size - 1)
+    inputs = torch.where(masked & (roll < 0.8), torch.full_like(ids, mask_id), ids)
+    random_ids = torch.randint(0, vocab_size, ids.shape, generator=generator, device=ids.device)
+    inputs = torch.where(masked & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
     return inputs, targets
 
 

@@ -48,6 +48,34 @@ def cnn_small(spec: InputSpec, width: int = 32) -> nn.Module:
     )
 
 
+@register("vgg_cifar")
+def vgg_cifar(spec: InputSpec, width: int = 64, stages: int = 4, convs_per_stage: int = 2,
+              batch_norm: bool = True, dropout: float = 0.5) -> nn.Module:
+    """Deep VGG-like CNN for 32x32 images (the CIFAR-10 model of the CPU-vs-GPU study).
+
+    `stages` blocks of `convs_per_stage` 3x3 convolutions, each block followed by a 2x2 max-pool;
+    widths double per stage up to 8x `width`. Defaults: 8 conv layers, 64..512 channels, ~4.7M params.
+    """
+    if spec.image_size < 2**stages:
+        raise ValueError(f"vgg_cifar with {stages} stages needs images of at least {2**stages}px, "
+                         f"got {spec.image_size}")
+    layers: list[nn.Module] = []
+    cin = spec.channels
+    for s in range(stages):
+        cout = width * min(2**s, 8)
+        for _ in range(convs_per_stage):
+            layers.append(nn.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(cout))
+            layers.append(nn.ReLU(inplace=True))
+            cin = cout
+        layers.append(nn.MaxPool2d(2))
+    side = spec.image_size // 2**stages
+    head: list[nn.Module] = [nn.Flatten(), nn.Linear(cin * side * side, cin), nn.ReLU(inplace=True)]
+    if dropout:
+        head.append(nn.Dropout(dropout))
+    head.append(nn.Linear(cin, spec.num_classes))
+    return nn.Sequential(*layers, *head)
 
 
 def _torchvision_resnet(arch: str, spec: InputSpec, zero_init_residual: bool) -> nn.Module:

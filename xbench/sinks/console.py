@@ -49,6 +49,7 @@ SUMMARY_ROWS = (
     ("step time (median)", "step_time_s_median", "s"),
     ("step time p10 / p90", ("step_time_s_p10", "step_time_s_p90"), "s"),
     ("step time CV", "step_time_cv", ""),
+    ("waiting for data", "data_wait_fraction", "of the timed window"),
     ("warm-up", ("warmup_steps", "warmup_s"), "steps / s"),
     ("first step", "first_step_s", "s"),
     ("compilations warm-up / timed", ("compiles_warmup", "compiles_timed"), ""),

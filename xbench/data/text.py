@@ -1,0 +1,201 @@
+"""Real text data sets: IMDb reviews (aclImdb folders), Sentiment140 tweets (CSV), a plain text file.
+
+Tokenisation is deterministic (lower-case, a fixed regular expression); the vocabulary is the
+`vocab_size - 2` most frequent tokens of the training split, ties broken alphabetically, with id 0 for
+padding and 1 for unknown words. With `data.ngrams: 2` word bigrams compete for the same vocabulary
+(fastText's n-gram features) and are appended after the words. Sequences keep their first `seq_len`
+tokens and are padded on the left (as Keras did in the studies). The encoded splits and the vocabulary
+are cached beside the data (`.xbench_cache/`, or ~/.cache/xbench when that folder is read-only),
+keyed by the input files' sizes and mtimes and the tokenisation settings.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+from xbench.data.loaders import Splits, malformed
+
+PAD, UNK = 0, 1
+CACHE_VERSION = 2  # bump when tokenisation changes
+SPLIT_SEED = 0  # the tweets' 90/10 split is the same on every machine
+CHAR_STRIDE = 3  # character windows start every 3 characters, as the Keras Nietzsche example
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?|[^\w\s]|_")  # words (with an apostrophe part), or one symbol
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN.findall(text.replace("<br />", " ").lower())
+
+
+def with_ngrams(words: list[str], n: int) -> list[str]:
+    grams = list(words)
+    for k in range(2, n + 1):
+        grams += [" ".join(words[i:i + k]) for i in range(len(words) - k + 1)]
+    return grams
+
+
+def build_vocab(docs: list[list[str]], size: int) -> list[str]:
+    counts = Counter(t for d in docs for t in d)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: max(0, size - 2)]
+    return ["<pad>", "<unk>", *(t for t, _ in ranked)]
+
+
+def encode(docs: list[list[str]], vocab: list[str], seq_len: int) -> torch.Tensor:
+    """(N, seq_len) int64: first seq_len in-vocabulary ids, left-padded with 0. Unknown words -> 1;
+    unknown n-grams (tokens with a space) are dropped, as fastText does."""
+    index = {t: i for i, t in enumerate(vocab)}
+    out = torch.zeros(len(docs), seq_len, dtype=torch.long)
+    for row, doc in enumerate(docs):
+        ids = [index.get(t, UNK) for t in doc if t in index or " " not in t][:seq_len]
+        if ids:
+            out[row, seq_len - len(ids):] = torch.tensor(ids)
+    return out
+
+
+def _cache_file(data, inputs: list[Path], extra: dict) -> Path:
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in inputs]
+    key = json.dumps({"v": CACHE_VERSION, "source": data.source, "seq_len": data.seq_len,
+                      "vocab_size": data.vocab_size, "ngrams": getattr(data, "ngrams", 1), "files": stats,
+                      **extra}, sort_keys=True)
+    name = f"{data.source}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
+    root = Path(data.path)
+    beside = (root if root.is_dir() else root.parent) / ".xbench_cache"
+    try:
+        beside.mkdir(exist_ok=True)
+        if os.access(beside, os.W_OK):
+            return beside / name
+    except OSError:
+        pass
+    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "xbench"
+    home.mkdir(parents=True, exist_ok=True)
+    return home / name
+
+
+def _cached(path: Path, make) -> dict:
+    """Load the cached encoding, or make it and write it atomically (tmp file + rename)."""
+    if path.is_file():
+        return torch.load(path, weights_only=True)
+    value = make()
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(value["vocab"], ensure_ascii=False))  # human-readable copy of the vocabulary
+    os.replace(tmp, path.with_suffix(".vocab.json"))
+    torch.save(value, tmp)  # ranks building at once each write their own tmp file; the rename is atomic
+    os.replace(tmp, path)
+    return value
+
+
+def _classification(data, train_docs, train_y, eval_docs, eval_y, inputs: list[Path], extra=None) -> Splits:
+    n = getattr(data, "ngrams", 1)
+
+    def make():
+        tr = [with_ngrams(d, n) for d in train_docs()]
+        ev = [with_ngrams(d, n) for d in eval_docs()]
+        vocab = build_vocab(tr, data.vocab_size)
+        return {"vocab": vocab, "train_x": encode(tr, vocab, data.seq_len), "train_y": train_y(),
+                "eval_x": encode(ev, vocab, data.seq_len), "eval_y": eval_y()}
+
+    cache = _cache_file(data, inputs, extra or {})
+    c = _cached(cache, make)
+    for y in (c["train_y"], c["eval_y"]):
+        if len(y) and y.max() >= data.num_classes:
+            raise malformed(data, f"labels reach {int(y.max())} but data.num_classes={data.num_classes}")
+    return Splits(TensorDataset(c["train_x"], c["train_y"]), TensorDataset(c["eval_x"], c["eval_y"]),
+                  info={"train": len(c["train_y"]), "eval": len(c["eval_y"]), "vocab": len(c["vocab"]),
+                        "cache": str(cache)})
+
+
+def imdb(data, task: str) -> Splits:
+    """aclImdb: pos -> 1, neg -> 0; the published 25k/25k train/test split."""
+    root = Path(data.path)
+    files = {split: sorted((root / split / "neg").glob("*.txt")) + sorted((root / split / "pos").glob("*.txt"))
+             for split in ("train", "test")}
+    labels = {split: torch.tensor([int(p.parent.name == "pos") for p in fs], dtype=torch.long)
+              for split, fs in files.items()}
+
+    def docs(split):
+        out = []
+        for p in files[split]:
+            try:
+                out.append(tokenize(p.read_text(encoding="utf-8")))
+            except UnicodeDecodeError as e:
+                raise malformed(data, f"{p} is not UTF-8 text ({e})") from e
+        return out
+
+    return _classification(data, lambda: docs("train"), lambda: labels["train"], lambda: docs("test"),
+                           lambda: labels["test"], files["train"] + files["test"])
+
+
+SENTIMENT140_LABELS = {"0": 0, "4": 1}  # negative, positive; "2" (neutral, test file only) is skipped
+
+
+def sentiment140(data, task: str) -> Splits:
+    """Sentiment140 CSV: polarity 0 -> 0, 4 -> 1; a fixed shuffle, then data.eval_fraction held out."""
+    path = Path(data.path)
+    texts, labels = [], []
+    with open(path, encoding="latin-1", newline="") as f:
+        for line, row in enumerate(csv.reader(f), 1):
+            if len(row) != 6:
+                raise malformed(data, f"{path} line {line} has {len(row)} columns, expected 6")
+            if row[0] == "2":
+                continue
+            if row[0] not in SENTIMENT140_LABELS:
+                raise malformed(data, f"{path} line {line} has polarity {row[0]!r}, expected 0 or 4")
+            labels.append(SENTIMENT140_LABELS[row[0]])
+            texts.append(row[5])
+    if not labels:
+        raise malformed(data, f"{path} holds no labelled tweets")
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(SPLIT_SEED)).tolist()
+    n_eval = round(len(order) * data.eval_fraction)
+    eval_ids, train_ids = order[:n_eval], order[n_eval:]
+    y = torch.tensor(labels, dtype=torch.long)
+    return _classification(data, lambda: [tokenize(texts[i]) for i in train_ids], lambda: y[train_ids],
+                           lambda: [tokenize(texts[i]) for i in eval_ids], lambda: y[eval_ids], [path],
+                           {"eval_fraction": data.eval_fraction})
+
+
+class CharWindows(Dataset):
+    """Windows of seq_len + 1 characters: inputs are the first seq_len, targets the next character at
+    every position (task lm)."""
+
+    def __init__(self, ids: torch.Tensor, seq_len: int, stride: int):
+        self.ids, self.seq_len, self.stride = ids, seq_len, stride
+
+    def __len__(self) -> int:
+        return max(0, (len(self.ids) - self.seq_len - 1) // self.stride + 1)
+
+    def __getitem__(self, i):
+        w = self.ids[i * self.stride: i * self.stride + self.seq_len + 1]
+        return w[:-1], w[1:]
+
+
+def text_chars(data, task: str) -> Splits:
+    """A plain text file as characters; vocabulary = its distinct characters, sorted (cached beside)."""
+    path = Path(data.path)
+
+    def make():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise malformed(data, f"{path} is not UTF-8 text ({e})") from e
+        vocab = sorted(set(text))
+        index = {c: i for i, c in enumerate(vocab)}
+        return {"vocab": vocab, "ids": torch.tensor([index[c] for c in text], dtype=torch.long)}
+
+    c = _cached(_cache_file(data, [path], {"kind": "chars"}), make)
+    if len(c["vocab"]) > data.vocab_size:
+        raise malformed(data, f"{path} has {len(c['vocab'])} distinct characters but data.vocab_size="
+                              f"{data.vocab_size}; set data.vocab_size >= {len(c['vocab'])}")
+    ids = c["ids"]
+    cut = round(len(ids) * (1 - data.eval_fraction))
+    train, ev = CharWindows(ids[:cut], data.seq_len, CHAR_STRIDE), CharWindows(ids[cut:], data.seq_len, data.seq_len)
+    if len(train) == 0:
+        raise malformed(data, f"{path} is too short for one training window of {data.seq_len + 1} characters")
+    return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": len(c["vocab"])})
