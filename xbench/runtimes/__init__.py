@@ -13,6 +13,10 @@ import importlib
 # name -> "module:Class"
 RUNTIMES: dict[str, str] = {
     "eager": "xbench.runtimes.eager:EagerRuntime",
+    "compile": "xbench.runtimes.compiled:CompiledRuntime",
+    "xla": "xbench.runtimes.xla:XlaRuntime",
+    "xla_compile": "xbench.runtimes.xla:XlaCompileRuntime",
+    "accelerate": "xbench.runtimes.accelerate:AccelerateRuntime",
 }
 
 
