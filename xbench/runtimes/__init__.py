@@ -8,6 +8,7 @@ an XLA runtime is asked for (runtimes/xla.py is the only module that imports it)
 
 from __future__ import annotations
 
+import glob
 import importlib
 
 # name -> "module:Class"
@@ -19,9 +20,21 @@ RUNTIMES: dict[str, str] = {
     "accelerate": "xbench.runtimes.accelerate:AccelerateRuntime",
 }
 
+XLA_COMPILE_BACKENDS = ("torch_xla", "openxla")  # runtime=xla_compile: torch_xla.compile | dynamo openxla
+
 
 def create(cfg, device_type: str, local_rank: int = 0):
     if cfg.name not in RUNTIMES:
         raise ValueError(f"unknown runtime {cfg.name!r}; allowed: {', '.join(RUNTIMES)}")
     module, cls = RUNTIMES[cfg.name].split(":")
     return getattr(importlib.import_module(module), cls)(cfg, device_type, local_rank)
+
+
+def default_pjrt_device() -> str:
+    """PJRT device torch-xla will use: $PJRT_DEVICE, else TPU on a TPU VM (accelerator device nodes
+    present), else CPU. A GPU through PJRT needs PJRT_DEVICE=CUDA set explicitly. No torch_xla import."""
+    import os
+
+    if os.environ.get("PJRT_DEVICE"):
+        return os.environ["PJRT_DEVICE"]
+    return "TPU" if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") else "CPU"

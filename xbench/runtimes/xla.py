@@ -21,16 +21,11 @@ Figures:
 
 from __future__ import annotations
 
-import glob
 import os
 import statistics
 import time
 
-
-def default_pjrt_device() -> str:
-    """TPU on a TPU VM (accelerator device nodes present), else CPU. GPU needs PJRT_DEVICE=CUDA set."""
-    return "TPU" if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") else "CPU"
-
+from xbench.runtimes import default_pjrt_device
 
 # PJRT reads this at import: set it first (an explicit value from the environment wins).
 os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
@@ -121,7 +116,6 @@ class XlaCompileRuntime(XlaRuntime):
     """XLA with an explicit compile API: torch_xla.compile over the step, or dynamo's openxla backend."""
 
     name = "xla_compile"
-    BACKENDS = ("torch_xla", "openxla")
 
     def _build(self, model, optimizer, task, precision):
         c = self.cfg
