@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfgs = {k: compose(config_name="config", overrides=common + _split(v))
                 for k, v in (("a", args.a), ("b", args.b))}
+    from xbench.runtimes import preload_xla
+
+    preload_xla(" ".join(c.runtime.name for c in cfgs.values()))
     recs = {k: run(c) for k, c in cfgs.items()}
 
     precisions = [c.precision.name for c in cfgs.values()]

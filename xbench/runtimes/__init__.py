@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import importlib
+import importlib.util
 
 # name -> "module:Class"
 RUNTIMES: dict[str, str] = {
@@ -38,3 +39,14 @@ def default_pjrt_device() -> str:
     if os.environ.get("PJRT_DEVICE"):
         return os.environ["PJRT_DEVICE"]
     return "TPU" if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") else "CPU"
+
+
+def preload_xla(mentions: str) -> None:
+    """Import torch_xla now if an XLA runtime will run later in this process (a sweep, a parity pair).
+
+    The XLA device must exist before the process's first backward pass: the autograd engine sizes
+    its per-device queues once, and an XLA backward after an eager one then fails an internal assert
+    (importing torch_xla is not enough; creating the device is).
+    """
+    if "xla" in mentions and importlib.util.find_spec("torch_xla") is not None:
+        importlib.import_module("xbench.runtimes.xla").init_device()

@@ -46,6 +46,11 @@ from xbench.runtimes.base import Runtime  # noqa: E402
 perf_counter = time.perf_counter
 
 
+def init_device() -> torch.device:
+    """Create the PJRT client and device (see runtimes.preload_xla for why this can be needed early)."""
+    return torch_xla.device()
+
+
 def _metric(name: str) -> tuple[int, float]:
     """(count, accumulator) of an XLA metric; (0, 0) before it was first recorded."""
     data = met.metric_data(name)
