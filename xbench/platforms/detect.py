@@ -33,14 +33,14 @@ def host_facts() -> HostFacts:
         names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return HostFacts(
         cuda_devices=names,
-        torch_xla=_importable("torch_xla"),
-        accelerate=_importable("accelerate"),
+        torch_xla=importable("torch_xla"),
+        accelerate=importable("accelerate"),
         logical_cores=os.cpu_count() or 1,
         torch_version=torch.__version__,
     )
 
 
-def _importable(name: str) -> bool:
+def importable(name: str) -> bool:
     """Installed and findable; a broken or hidden package (find_spec raising) counts as absent."""
     try:
         return importlib.util.find_spec(name) is not None
