@@ -167,3 +167,11 @@ def test_bench_overhead_quick_prints_ratios():
                        env=cli_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "ratio xbench/hand" in p.stdout and "RESULT" in p.stdout
+
+
+def test_xla_host_overhead_fraction_is_derived_from_tracing_time():
+    from xbench.metrics.derived import derive
+
+    m = {"xla_trace_s_median": 0.002, "window_s_total": 1.0, "timed_steps_per_window": 100, "repeats": 1}
+    assert derive(m, {})["host_overhead_fraction"] == pytest.approx(0.2)
+    assert "host_overhead_fraction" not in derive({**m, "xla_trace_s_median": None}, {})
