@@ -114,6 +114,9 @@ class XlaRuntime(Runtime):
             "xla_sync_s_median": _median(self._sync_s),
             "xla_execute_s_total": (e[1] - self._exec0[1]) / 1e9,
             "pjrt_device": os.environ.get("PJRT_DEVICE"),
+            # >0: an earlier run in this process (a sweep point) compiled graphs; identical graphs are
+            # then served from the in-process cache and this run's compile count/time read low.
+            "xla_compiles_before_run": self._compile0[0],
         }
 
 
