@@ -34,6 +34,7 @@ class ConfigError(Exception):
 
 
 _FAILED_RUNS: list[str] = []
+_PRELOADED: list[bool] = []
 register_configs()
 
 
@@ -216,6 +217,11 @@ def main(dcfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    if HydraConfig.get().mode == RunMode.MULTIRUN and not _PRELOADED:
+        from xbench.runtimes import preload_xla
+
+        _PRELOADED.append(True)  # a sweep reaching an XLA runtime needs torch_xla before any backward
+        preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
     record = run(dcfg)
     if record is not None and record.status != "ok" and HydraConfig.get().mode != RunMode.MULTIRUN:
         raise SystemExit(1 if record.status != "interrupted" else 130)

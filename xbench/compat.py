@@ -197,7 +197,41 @@ def runtime_available(cfg, facts):
     if name.startswith("xla") and not facts.torch_xla:
         return [f"runtime {name!r} needs torch-xla, which is not installed here "
                 "(pip install torch-xla matching torch; other runtimes work without it)"]
+    if name == "accelerate" and not facts.accelerate:
+        return ["runtime 'accelerate' needs HF Accelerate, which is not installed here (pip install accelerate)"]
     return []
+
+
+@rule
+def runtime_options(cfg, facts):
+    """torch.compile / XLA compile options that exist, and devices each runtime can drive."""
+    r, out = cfg.runtime, []
+    if r.name == "compile":
+        from xbench.runtimes.compiled import MODES, TARGETS
+
+        backends = _dynamo_backends()
+        if r.backend.startswith("openxla"):
+            out.append(f"runtime compile: backend {r.backend!r} runs on XLA devices; use runtime=xla_openxla "
+                       "(runtime name xla_compile, backend openxla)")
+        elif r.backend not in backends:
+            out.append(f"runtime compile: backend {r.backend!r} is unknown to torch.compile; "
+                       f"allowed: {', '.join(backends)}")
+        if r.mode not in MODES:
+            out.append(f"runtime compile: mode {r.mode!r} is unknown; allowed: {', '.join(m for m in MODES if m)}")
+        if r.target not in TARGETS:
+            out.append(f"runtime compile: target {r.target!r} is unknown; allowed: {', '.join(TARGETS)}")
+    if r.name == "xla_compile" and r.backend not in runtimes.XLA_COMPILE_BACKENDS:
+        out.append(f"runtime xla_compile: backend {r.backend!r} is unknown; allowed: {', '.join(runtimes.XLA_COMPILE_BACKENDS)}")
+    if cfg.platform.device == "xla" and not r.name.startswith("xla"):
+        out.append(f"platform {cfg.platform.name!r} is an XLA device, which only runtime=xla or "
+                   f"runtime=xla_compile can drive (asked: runtime={r.name})")
+    return out  # a TPU platform on a machine without TPU chips: see platform_is_here
+
+
+def _dynamo_backends() -> list[str]:
+    import torch._dynamo
+
+    return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor", "eager", "aot_eager"})
 
 
 @rule

@@ -102,11 +102,12 @@ class PlatformConfig:
 @dataclass
 class RuntimeConfig:
     name: str = MISSING  # eager | compile | xla | xla_compile | accelerate
-    # torch.compile
-    backend: str = "inductor"
+    # torch.compile (runtime=compile) and the XLA compile path (runtime=xla_compile)
+    backend: str = "inductor"  # compile: a torch.compile backend; xla_compile: torch_xla | openxla
     mode: str | None = None  # default | reduce-overhead | max-autotune
-    fullgraph: bool = False
+    fullgraph: bool = False  # compile: no graph breaks allowed; xla_compile: one graph per step
     dynamic: bool | None = None
+    target: str = "model"  # compile: what is compiled, the model or the whole train step
 
 
 @dataclass

@@ -91,6 +91,17 @@ def cost(m: dict, cfg: dict) -> dict:
 
 
 @derived
+def host_overhead(m: dict, cfg: dict) -> dict:
+    """Share of a steady step the host spends tracing it (XLA: the step body before the sync), over
+    the steady step's wall time. Eager has no such figure yet (see docs/runtimes.md)."""
+    total, steps, reps = m.get("window_s_total"), m.get("timed_steps_per_window"), m.get("repeats")
+    host = m.get("xla_trace_s_median")
+    if host is None or not (total and steps and reps):
+        return {}
+    return {"host_overhead_fraction": host / (total / (steps * reps)), "host_overhead_source": "xla_tracing"}
+
+
+@derived
 def cost_to_target(m: dict, cfg: dict) -> dict:
     """Train-to-target runs: what reaching the target (and the whole run) cost, billing rules applied.
 

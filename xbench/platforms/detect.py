@@ -34,8 +34,8 @@ def host_facts() -> HostFacts:
         names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return HostFacts(
         cuda_devices=names,
-        torch_xla=importlib.util.find_spec("torch_xla") is not None,
-        accelerate=importlib.util.find_spec("accelerate") is not None,
+        torch_xla=importable("torch_xla"),
+        accelerate=importable("accelerate"),
         logical_cores=os.cpu_count() or 1,
         torch_version=torch.__version__,
         tpu_chips=tpu_chips(),
@@ -47,6 +47,14 @@ def tpu_chips() -> int:
     import glob
 
     return len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
+
+
+def importable(name: str) -> bool:
+    """Installed and findable; a broken or hidden package (find_spec raising) counts as absent."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def device_type(platform_device: str, runtime_name: str, facts: HostFacts) -> str:

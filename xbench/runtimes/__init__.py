@@ -8,12 +8,19 @@ an XLA runtime is asked for (runtimes/xla.py is the only module that imports it)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 # name -> "module:Class"
 RUNTIMES: dict[str, str] = {
     "eager": "xbench.runtimes.eager:EagerRuntime",
+    "compile": "xbench.runtimes.compiled:CompiledRuntime",
+    "xla": "xbench.runtimes.xla:XlaRuntime",
+    "xla_compile": "xbench.runtimes.xla:XlaCompileRuntime",
+    "accelerate": "xbench.runtimes.accelerate:AccelerateRuntime",
 }
+
+XLA_COMPILE_BACKENDS = ("torch_xla", "openxla")  # runtime=xla_compile: torch_xla.compile | dynamo openxla
 
 
 def create(cfg, device_type: str, local_rank: int = 0):
@@ -21,3 +28,30 @@ def create(cfg, device_type: str, local_rank: int = 0):
         raise ValueError(f"unknown runtime {cfg.name!r}; allowed: {', '.join(RUNTIMES)}")
     module, cls = RUNTIMES[cfg.name].split(":")
     return getattr(importlib.import_module(module), cls)(cfg, device_type, local_rank)
+
+
+def default_pjrt_device() -> str:
+    """PJRT device torch-xla will use: $PJRT_DEVICE, else TPU on a TPU VM (accelerator device nodes
+    present), else CPU. A GPU through PJRT needs PJRT_DEVICE=CUDA set explicitly. No torch_xla import."""
+    import os
+
+    if os.environ.get("PJRT_DEVICE"):
+        return os.environ["PJRT_DEVICE"]
+    from xbench.platforms.detect import tpu_chips
+
+    return "TPU" if tpu_chips() else "CPU"
+
+
+def preload_xla(mentions: str) -> None:
+    """Import torch_xla now if an XLA runtime will run later in this process (a sweep, a parity pair).
+
+    The XLA device must exist before the process's first backward pass: the autograd engine sizes
+    its per-device queues once, and an XLA backward after an eager one then fails an internal assert
+    (importing torch_xla is not enough; creating the device is).
+    """
+    from xbench.platforms.detect import importable
+
+    if "xla" in mentions and importable("torch_xla"):
+        # A broken torch-xla must not sink the other points; the XLA run itself reports it.
+        with contextlib.suppress(Exception):
+            importlib.import_module("xbench.runtimes.xla").init_device()

@@ -1,0 +1,92 @@
+"""`python -m xbench.parity --a runtime=eager --b runtime=compile [common overrides]`
+
+Runs the same workload under two configs (each a normal xbench run leaving its own record), then
+compares their loss trajectories over the first `--steps` steps within a tolerance set by precision
+(xbench.metrics.parity) and writes a third record, `experiment: parity`, with the verdict: status
+`ok` when they agree, `failed` with the worst step and deviation when they do not. Exit status 0/1.
+
+Parity holds only when both runs start from the same weights and see the same batches: xbench seeds
+the model before building it on the host and generates synthetic pools on the host with a fixed
+seed, so the data are identical across runtimes and devices.
+
+Design: a separate entry point rather than a `bench.mode`, because one run = one config everywhere
+else in xbench; parity is a relation between two runs and is recorded as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from hydra import compose, initialize_config_dir
+
+from xbench.__main__ import config_dir, run
+from xbench.config import register_configs
+
+
+def _split(values: list[str]) -> list[str]:
+    return [tok for v in values for tok in shlex.split(v)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from xbench.metrics.parity import compare_losses, tolerance
+    from xbench.records.record import RunRecord
+    from xbench.records.store import new_run_id
+    from xbench.sinks.local import LocalSink
+
+    ap = argparse.ArgumentParser(prog="python -m xbench.parity", description=__doc__.split("\n\n")[1])
+    ap.add_argument("--a", action="append", default=[], help="overrides of run A (repeat or quote several)")
+    ap.add_argument("--b", action="append", default=[], help="overrides of run B")
+    ap.add_argument("--steps", type=int, default=20, help="losses compared, from step 0")
+    ap.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by precision)")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides common to both runs")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+
+    # The timed window alone covers the compared steps, whatever warm-up decides.
+    common = [*args.overrides, f"bench.steps={args.steps}", "bench.repeats=1"]
+    register_configs()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfgs = {k: compose(config_name="config", overrides=common + _split(v))
+                for k, v in (("a", args.a), ("b", args.b))}
+    from xbench.runtimes import preload_xla
+
+    preload_xla(" ".join(c.runtime.name for c in cfgs.values()))
+    recs = {k: run(c) for k, c in cfgs.items()}
+
+    precisions = [c.precision.name for c in cfgs.values()]
+    rtol = args.rtol if args.rtol is not None else tolerance(*precisions)
+    rec = RunRecord(run_id=new_run_id("parity"), experiment="parity", config={
+        "bench": {"mode": "parity"},
+        "parity": {"a": _split(args.a), "b": _split(args.b), "common": common, "steps": args.steps, "rtol": rtol},
+    })
+    rec.measurements = {"run_a": recs["a"].run_id, "run_b": recs["b"].run_id,
+                        "precision_a": precisions[0], "precision_b": precisions[1]}
+    bad = [f"run {k} ({r.run_id}) ended {r.status}: {r.reason}" for k, r in recs.items() if r.status != "ok"]
+    if bad:
+        rec.finish("failed", "parity not checked: " + "; ".join(bad))
+    else:
+        la, lb = recs["a"].series["loss"], recs["b"].series["loss"]
+        verdict = compare_losses(la, lb, args.steps, rtol)
+        rec.measurements.update(verdict)
+        rec.series = {"step": list(range(args.steps)), "loss_a": la[:args.steps], "loss_b": lb[:args.steps]}
+        if verdict["parity_passed"]:
+            rec.finish("ok")
+        else:
+            rec.finish("failed", f"parity: losses differ by {verdict['parity_max_rel_dev']:.3g} (relative) at step "
+                                 f"{verdict['parity_worst_step']}, tolerance {rtol:g}")
+    store = cfgs["a"].store.root
+    path = LocalSink(store).write(rec)
+    m = rec.measurements
+    print(f"xbench parity {rec.run_id}: {rec.status.upper()}  A={' '.join(_split(args.a))}  "
+          f"B={' '.join(_split(args.b))}  max rel dev {m.get('parity_max_rel_dev', float('nan')):.3g} "
+          f"(tolerance {rtol:g}) over {args.steps} steps\n  record: {path}", flush=True)
+    if rec.status != "ok":
+        print(f"  {rec.reason}", file=sys.stderr)
+    return 0 if rec.status == "ok" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""The shared train step driven through HF Accelerate: `Accelerator.prepare` + `accelerator.backward`.
+
+Single process here (multi-process Accelerate is a parallel strategy's job). The precision policy is
+xbench's own (autocast/scaler from xbench.precision, Accelerate's `mixed_precision="no"`), so the
+only difference from runtime=eager is Accelerate's wrapping: its overhead is what gets measured.
+
+`import accelerate` imports torch_xla whenever it is installed and then picks the XLA device:
+USE_TORCH_XLA=0 is set before the import, since this runtime is the CPU/CUDA path.
+"""
+
+from __future__ import annotations
+
+import os
+
+from xbench.bench.step import make_train_step
+from xbench.runtimes.base import Runtime
+
+
+class AccelerateRuntime(Runtime):
+    name = "accelerate"
+
+    def __init__(self, cfg, device_type: str, local_rank: int = 0):
+        super().__init__(cfg, device_type, local_rank)
+        os.environ["USE_TORCH_XLA"] = "0"
+        import accelerate
+        from accelerate import Accelerator
+
+        self.version = accelerate.__version__
+        self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no")
+        if self.accelerator.device.type != self.device.type:
+            raise RuntimeError(f"Accelerate chose device {self.accelerator.device}, xbench expects {self.device}")
+
+    def prepare(self, model, optimizer, task: str, precision):
+        model, optimizer = self.accelerator.prepare(model, optimizer)
+        return make_train_step(model, optimizer, task, precision, backward=self.accelerator.backward)
+
+    def overhead(self) -> dict:
+        return {"accelerate_version": self.version, "accelerate_device": str(self.accelerator.device),
+                "accelerate_distributed_type": str(self.accelerator.distributed_type)}

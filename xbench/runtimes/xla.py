@@ -1,0 +1,137 @@
+"""torch-xla (lazy tensors through PJRT): the ONLY module in xbench that imports torch_xla.
+
+Timing follows the torch-xla recipe: each step traces its ops into a lazy graph and `torch_xla.sync()`
+(inside the step) cuts the graph and launches it asynchronously; `xm.wait_device_ops()` blocks until
+the device is idle and is called only at a window's edges (`sync()`). Losses stay device tensors in
+the window and are read one by one afterwards (stacking them would trace and compile a new graph).
+
+Figures:
+- compile_count: `metrics.metric_data("CompileTime")[0]` (XLA graph compilations; None before the
+  first one -> 0), as a delta from this runtime's creation. Expect 2 on a training step: step 0, and
+  step 1 when the optimizer state first exists; then 0.
+- compile_time_s: the same metric's accumulator (nanoseconds) over the run.
+- xla_trace_s_median: host time to trace one step's ops (the step body, before the sync).
+- xla_sync_s_median: host time of the sync that cuts the graph and launches it (compilations, which
+  happen there, are excluded from the median by the many steps that do not compile).
+- xla_execute_s_total: device execution time from the `ExecuteTime` metric.
+
+`runtime=xla_compile`: `torch_xla.compile(step, full_graph=...)` (backend torch_xla) or dynamo's
+`openxla` backend on the model (backend openxla); both counted by the same XLA metric.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from xbench.runtimes import default_pjrt_device
+
+# PJRT reads this at import: set it first (an explicit value from the environment wins).
+os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
+
+import torch  # noqa: E402
+
+try:
+    import torch_xla  # noqa: E402
+    import torch_xla.core.xla_model as xm  # noqa: E402
+    import torch_xla.debug.metrics as met  # noqa: E402
+except ImportError as e:  # compat catches this earlier; this is the message if it is bypassed
+    raise ImportError(f"runtime=xla/xla_compile needs torch-xla, which cannot be imported here ({e}); "
+                      "install torch-xla matching torch, or use runtime=eager/compile/accelerate") from e
+
+from xbench.bench.step import make_train_step  # noqa: E402
+from xbench.runtimes.base import Runtime  # noqa: E402
+
+perf_counter = time.perf_counter
+
+
+def init_device() -> torch.device:
+    """Create the PJRT client and device (see runtimes.preload_xla for why this can be needed early)."""
+    return torch_xla.device()
+
+
+def _metric(name: str) -> tuple[int, float]:
+    """(count, accumulator) of an XLA metric; (0, 0) before it was first recorded."""
+    data = met.metric_data(name)
+    return (0, 0.0) if data is None else (int(data[0]), float(data[1]))
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+class XlaRuntime(Runtime):
+    name = "xla"
+
+    def __init__(self, cfg, device_type: str, local_rank: int = 0):
+        super().__init__(cfg, device_type, local_rank)
+        self._compile0 = _metric("CompileTime")
+        self._exec0 = _metric("ExecuteTime")
+        self._trace_s: list[float] = []
+        self._sync_s: list[float] = []
+
+    @staticmethod
+    def _device(device_type: str, local_rank: int) -> torch.device:
+        return torch_xla.device()
+
+    def _build(self, model, optimizer, task, precision):
+        """The traced step (no sync): what torch_xla.compile or the lazy loop runs."""
+        return make_train_step(model, optimizer, task, precision)
+
+    def prepare(self, model, optimizer, task: str, precision):
+        inner = self._build(model, optimizer, task, precision)
+        trace, syncs, sync = self._trace_s.append, self._sync_s.append, torch_xla.sync
+
+        def step(inputs, targets):
+            t0 = perf_counter()
+            loss = inner(inputs, targets)
+            t1 = perf_counter()
+            sync()  # cut and launch this step's graph (asynchronous)
+            trace(t1 - t0)
+            syncs(perf_counter() - t1)
+            return loss
+
+        return step
+
+    def sync(self) -> None:
+        torch_xla.sync()  # pending work traced outside a step (e.g. a data pool cast) runs too
+        xm.wait_device_ops()
+
+    def compile_count(self) -> int:
+        return _metric("CompileTime")[0] - self._compile0[0]
+
+    def read_losses(self, losses: list) -> list[float]:
+        # One transfer per loss, already materialised by the step's sync: no new graph is traced.
+        return [float(x.cpu()) for x in losses]
+
+    def overhead(self) -> dict:
+        c, e = _metric("CompileTime"), _metric("ExecuteTime")
+        return {
+            "compile_time_s": (c[1] - self._compile0[1]) / 1e9,
+            "xla_compiles_total": c[0] - self._compile0[0],
+            "xla_trace_s_median": _median(self._trace_s),
+            "xla_sync_s_median": _median(self._sync_s),
+            "xla_execute_s_total": (e[1] - self._exec0[1]) / 1e9,
+            "pjrt_device": os.environ.get("PJRT_DEVICE"),
+            # >0: an earlier run in this process (a sweep point) compiled graphs; identical graphs are
+            # then served from the in-process cache and this run's compile count/time read low.
+            "xla_compiles_before_run": self._compile0[0],
+        }
+
+
+class XlaCompileRuntime(XlaRuntime):
+    """XLA with an explicit compile API: torch_xla.compile over the step, or dynamo's openxla backend."""
+
+    name = "xla_compile"
+
+    def _build(self, model, optimizer, task, precision):
+        c = self.cfg
+        if c.backend == "openxla":
+            model = torch.compile(model, backend="openxla", fullgraph=c.fullgraph, dynamic=c.dynamic)
+            return make_train_step(model, optimizer, task, precision)
+        if c.backend == "torch_xla":
+            # torch_xla.compile syncs when the function returns; the outer sync then finds nothing to do.
+            return torch_xla.compile(make_train_step(model, optimizer, task, precision),
+                                     full_graph=c.fullgraph, name="xbench_step")
+        raise ValueError(f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: torch_xla, openxla")
