@@ -83,6 +83,7 @@ def main() -> int:
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (the default without a GPU)")
     ap.add_argument("--with-compile", action="store_true", help="in a dry run, also run the torch.compile row")
     ap.add_argument("--row-timeout-s", type=float, default=None)
+    ap.add_argument("--only", default="", help="comma-separated row names to run (default: all)")
     args = ap.parse_args()
 
     import torch
@@ -95,8 +96,14 @@ def main() -> int:
     print(f"device_check: {'GPU ' + torch.cuda.get_device_name(0) if gpu else 'dry run on the CPU'}, "
           f"torch {torch.__version__}, records under {store}", flush=True)
 
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - {r[0] for r in ROWS} - {"bert amp_bf16"}
+    if unknown:
+        ap.error(f"unknown row(s) {sorted(unknown)}; rows: {[r[0] for r in ROWS] + ['bert amp_bf16']}")
     table = []
     for name, overrides, target, needs_cuda, slow_on_cpu in ROWS:
+        if only and name not in only:
+            continue
         if not gpu and (needs_cuda or (slow_on_cpu and not args.with_compile)):
             table.append((name, {"status": "skipped", "reason": "CUDA only" if needs_cuda else "slow on CPU"}, None))
             continue
@@ -105,9 +112,10 @@ def main() -> int:
         table.append((name, row_figures(rec), target if gpu else None))
     bert = BERT_GPU if gpu else BERT_DRY
     bert_common = [o for o in common if not o.startswith(("model=", "data=", "data.batch_size"))]
-    print("device_check: running bert step ...", flush=True)
-    table.append(("bert amp_bf16", row_figures(run_row("bert amp_bf16", [*bert_common, *bert], store, timeout_s)),
-                  None))
+    if not only or "bert amp_bf16" in only:
+        print("device_check: running bert amp_bf16 ...", flush=True)
+        table.append(("bert amp_bf16", row_figures(run_row("bert amp_bf16", [*bert_common, *bert], store, timeout_s)),
+                      None))
 
     by = {n: f for n, f, _ in table}
     single, ddp = by.get("single (ddp baseline)", {}), by.get("ddp world_size=1", {})

@@ -102,6 +102,7 @@ class PlatformConfig:
 @dataclass
 class RuntimeConfig:
     name: str = MISSING  # eager | compile | xla | xla_compile | accelerate
+    cudnn_benchmark: bool = True  # CUDA: let cuDNN pick the fastest convolution algorithms (fixed shapes)
     # torch.compile (runtime=compile) and the XLA compile path (runtime=xla_compile)
     backend: str = "inductor"  # compile: a torch.compile backend; xla_compile: torch_xla | openxla
     mode: str | None = None  # default | reduce-overhead | max-autotune

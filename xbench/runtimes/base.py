@@ -13,6 +13,9 @@ class Runtime:
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
         self.cfg = cfg
         self.device = self._device(device_type, local_rank)
+        if self.device.type == "cuda":
+            # Shapes are fixed in a benchmark, so the autotuned algorithms are chosen once, in warm-up.
+            torch.backends.cudnn.benchmark = bool(getattr(cfg, "cudnn_benchmark", True))
 
     @staticmethod
     def _device(device_type: str, local_rank: int) -> torch.device:
