@@ -167,14 +167,20 @@ def _as_text(v) -> str:
     return str(v)
 
 
-def select(df: pd.DataFrame, query: dict[str, list[str]]) -> pd.Series:
-    """Boolean mask of the rows matching every key (any of its values), compared as text."""
-    mask = pd.Series(True, index=df.index)
-    for key, values in query.items():
-        if key not in df.columns:
-            allowed = ", ".join(c for c in (*CONFIG_COLUMNS, "status", "run_id", "bench_mode") if c in df.columns)
+def check_keys(query: dict[str, list[str]], columns) -> None:
+    """A clear error for a query key that names no column (a typo), listing the usual ones."""
+    for key in query:
+        if key not in columns:
+            allowed = ", ".join(c for c in (*CONFIG_COLUMNS, "status", "run_id", "bench_mode") if c in columns)
             raise ValueError(f"unknown column {key!r} in a filter or baseline query; use one of: {allowed} "
                              "(or any measurement name)")
+
+
+def select(df: pd.DataFrame, query: dict[str, list[str]]) -> pd.Series:
+    """Boolean mask of the rows matching every key (any of its values), compared as text."""
+    check_keys(query, df.columns)
+    mask = pd.Series(True, index=df.index)
+    for key, values in query.items():
         mask &= df[key].map(_as_text).isin(values)
     return mask
 

@@ -17,18 +17,19 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import pandas as pd  # noqa: E402  (build_plots takes the tidy frame)
 
 from xbench.report.tables import (  # noqa: E402
     TP,
     Context,
     NoData,
-    _median,
+    Rows,
+    compile_columns,
     currency,
     groups,
     normalised_rows,
-    present,
     scaling_rows,
+    varying_keys,
 )
 
 PLOTS: dict[str, Callable] = {}
@@ -45,16 +46,9 @@ def plot(name: str):
     return deco
 
 
-def _ok(df: pd.DataFrame, col: str = TP) -> pd.DataFrame:
-    if col not in df.columns:
-        return df.iloc[0:0]
-    return df[(df["status"] == "ok") & df[col].notna()]
-
-
-def label_keys(df: pd.DataFrame, keys=LINE_KEYS) -> list[str]:
-    """The line-identity keys that vary in these rows (platform and runtime always name a line)."""
-    vary = [k for k in keys if k in df.columns and df[k].astype(str).nunique(dropna=False) > 1]
-    return vary or ["platform", "runtime"]
+def label_keys(rows: Rows, keys=LINE_KEYS) -> list[str]:
+    """The line-identity keys that vary in these rows (platform and runtime name a line otherwise)."""
+    return varying_keys(rows, keys) or ["platform", "runtime"]
 
 
 def label(keys: dict, names: list[str]) -> str:
@@ -63,12 +57,12 @@ def label(keys: dict, names: list[str]) -> str:
         v = keys.get(k)
         if v is None:
             continue
-        parts.append(f"{v} threads" if k == "threads" else str(v))
+        parts.append(f"{v} threads" if k == "threads" else f"batch {v}" if k == "global_batch_size" else str(v))
     return " / ".join(parts) or "run"
 
 
-def workloads(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    return [(f"{k['model']} on {k['data']}", sub) for k, sub in groups(df, ("model", "data"))]
+def workloads(rows: Rows) -> list[tuple[str, Rows]]:
+    return [(f"{k['model']} on {k['data']}", sub) for k, sub in groups(rows, ("model", "data"))]
 
 
 def facets(n: int, ncols_max: int = 3, w: float = 4.6, h: float = 3.4, rows_per: int = 1):
@@ -106,22 +100,30 @@ def legend_outside(fig, axes_list) -> None:
                    ncol=1 + len(labels) // 20)
 
 
-def _styles_for(names: list[str]) -> dict:
+def _styles_for(names) -> dict:
     cyc = style_cycle()
     return {n: next(cyc) for n in names}
 
 
-def _log2_if_wide(ax, xs) -> None:
-    xs = [x for x in xs if x and x > 0]
-    if xs and max(xs) / min(xs) >= 8:
+def _integer_ticks(ax, xs) -> None:
+    """Ticks at the values that were run (batch sizes, threads); log2 spacing when they span 8x."""
+    xs = sorted({float(x) for x in xs if x and x > 0})
+    if not xs:
+        return
+    if max(xs) / min(xs) >= 8:
         ax.set_xscale("log", base=2)
+    if len(xs) <= 12:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x:g}" for x in xs])
+        ax.minorticks_off()
+    else:
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 @plot("throughput_vs_batch")
-def throughput_vs_batch(df: pd.DataFrame, ctx: Context):
-    ok = _ok(df)
-    if ok.empty or not present(ok, "global_batch_size"):
+def throughput_vs_batch(rows: Rows, ctx: Context):
+    ok = rows.ok()
+    if not ok or not ok.has("global_batch_size"):
         raise NoData("no ok run with a throughput and a global batch size")
     names = label_keys(ok)
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(ok, names)}))
@@ -129,15 +131,15 @@ def throughput_vs_batch(df: pd.DataFrame, ctx: Context):
     fig, cells = facets(len(wl))
     for (title, sub), [ax] in zip(wl, cells):
         for keys, line in groups(sub, names):
-            pts = [(b, _median(p[TP]), p[TP].min(), p[TP].max()) for b, p in line.groupby("global_batch_size")]
-            pts.sort()
+            pts = [(k["global_batch_size"], p.median(TP), min(p.nums(TP)), max(p.nums(TP)))
+                   for k, p in groups(line, ["global_batch_size"]) if k["global_batch_size"] is not None]
             lab = label(keys, names)
             color, marker = styles[lab]
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             ax.plot(xs, ys, marker=marker, color=color, label=lab)
             if any(p[3] > p[2] for p in pts):  # repeated runs: show their min-max
                 ax.vlines(xs, [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.5)
-        _log2_if_wide(ax, sub["global_batch_size"].dropna().tolist())
+        _integer_ticks(ax, sub.nums("global_batch_size"))
         ax.set(title=title, xlabel="global batch size [samples]", ylabel="throughput [samples/s]")
         ax.set_ylim(bottom=0)
     fig.suptitle("Throughput vs global batch size")
@@ -146,37 +148,49 @@ def throughput_vs_batch(df: pd.DataFrame, ctx: Context):
     return fig
 
 
-def _bars(ax, cats: list[str], hues: list[str], value: dict, styles: dict, fmt="{:.3g}") -> None:
-    """Grouped bars: one group per category, one bar per hue; values written on the bars."""
-    width = 0.8 / max(len(hues), 1)
-    for j, hue in enumerate(hues):
-        xs = [i + (j - (len(hues) - 1) / 2) * width for i in range(len(cats))]
-        ys = [value.get((c, hue)) for c in cats]
-        pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
-        if not pts:
-            continue
-        bars = ax.bar([p[0] for p in pts], [p[1] for p in pts], width=width * 0.95,
-                      color=styles[hue][0], label=hue)
-        ax.bar_label(bars, labels=[fmt.format(p[1]) for p in pts], fontsize=7, padding=1)
+def nice(v: float | None) -> str:
+    """A bar's value as a reader would write it: 8,000 / 3.2 / 0.0137."""
+    if v is None or math.isnan(v):
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def _bars(ax, cats: list[str], hues: list[str], value: dict, styles: dict) -> None:
+    """Grouped bars: one group per category, one bar per hue present there; values on the bars."""
+    for i, cat in enumerate(cats):
+        here = [h for h in hues if value.get((cat, h)) is not None]
+        width = 0.8 / max(len(here), 1)
+        for j, hue in enumerate(here):
+            x = i + (j - (len(here) - 1) / 2) * width
+            y = value[(cat, hue)]
+            bar = ax.bar([x], [y], width=width * 0.92, color=styles[hue][0], label=hue)
+            ax.bar_label(bar, labels=[nice(y)], fontsize=7, padding=1)
     ax.set_xticks(range(len(cats)))
-    ax.set_xticklabels(cats, rotation=30 if len(cats) > 3 else 0, ha="right" if len(cats) > 3 else "center")
+    tilt = len(cats) > 3 or max((len(c) for c in cats), default=0) > 14
+    ax.set_xticklabels(cats, rotation=30 if tilt else 0, ha="right" if tilt else "center")
     ax.margins(y=0.15)
 
 
-def _bar_plot(df: pd.DataFrame, col: str, hue_key: str | None, title: str, ylabel: str):
-    ok = _ok(df, col)
+def _bar_plot(rows: Rows, col: str, hue_key: str | None, title: str, ylabel: str, best: bool = False):
+    """Bars of `col` per configuration (median over runs; with best=True the best batch size's)."""
+    ok = rows.ok(col)
     names = [k for k in label_keys(ok) if k != hue_key]
+    if not best and len(set(ok.col("global_batch_size"))) > 1:
+        names.append("global_batch_size")
     wl = workloads(ok)
-    hues = sorted({str(v) for v in ok[hue_key].dropna()}) if hue_key else ["value"]
+    hues = sorted({str(v) for v in ok.col(hue_key) if v is not None}) if hue_key else ["value"]
     styles = _styles_for(hues)
-    fig, cells = facets(len(wl), w=max(4.6, 0.6 * ok[names].drop_duplicates().shape[0] + 2))
+    fig, cells = facets(len(wl), w=max(4.6, 0.6 * len(groups(ok, names)) + 2))
     for (wtitle, sub), [ax] in zip(wl, cells):
         value, cats = {}, []
         for keys, g in groups(sub, names + ([hue_key] if hue_key else [])):
             cat = label(keys, names)
             if cat not in cats:
                 cats.append(cat)
-            value[(cat, str(keys[hue_key]) if hue_key else "value")] = _median(g[col])
+            v = max(b.median(col) for _, b in groups(g, ["global_batch_size"])) if best else g.median(col)
+            value[(cat, str(keys[hue_key]) if hue_key else "value")] = v
         _bars(ax, cats, hues, value, styles)
         ax.set(title=wtitle, ylabel=ylabel)
     fig.suptitle(title)
@@ -187,27 +201,26 @@ def _bar_plot(df: pd.DataFrame, col: str, hue_key: str | None, title: str, ylabe
 
 
 @plot("samples_per_dollar")
-def samples_per_dollar(df: pd.DataFrame, ctx: Context):
-    cur = currency(df)
+def samples_per_dollar(rows: Rows, ctx: Context):
+    cur = currency(rows)
     if cur is None:
         raise NoData("no record has a price")
-    C = cur.upper()
-    return _bar_plot(df, f"samples_per_s_per_{cur}_per_hour", "pricing_model",
-                     "Throughput per price (on-demand vs spot vs reserved)", f"samples/s per {C}/hour")
+    return _bar_plot(rows, f"samples_per_s_per_{cur}_per_hour", "pricing_model",
+                     "Throughput per price: on-demand vs spot vs reserved (best batch size of each)",
+                     f"samples/s per {cur.upper()}/hour", best=True)
 
 
 @plot("cost_to_target")
-def cost_to_target(df: pd.DataFrame, ctx: Context):
-    if not present(df, "cost_to_target_usd"):
-        raise NoData("no record has cost_to_target_usd")
-    return _bar_plot(df, "cost_to_target_usd", "pricing_model" if df["pricing_model"].nunique() > 1 else None,
-                     "Cost to reach the quality target", "cost to target [USD]")
+def cost_to_target(rows: Rows, ctx: Context):
+    if not rows.ok("cost_to_target_usd"):
+        raise NoData("no ok record has cost_to_target_usd")
+    hue = "pricing_model" if len(set(rows.col("pricing_model"))) > 1 else None
+    return _bar_plot(rows, "cost_to_target_usd", hue, "Cost to reach the quality target", "cost to target [USD]")
 
 
-def _accuracy(df: pd.DataFrame, x: str, xlabel: str, title: str):
-    rows = df[df["curve"].notna()] if "curve" in df else df.iloc[0:0]
-    rows = rows[rows["curve"].map(lambda c: any(p.get(x) is not None for p in c))] if not rows.empty else rows
-    if rows.empty:
+def _accuracy(rows: Rows, x: str, xlabel: str, title: str):
+    rows = Rows(r for r in rows if r.get("curve") and any(p.get(x) is not None for p in r["curve"]))
+    if not rows:
         raise NoData(f"no record has an evaluation curve with {x!r} (series eval_accuracy + {x})")
     names = label_keys(rows)
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(rows, names)}))
@@ -217,12 +230,11 @@ def _accuracy(df: pd.DataFrame, x: str, xlabel: str, title: str):
         for keys, g in groups(sub, names):
             lab = label(keys, names)
             color, marker = styles[lab]
-            for i, (_, r) in enumerate(g.iterrows()):  # one line per run (repeats share a colour)
+            for i, r in enumerate(g):  # one line per run (repeats share a colour)
                 pts = [(p[x], p["metric"]) for p in r["curve"] if p.get(x) is not None]
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, ms=3, color=color,
                         alpha=0.9, label=lab if i == 0 else None)
-        targets = sorted({float(t) for t in sub["target"].dropna()}) if "target" in sub else []
-        for t in targets:
+        for t in sorted(set(sub.nums("target"))):
             ax.axhline(t, color="black", ls="--", lw=1, label=f"target {t:g}")
         ax.set(title=wtitle, xlabel=xlabel, ylabel="evaluation accuracy")
     fig.suptitle(title)
@@ -232,39 +244,41 @@ def _accuracy(df: pd.DataFrame, x: str, xlabel: str, title: str):
 
 
 @plot("accuracy_vs_time")
-def accuracy_vs_time(df: pd.DataFrame, ctx: Context):
-    return _accuracy(df, "time_s", "training time [s]", "Accuracy vs training time")
+def accuracy_vs_time(rows: Rows, ctx: Context):
+    return _accuracy(rows, "time_s", "training time [s]", "Accuracy vs training time")
 
 
 @plot("accuracy_vs_epochs")
-def accuracy_vs_epochs(df: pd.DataFrame, ctx: Context):
-    return _accuracy(df, "epoch", "epoch", "Accuracy vs epochs")
+def accuracy_vs_epochs(rows: Rows, ctx: Context):
+    return _accuracy(rows, "epoch", "epoch", "Accuracy vs epochs")
 
 
 @plot("scaling")
-def scaling(df: pd.DataFrame, ctx: Context):
-    s = scaling_rows(df)
-    if s.empty:
+def scaling(rows: Rows, ctx: Context):
+    s = Rows.of(scaling_rows(rows))
+    if not s:
         raise NoData("no workload was run at two or more device counts")
     keys = ["model", "data", "platform", "runtime", "precision", "batch_size_per_device"]
-    wl = [(f"{k['model']} on {k['data']}, {k['platform']} {k['runtime']}, batch {k['batch_size_per_device']}"
-           "/device", sub) for k, sub in groups(s, keys)]
-    styles = _styles_for(sorted(s["parallel"].astype(str).unique()))
+    wl = [(f"{k['model']} on {k['data']}\n{k['platform']}, {k['runtime']}, {k['precision']}, "
+           f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, keys)]
+    styles = _styles_for(sorted({str(v) for v in s.col("parallel")}))
     fig, cells = facets(len(wl), rows_per=2, h=3.0)
     for (title, sub), (ax_t, ax_e) in zip(wl, cells):
-        for par, g in sub.groupby("parallel"):
-            g = g.sort_values("devices")
-            color, marker = styles[str(par)]
-            ax_t.plot(g["devices"], g["throughput"], marker=marker, color=color, label=str(par))
-            ax_e.plot(g["devices"], g["efficiency"] * 100, marker=marker, color=color, label=str(par))
-        ideal = sub.drop_duplicates("devices").sort_values("devices")
-        ax_t.plot(ideal["devices"], ideal["ideal_samples_per_s"], ls="--", color="grey", label="ideal (linear)")
+        for pk, g in groups(sub, ["parallel"]):
+            g = sorted(g, key=lambda r: r["devices"])
+            color, marker = styles[str(pk["parallel"])]
+            ax_t.plot([r["devices"] for r in g], [r["throughput"] for r in g], marker=marker, color=color,
+                      label=str(pk["parallel"]))
+            ax_e.plot([r["devices"] for r in g], [r["efficiency"] * 100 for r in g], marker=marker, color=color,
+                      label=str(pk["parallel"]))
+        ideal = sorted({r["devices"]: r["ideal_samples_per_s"] for r in sub}.items())
+        ax_t.plot([d for d, _ in ideal], [v for _, v in ideal], ls="--", color="grey", label="ideal (linear)")
         ax_e.axhline(100, ls="--", color="grey", label="ideal (linear)")
         for ax in (ax_t, ax_e):
-            ax.set_xticks(sorted(sub["devices"].unique()))
+            ax.set_xticks([d for d, _ in ideal])
         ax_t.set(title=title, ylabel="throughput [samples/s]")
         ax_e.set(xlabel="devices", ylabel="scaling efficiency [%]")
-        ax_e.set_ylim(0, max(110, (sub["efficiency"] * 100).max() * 1.1))
+        ax_e.set_ylim(0, max(110, max(r["efficiency"] for r in sub) * 110))
     fig.suptitle("Scaling over devices (DataParallel vs DDP vs ...)")
     legend_outside(fig, [a for c in cells for a in c])
     fig.tight_layout()
@@ -272,28 +286,32 @@ def scaling(df: pd.DataFrame, ctx: Context):
 
 
 @plot("normalised")
-def normalised(df: pd.DataFrame, ctx: Context):
-    n = normalised_rows(df, ctx)
-    has_cost = n["cost_rel"].notna().any()
+def normalised(rows: Rows, ctx: Context):
+    n = Rows.of(normalised_rows(rows, ctx))
     names = [k for k in label_keys(n) if k != "threads"]
-    by_threads = n["threads"].notna().any() and n["threads"].astype(str).nunique() > 1
+    by_threads = len(set(n.nums("threads"))) > 1
     wl = workloads(n)
     panels = [("time_rel", "time relative to baseline [x]")] + (
-        [("cost_rel", "cost relative to baseline [x]")] if has_cost else [])
+        [("cost_rel", "cost relative to baseline [x]")] if n.has("cost_rel") else [])
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(n, names)}))
     fig, cells = facets(len(wl), rows_per=len(panels), h=3.0)
     for (wtitle, sub), axes in zip(wl, cells):
         for ax, (col, ylabel) in zip(axes, panels):
             if by_threads:
                 for keys, g in groups(sub, names):
-                    g = g.dropna(subset=[col]).sort_values("threads")
+                    g = sorted((r for r in g if r.get(col) is not None and r.get("threads") is not None),
+                               key=lambda r: r["threads"])
+                    if not g:  # runs that do not say their thread count have no place on this axis
+                        continue
                     lab = label(keys, names)
                     color, marker = styles[lab]
-                    ax.plot(g["threads"], g[col], marker=marker, color=color, label=lab)
+                    ax.plot([r["threads"] for r in g], [r[col] for r in g], marker=marker, color=color, label=lab)
+                _integer_ticks(ax, sub.nums("threads"))
                 ax.set_xlabel("threads")
             else:
-                cats = [label(k, names) for k, _ in groups(sub, names)]
-                vals = {(label(k, names), "v"): _median(g[col]) for k, g in groups(sub, names)}
+                found = groups(sub, names)
+                cats = [label(k, names) for k, _ in found]
+                vals = {(label(k, names), "v"): g.median(col) for k, g in found}
                 _bars(ax, cats, ["v"], vals, {"v": ("tab:blue", "o")})
             ax.axhline(1.0, color="black", ls="--", lw=1, label=f"baseline ({ctx.baseline_text})")
             ax.set(ylabel=ylabel)
@@ -306,28 +324,34 @@ def normalised(df: pd.DataFrame, ctx: Context):
 
 
 @plot("overhead")
-def overhead(df: pd.DataFrame, ctx: Context):
-    ok = df[df["status"] == "ok"]
-    compile_cols = [c for c in ok.columns if c.startswith("compile") and c.endswith("_s") and ok[c].notna().any()]
-    panels = [(compile_cols[0], "compile time [s]") if compile_cols else ("warmup_s", "warm-up (incl. compile) [s]"),
+def overhead(rows: Rows, ctx: Context):
+    ok = rows.ok(None)
+    cc = compile_columns(ok)
+    panels = [(cc[0], "compile time [s]") if cc else ("warmup_s", "warm-up (incl. compile) [s]"),
               ("first_step_s", "first step [s]"), ("step_time_s_median", "steady step time [s]")]
-    panels = [(c, lab) for c, lab in panels if present(ok, c)]
-    if not panels or not present(ok, "runtime"):
+    panels = [(c, lab) for c, lab in panels if ok.has(c)]
+    if not panels or not ok.has("runtime"):
         raise NoData("no compile / first-step / step-time figures")
     names = label_keys(ok, ("runtime", "model", "platform", "precision", "parallel"))
     if "runtime" not in names:
         names.insert(0, "runtime")
-    cats = [label(k, names) for k, _ in groups(ok, names)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(4.0, 0.7 * len(cats) + 1.5) * len(panels), 3.6),
-                             squeeze=False)
-    for ax, (col, ylabel) in zip(axes[0], panels):
-        vals = {(label(k, names), "v"): _median(g[col]) for k, g in groups(ok, names)}
-        _bars(ax, cats, ["v"], vals, {"v": ("tab:blue", "o")})
-        got = [v for v in vals.values() if v]
+    found = groups(ok, names)
+    cats = [label(k, names) for k, _ in found]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, 0.32 * len(cats) + 1.4),
+                             squeeze=False, sharey=True)
+    for ax, (col, xlabel) in zip(axes[0], panels):
+        vals = [g.median(col) for _, g in found]
+        bars = ax.barh(range(len(cats)), [v or 0 for v in vals], color="tab:blue", height=0.7)
+        ax.bar_label(bars, labels=[nice(v) for v in vals], fontsize=7, padding=2)
+        got = [v for v in vals if v]
         if got and max(got) / min(got) > 100:
-            ax.set_yscale("log")
-        ax.set(ylabel=ylabel, title=ylabel.split(" [")[0])
-    fig.suptitle("Framework overhead per runtime (median over runs)")
+            ax.set_xscale("log")
+        ax.set(xlabel=xlabel, title=xlabel.split(" [")[0])
+        ax.margins(x=0.2)
+    axes[0][0].set_yticks(range(len(cats)))
+    axes[0][0].set_yticklabels(cats)
+    axes[0][0].invert_yaxis()
+    fig.suptitle("Framework overhead per runtime (median over runs; n/a: not measured, e.g. eager never compiles)")
     fig.tight_layout()
     return fig
 
@@ -345,10 +369,11 @@ def save(fig, out_dir: Path, name: str) -> tuple[Path, Path]:
 def build_plots(df: pd.DataFrame, ctx: Context, out_dir: Path) -> tuple[dict[str, tuple[Path, Path]], dict[str, str]]:
     """({plot name: (png, svg)}, {plot name: why it was skipped})."""
     made, skipped = {}, {}
+    rows = Rows.of(df)
     with plt.rc_context(STYLE):
         for name, fn in PLOTS.items():
             try:
-                made[name] = save(fn(df, ctx), out_dir, name)
+                made[name] = save(fn(rows, ctx), out_dir, name)
             except NoData as e:
                 skipped[name] = str(e)
     return made, skipped

@@ -123,7 +123,7 @@ def md_table(t: Table) -> str:
 
 def write_markdown(rep: Report, path: Path) -> Path:
     out = [f"# {rep.title}", ""] + [f"- {m}" for m in rep.meta] + [""]
-    out += [f"> WARNING: {s}" for s in rep.skipped_records]
+    out += [f"> WARNING: {s}\n" for s in rep.skipped_records]
     for t in rep.tables:
         out += [f"## {t.title}", ""]
         if t.note.strip():

@@ -1,10 +1,12 @@
 """The comparison tables, each one function registered in TABLES and drawn from the tidy frame.
 
-A table function takes (frame, ctx) and returns a Table, or raises NoData with a one-line reason
-(the report then shows the reason instead of the table). Column headers carry their units in
-brackets, e.g. `throughput median [samples/s]`. Runs that repeat one configuration are one row
-(median and spread over them); failed, oom and interrupted runs stay as rows with their status and
-reason; warnings and the noisy flag are shown, never dropped.
+A table function takes (rows, ctx) and returns a Table, or raises NoData with a one-line reason
+(the report then shows the reason instead of the table). `rows` is the tidy frame as a list of
+dicts (Rows): grouping thousands of runs in plain Python is much faster than slicing a wide
+DataFrame per group. Column headers carry their units in brackets, e.g.
+`throughput median [samples/s]`. Runs that repeat one configuration are one row (median and spread
+over them); failed, oom and interrupted runs stay as rows with their status and reason; warnings and
+the noisy flag are shown, never dropped.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from xbench.metrics.scaling import scaling_efficiency
-from xbench.report.frame import GROUP_KEYS, WORKLOAD_KEYS, select
+from xbench.report.frame import GROUP_KEYS, WORKLOAD_KEYS, check_keys, parse_query
 
 TP = "throughput_samples_per_s"
 # Optional train-to-target figures (another part of xbench writes them; shown only when present).
@@ -38,6 +41,10 @@ class Context:
     baseline: dict[str, list[str]] | None = None  # parsed --baseline query
     baseline_text: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def with_baseline(cls, text: str | None) -> Context:
+        return cls(baseline=parse_query(text) if text else None, baseline_text=text)
 
 
 @dataclass
@@ -59,50 +66,98 @@ def table(name: str):
     return deco
 
 
-def present(df: pd.DataFrame, col: str) -> bool:
-    return col in df.columns and df[col].notna().any()
+def missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def currency(df: pd.DataFrame) -> str | None:
+class Rows(list):
+    """The tidy table as a list of row dicts (missing values are None)."""
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> Rows:
+        if isinstance(df, Rows):
+            return df
+        return cls({k: (None if missing(v) else v) for k, v in r.items()} for r in df.to_dict("records"))
+
+    def col(self, c: str) -> list:
+        return [r.get(c) for r in self]
+
+    def nums(self, c: str) -> list[float]:
+        return [float(v) for v in self.col(c) if isinstance(v, (int, float)) and not missing(v)]
+
+    def has(self, c: str) -> bool:
+        return any(r.get(c) is not None for r in self)
+
+    def ok(self, c: str | None = TP) -> Rows:
+        return Rows(r for r in self if r.get("status") == "ok" and (c is None or r.get(c) is not None))
+
+    def where(self, **match) -> Rows:
+        return Rows(r for r in self if all(r.get(k) == v for k, v in match.items()))
+
+    def median(self, c: str) -> float | None:
+        xs = self.nums(c)
+        return statistics.median(xs) if xs else None
+
+    def columns(self) -> set[str]:
+        return {k for r in self for k, v in r.items() if v is not None}
+
+
+def present(rows: Rows, col: str) -> bool:
+    return Rows.of(rows).has(col)
+
+
+def currency(rows: Rows) -> str | None:
     """The currency the records' cost figures are in (usd preferred), or None without prices."""
-    found = [m.group(1) for c in df.columns if (m := re.fullmatch(r"samples_per_s_per_([a-z]+)_per_hour", c))
-             and df[c].notna().any()]
-    return "usd" if "usd" in found else (found[0] if found else None)
+    found = {m.group(1) for c in Rows.of(rows).columns() if (m := re.fullmatch(r"samples_per_s_per_([a-z]+)_per_hour", c))}
+    return "usd" if "usd" in found else (sorted(found)[0] if found else None)
 
 
-def varying_keys(df: pd.DataFrame, keys=GROUP_KEYS) -> list[str]:
+def _text(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def varying_keys(rows: Rows, keys=GROUP_KEYS) -> list[str]:
     """Config keys with more than one value (constant ones go into the caption instead)."""
-    return [k for k in keys if k in df.columns and df[k].astype(str).nunique(dropna=False) > 1]
+    return [k for k in keys if len({_text(r.get(k)) for r in rows}) > 1]
 
 
-def constant_caption(df: pd.DataFrame, keys=GROUP_KEYS) -> str:
+def constant_caption(rows: Rows, keys=GROUP_KEYS) -> str:
     parts = []
     for k in keys:
-        if k in df.columns and df[k].astype(str).nunique(dropna=False) == 1 and df[k].notna().all():
-            parts.append(f"{KEY_LABELS.get(k, k)}={_fmt_key(df[k].iloc[0])}")
+        vals = {_text(r.get(k)) for r in rows}
+        if len(vals) == 1 and rows and rows[0].get(k) is not None:
+            parts.append(f"{KEY_LABELS.get(k, k)}={vals.pop()}")
     return ("All rows: " + ", ".join(parts) + ".") if parts else ""
 
 
 def _fmt_key(v):
-    if isinstance(v, float) and not math.isnan(v) and v.is_integer():
+    if isinstance(v, float) and v.is_integer():
         return int(v)
     return v
 
 
-def _num(values) -> list[float]:
-    return [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+def _sort_key(values: tuple):
+    """Numbers in numeric order, then text, then missing values."""
+    return tuple((2, 0, "") if missing(v) else (0, float(v), "") if isinstance(v, (int, float))
+                 else (1, 0, str(v)) for v in values)
 
 
-def _median(values):
-    xs = _num(values)
-    return statistics.median(xs) if xs else None
+def groups(rows: Iterable[dict], keys: Iterable[str] = GROUP_KEYS) -> list[tuple[dict, Rows]]:
+    """(key dict, rows) per configuration, in a stable, readable order."""
+    keys = list(keys)
+    found: dict[tuple, Rows] = {}
+    for r in rows:
+        found.setdefault(tuple(_fmt_key(r.get(k)) for k in keys), Rows()).append(r)
+    return [(dict(zip(keys, k)), found[k]) for k in sorted(found, key=_sort_key)]
 
 
 def status_text(statuses) -> str:
-    counts = pd.Series(list(statuses)).value_counts()
-    if list(counts.index) == ["ok"]:
+    counts = Counter(statuses)
+    if set(counts) == {"ok"}:
         return "ok" if counts["ok"] == 1 else f"ok x{counts['ok']}"
-    return ", ".join(f"{n} {s}" for s, n in counts.items())
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: x[0] != "ok"))
 
 
 def _join_unique(values) -> str:
@@ -114,42 +169,25 @@ def _join_unique(values) -> str:
     return "; ".join(seen)
 
 
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+def reasons(rows: Rows) -> str:
+    return _join_unique(r.get("reason") for r in rows if r.get("status") != "ok")
 
 
-def _sort_key(values: tuple):
-    """Numbers in numeric order, then text, then missing values."""
-    return tuple((2, 0, "") if _missing(v) else (0, float(v), "") if isinstance(v, (int, float))
-                 else (1, 0, str(v)) for v in values)
-
-
-def groups(df: pd.DataFrame, keys=GROUP_KEYS):
-    """(key dict, sub-frame) per configuration, in a stable, readable order."""
-    keys = [k for k in keys if k in df.columns]
-    if df.empty:
-        return
-    found = df.groupby(keys, dropna=False, sort=False).groups
-    for key in sorted(found, key=lambda k: _sort_key(k if isinstance(k, tuple) else (k,))):
-        values = key if isinstance(key, tuple) else (key,)
-        yield {k: None if _missing(v) else _fmt_key(v) for k, v in zip(keys, values)}, df.loc[found[key]]
-
-
-def spread(sub: pd.DataFrame) -> tuple[float | None, float | None, float | None, str]:
+def spread(rows: Rows) -> tuple[float | None, float | None, float | None, str]:
     """(low, high, CV, source) of throughput: across runs when repeated, else within the one run."""
-    ok = sub[sub["status"] == "ok"]
-    tps = _num(ok[TP]) if TP in ok else []
+    ok = rows.ok()
+    tps = ok.nums(TP)
     if len(tps) >= 2:
         mean = statistics.fmean(tps)
         return min(tps), max(tps), statistics.stdev(tps) / mean if mean else None, f"{len(tps)} runs min-max"
     if len(tps) == 1:
-        r = ok.iloc[0]
-        lo, hi = r.get("throughput_ci95_low_samples_per_s"), r.get("throughput_ci95_high_samples_per_s")
-        cv = r.get("throughput_cv")
-        if _num([lo, hi]) and len(_num([lo, hi])) == 2:
+        r = ok[0]
+        lo, hi, cv = r.get("throughput_ci95_low_samples_per_s"), r.get("throughput_ci95_high_samples_per_s"), \
+            r.get("throughput_cv")
+        if lo is not None and hi is not None:
             return lo, hi, cv, "windows ci95"
         gb, p10, p90 = r.get("global_batch_size"), r.get("step_time_s_p10"), r.get("step_time_s_p90")
-        if len(_num([gb, p10, p90])) == 3 and p10 > 0 and p90 > 0:
+        if None not in (gb, p10, p90) and p10 > 0 and p90 > 0:
             return gb / p90, gb / p10, r.get("step_time_cv"), "steps p10-p90"
         return None, None, cv, ""
     return None, None, None, ""
@@ -159,119 +197,123 @@ def _key_cols(keys: dict, show: list[str]) -> dict:
     return {KEY_LABELS.get(k, k): keys[k] for k in show}
 
 
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """A table's frame, without the columns no row has a value in."""
+    return pd.DataFrame(rows).dropna(axis=1, how="all")
+
+
+def noisy(rows: Rows) -> str:
+    return "NOISY" if any(r.get("noisy") for r in rows) else ""
+
+
 @table("throughput")
-def throughput_table(df: pd.DataFrame, ctx: Context) -> Table:
-    if df.empty:
+def throughput_table(rows: Rows, ctx: Context) -> Table:
+    if not rows:
         raise NoData("no runs")
-    show = varying_keys(df) or ["model", "platform"]
-    rows = []
-    for keys, sub in groups(df):
-        ok = sub[sub["status"] == "ok"]
+    show = varying_keys(rows) or ["model", "platform"]
+    out = []
+    for keys, sub in groups(rows):
+        ok = sub.ok()
         lo, hi, cv, src = spread(sub)
-        rows.append({
+        out.append({
             **_key_cols(keys, show),
             "runs": len(sub),
-            "status": status_text(sub["status"]),
-            "throughput median [samples/s]": _median(ok[TP]) if TP in ok else None,
+            "status": status_text(sub.col("status")),
+            "throughput median [samples/s]": ok.median(TP),
             "spread low [samples/s]": lo,
             "spread high [samples/s]": hi,
             "spread": src,
-            "CV [%]": cv * 100 if cv is not None and not math.isnan(cv) else None,
-            "per device [samples/s]": _median(ok.get("throughput_per_device_samples_per_s", [])),
-            "step time median [s]": _median(ok.get("step_time_s_median", [])),
-            "noisy": "NOISY" if sub["noisy"].any() else "",
-            "reason": _join_unique(sub.loc[sub["status"] != "ok", "reason"].fillna("")),
-            "warnings": _join_unique(sub["warnings"]),
+            "CV [%]": cv * 100 if cv is not None and not missing(cv) else None,
+            "per device [samples/s]": ok.median("throughput_per_device_samples_per_s"),
+            "step time median [s]": ok.median("step_time_s_median"),
+            "noisy": noisy(sub),
+            "reason": reasons(sub),
+            "warnings": _join_unique(sub.col("warnings")),
         })
-    out = pd.DataFrame(rows)
-    out = out.dropna(axis=1, how="all")
-    return Table("throughput", "Throughput per configuration (median over runs, with spread)", out,
-                 note=constant_caption(df) + " Spread: min-max over repeated runs, else the run's 95% CI "
+    return Table("throughput", "Throughput per configuration (median over runs, with spread)", _frame(out),
+                 note=constant_caption(rows) + " Spread: min-max over repeated runs, else the run's 95% CI "
                  "over timed windows, else samples/s at the p90 and p10 step times.")
 
 
 @table("cost")
-def cost_table(df: pd.DataFrame, ctx: Context) -> Table:
-    cur = currency(df)
+def cost_table(rows: Rows, ctx: Context) -> Table:
+    cur = currency(rows)
     if cur is None:
         raise NoData("no record has a price (platforms without `price:` have no cost figures)")
-    C = cur.upper()
-    priced = df[df[f"samples_per_s_per_{cur}_per_hour"].notna() | (df["status"] != "ok")]
+    C, per = cur.upper(), f"samples_per_s_per_{cur}_per_hour"
+    priced = Rows(r for r in rows if r.get(per) is not None or r.get("status") != "ok")
     show = varying_keys(priced) or ["platform"]
     if "pricing_model" not in show:
         show.append("pricing_model")
-    rows = []
+    out = []
     for keys, sub in groups(priced):
-        ok = sub[sub["status"] == "ok"]
-        if ok[f"samples_per_s_per_{cur}_per_hour"].isna().all() and (sub["status"] == "ok").any():
-            continue
-        rows.append({
+        ok = sub.ok(per)
+        out.append({
             **_key_cols(keys, show),
             "runs": len(sub),
-            "status": status_text(sub["status"]),
-            "throughput median [samples/s]": _median(ok[TP]),
-            f"price [{C}/hour]": _median(ok.get(f"{cur}_per_hour", [])),
-            f"throughput per price [samples/s per {C}/hour]": _median(ok[f"samples_per_s_per_{cur}_per_hour"]),
-            f"cost [{C} per 1M samples]": _median(ok.get(f"{cur}_per_million_samples", [])),
-            "noisy": "NOISY" if sub["noisy"].any() else "",
-            "reason": _join_unique(sub.loc[sub["status"] != "ok", "reason"].fillna("")),
+            "status": status_text(sub.col("status")),
+            "throughput median [samples/s]": ok.median(TP),
+            f"price [{C}/hour]": ok.median(f"{cur}_per_hour"),
+            f"throughput per price [samples/s per {C}/hour]": ok.median(per),
+            f"cost [{C} per 1M samples]": ok.median(f"{cur}_per_million_samples"),
+            "noisy": noisy(sub),
+            "reason": reasons(sub),
         })
-    out = pd.DataFrame(rows).dropna(axis=1, how="all")
-    return Table("cost", f"Throughput per {C} and cost per million samples", out,
+    return Table("cost", f"Throughput per {C} and cost per million samples", _frame(out),
                  note=constant_caption(priced) + f" Prices are the platform's {C}/hour for the whole "
                  "machine (all price components) as recorded with each run.")
 
 
 @table("to_target")
-def to_target_table(df: pd.DataFrame, ctx: Context) -> Table:
-    cols = [(c, label) for c, label in TO_TARGET if present(df, c)]
+def to_target_table(rows: Rows, ctx: Context) -> Table:
+    cols = [(c, label) for c, label in TO_TARGET if rows.has(c)]
     if not cols:
         raise NoData("no train-to-target figures (time_to_target_s, epochs_to_target, cost_to_target_usd) "
                      "in these records")
-    sub_df = df[df[[c for c, _ in cols]].notna().any(axis=1) | (df["bench_mode"] == "train_to_target")]
-    show = varying_keys(sub_df) or ["platform"]
-    rows = []
-    for keys, sub in groups(sub_df):
-        row = {**_key_cols(keys, show), "runs": len(sub), "status": status_text(sub["status"])}
-        if present(sub, "target"):
-            row["target"] = _median(sub["target"])
-        for c, label in cols:
-            row[label] = _median(sub[c])
-        row["reason"] = _join_unique(sub.loc[sub["status"] != "ok", "reason"].fillna(""))
-        rows.append(row)
-    return Table("to_target", "Time, epochs and cost to the quality target (median over runs)",
-                 pd.DataFrame(rows).dropna(axis=1, how="all"), note=constant_caption(sub_df))
+    sub_rows = Rows(r for r in rows if any(r.get(c) is not None for c, _ in cols)
+                    or r.get("bench_mode") == "train_to_target")
+    show = varying_keys(sub_rows) or ["platform"]
+    out = []
+    for keys, sub in groups(sub_rows):
+        row = {**_key_cols(keys, show), "runs": len(sub), "status": status_text(sub.col("status")),
+               "target": sub.median("target")}
+        row.update({label: sub.median(c) for c, label in cols})
+        row["reason"] = reasons(sub)
+        out.append(row)
+    return Table("to_target", "Time, epochs and cost to the quality target (median over runs)", _frame(out),
+                 note=constant_caption(sub_rows))
 
 
-def scaling_rows(df: pd.DataFrame) -> pd.DataFrame:
+SCALING_WORKLOAD = ("model", "data", "platform", "runtime", "precision", "batch_size_per_device")
+
+
+def scaling_rows(rows: Rows) -> pd.DataFrame:
     """Throughput, speed-up and efficiency per device count, per workload and parallel strategy.
 
     Runs share a workload when model, data, platform, runtime, precision and batch per device match.
     The reference is the strategy's own 1-device run, else the `single` run of the same workload.
     """
-    ok = df[(df["status"] == "ok") & df[TP].notna()] if TP in df else df.iloc[0:0]
-    work_keys = ["model", "data", "platform", "runtime", "precision", "batch_size_per_device"]
-    rows = []
-    for wkeys, wsub in groups(ok, work_keys):
-        single = wsub[(wsub["parallel"] == "single") & (wsub["devices"] == 1)]
+    out = []
+    for wkeys, wsub in groups(Rows.of(rows).ok(), SCALING_WORKLOAD):
+        single = Rows(r for r in wsub if r.get("parallel") == "single" and r.get("devices") == 1)
         for pkeys, psub in groups(wsub, ["parallel"]):
-            tp = {int(n): _median(s[TP]) for n, s in psub.groupby("devices")}
-            if 1 not in tp and not single.empty:
-                tp[1] = _median(single[TP])
+            tp = {int(k["devices"]): s.median(TP) for k, s in groups(psub, ["devices"]) if k["devices"]}
+            if 1 not in tp and single:
+                tp[1] = single.median(TP)
             if len(tp) < 2:
                 continue
             for n, e in scaling_efficiency(tp).items():
-                rows.append({**wkeys, "parallel": pkeys["parallel"], "devices": n, "throughput": tp[n], **e})
-    return pd.DataFrame(rows)
+                out.append({**wkeys, "parallel": pkeys["parallel"], "devices": n, "throughput": tp[n], **e})
+    return pd.DataFrame(out)
 
 
 @table("scaling")
-def scaling_table(df: pd.DataFrame, ctx: Context) -> Table:
-    s = scaling_rows(df)
+def scaling_table(rows: Rows, ctx: Context) -> Table:
+    s = scaling_rows(rows)
     if s.empty:
         raise NoData("no workload was run at two or more device counts")
-    show = [k for k in ("model", "data", "platform", "runtime", "precision", "batch_size_per_device")
-            if s[k].astype(str).nunique() > 1]
+    srows = Rows.of(s)
+    show = varying_keys(srows, SCALING_WORKLOAD)
     out = pd.DataFrame({
         **{KEY_LABELS.get(k, k): s[k] for k in show},
         "parallel": s["parallel"], "devices": s["devices"],
@@ -281,55 +323,57 @@ def scaling_table(df: pd.DataFrame, ctx: Context) -> Table:
         "scaling efficiency [%]": s["efficiency"] * 100,
     })
     return Table("scaling", "Scaling over devices: efficiency = throughput(N) / (N x throughput(1))", out,
-                 note=constant_caption(s, ("model", "data", "platform", "runtime", "precision",
-                                           "batch_size_per_device"))
+                 note=constant_caption(srows, SCALING_WORKLOAD)
                  + " The 1-device reference is the strategy's own 1-device run, else the single-device run.")
 
 
+def compile_columns(rows: Rows) -> list[str]:
+    return sorted(c for c in rows.columns() if re.fullmatch(r"compile\w*_s", c))
+
+
 @table("overhead")
-def overhead_table(df: pd.DataFrame, ctx: Context) -> Table:
-    compile_cols = [c for c in df.columns if re.fullmatch(r"compile\w*_s", c) and df[c].notna().any()]
-    cols = [(c, f"{c.removesuffix('_s').replace('_', ' ')} [s]") for c in compile_cols]
+def overhead_table(rows: Rows, ctx: Context) -> Table:
+    cols = [(c, f"{c.removesuffix('_s').replace('_', ' ')} [s]") for c in compile_columns(rows)]
     cols += [("first_step_s", "first step [s]"), ("warmup_s", "warm-up [s]"), ("warmup_steps", "warm-up steps"),
              ("compiles_warmup", "compilations in warm-up"), ("compiles_timed", "recompilations after warm-up"),
              ("step_time_s_median", "steady step time median [s]"),
              ("startup_to_first_step_s", "start-up to first step [s]")]
-    cols = [(c, label) for c, label in cols if present(df, c)]
+    cols = [(c, label) for c, label in cols if rows.has(c)]
     if not cols:
         raise NoData("no compile/first-step/step-time figures in these records")
-    ok = df[df["status"] == "ok"]
+    ok = rows.ok(None)
     show = varying_keys(ok) or ["runtime"]
     if "runtime" not in show:
         show.insert(0, "runtime")
-    rows = []
-    for keys, sub in groups(ok):
-        rows.append({**_key_cols(keys, show), "runs": len(sub),
-                     **{label: _median(sub[c]) for c, label in cols},
-                     "warnings": _join_unique(sub["warnings"])})
+    out = [{**_key_cols(keys, show), "runs": len(sub), **{label: sub.median(c) for c, label in cols},
+            "warnings": _join_unique(sub.col("warnings"))} for keys, sub in groups(ok)]
     return Table("overhead", "Framework overhead: compile time, first step, recompilations, steady step time",
-                 pd.DataFrame(rows).dropna(axis=1, how="all"), note=constant_caption(ok))
+                 _frame(out), note=constant_caption(ok))
 
 
 @table("efficiency")
-def efficiency_table(df: pd.DataFrame, ctx: Context) -> Table:
-    if not present(df, "achieved_tflops"):
+def efficiency_table(rows: Rows, ctx: Context) -> Table:
+    ok = rows.ok("achieved_tflops")
+    if not ok:
         raise NoData("no FLOP counts in these records")
-    ok = df[(df["status"] == "ok") & df["achieved_tflops"].notna()]
     show = varying_keys(ok) or ["platform"]
-    rows = []
+    out = []
     for keys, sub in groups(ok):
-        rows.append({**_key_cols(keys, show), "runs": len(sub),
-                     "throughput median [samples/s]": _median(sub[TP]),
-                     "train FLOP per sample [GFLOP]": (_median(sub["flops_per_sample_train"]) or 0) / 1e9
-                     if present(sub, "flops_per_sample_train") else None,
-                     "achieved [TFLOP/s]": _median(sub["achieved_tflops"]),
-                     "MFU [%]": _median(sub["mfu"]) * 100 if present(sub, "mfu") else None})
-    return Table("efficiency", "Achieved FLOP/s and model FLOP utilisation (MFU)",
-                 pd.DataFrame(rows).dropna(axis=1, how="all"),
+        flop, mfu = sub.median("flops_per_sample_train"), sub.median("mfu")
+        out.append({**_key_cols(keys, show), "runs": len(sub),
+                    "throughput median [samples/s]": sub.median(TP),
+                    "train FLOP per sample [GFLOP]": flop / 1e9 if flop is not None else None,
+                    "achieved [TFLOP/s]": sub.median("achieved_tflops"),
+                    "MFU [%]": mfu * 100 if mfu is not None else None})
+    return Table("efficiency", "Achieved FLOP/s and model FLOP utilisation (MFU)", _frame(out),
                  note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype.")
 
 
-def normalised_rows(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
+def _matches(r: dict, query: dict[str, list[str]]) -> bool:
+    return all(_text(r.get(k)) in vals or (r.get(k) is None and "none" in vals) for k, vals in query.items())
+
+
+def normalised_rows(rows: Rows, ctx: Context) -> pd.DataFrame:
     """Time and cost of each configuration relative to the baseline's, per workload (model, data).
 
     Time is for the same work: the baseline's throughput over this one's (or time to target when
@@ -338,39 +382,40 @@ def normalised_rows(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     """
     if not ctx.baseline:
         raise NoData("no --baseline given (e.g. --baseline platform=cpu)")
-    ok = df[(df["status"] == "ok") & df[TP].notna()] if TP in df else df.iloc[0:0]
-    base_mask = select(ok, ctx.baseline)
-    if not base_mask.any():
+    rows = Rows.of(rows)
+    check_keys(ctx.baseline, rows.columns() | set(GROUP_KEYS) | {"status", "run_id", "experiment"})
+    ok = rows.ok()
+    if not any(_matches(r, ctx.baseline) for r in ok):
         raise NoData(f"no ok run matches the baseline {ctx.baseline_text!r}")
-    cur = currency(df)
+    cur = currency(rows)
     cost_col = f"{cur}_per_million_samples" if cur else None
-    rows = []
+    out = []
     for _, wsub in groups(ok, WORKLOAD_KEYS):
-        base = wsub[base_mask.loc[wsub.index]]
-        if base.empty:
+        base = Rows(r for r in wsub if _matches(r, ctx.baseline))
+        if not base:
             continue
         for keys, sub in groups(wsub):
-            b = base[base["global_batch_size"] == keys["global_batch_size"]]
-            b = b if not b.empty else base.loc[[base[TP].idxmax()]]
-            tp, btp = _median(sub[TP]), _median(b[TP])
+            b = base.where(global_batch_size=keys["global_batch_size"]) or Rows([max(base, key=lambda r: r[TP])])
+            tp, btp = sub.median(TP), b.median(TP)
             row = {**keys, "throughput": tp, "time_rel": btp / tp if tp else None, "cost_rel": None,
-                   "is_baseline": bool(base_mask.loc[sub.index].all())}
-            if present(sub, "time_to_target_s") and present(b, "time_to_target_s"):
-                row["time_rel"] = _median(sub["time_to_target_s"]) / _median(b["time_to_target_s"])
-            if cost_col and present(sub, cost_col) and present(b, cost_col):
-                row["cost_rel"] = _median(sub[cost_col]) / _median(b[cost_col])
-            if present(sub, "cost_to_target_usd") and present(b, "cost_to_target_usd"):
-                row["cost_rel"] = _median(sub["cost_to_target_usd"]) / _median(b["cost_to_target_usd"])
-            rows.append(row)
-    if not rows:
+                   "is_baseline": all(_matches(r, ctx.baseline) for r in sub)}
+            if sub.has("time_to_target_s") and b.has("time_to_target_s"):
+                row["time_rel"] = sub.median("time_to_target_s") / b.median("time_to_target_s")
+            if cost_col and sub.has(cost_col) and b.has(cost_col):
+                row["cost_rel"] = sub.median(cost_col) / b.median(cost_col)
+            if sub.has("cost_to_target_usd") and b.has("cost_to_target_usd"):
+                row["cost_rel"] = sub.median("cost_to_target_usd") / b.median("cost_to_target_usd")
+            out.append(row)
+    if not out:
         raise NoData(f"no workload has both the baseline {ctx.baseline_text!r} and other runs")
-    return pd.DataFrame(rows)
+    return pd.DataFrame(out)
 
 
 @table("baseline")
-def baseline_table(df: pd.DataFrame, ctx: Context) -> Table:
-    n = normalised_rows(df, ctx)
-    show = varying_keys(n) or ["platform"]
+def baseline_table(rows: Rows, ctx: Context) -> Table:
+    n = normalised_rows(rows, ctx)
+    nrows = Rows.of(n)
+    show = varying_keys(nrows) or ["platform"]
     out = pd.DataFrame({
         **{KEY_LABELS.get(k, k): n[k] for k in show},
         "baseline": n["is_baseline"].map({True: "<- baseline", False: ""}),
@@ -379,31 +424,32 @@ def baseline_table(df: pd.DataFrame, ctx: Context) -> Table:
         "cost relative to baseline [x]": n["cost_rel"],
     }).dropna(axis=1, how="all")
     return Table("baseline", f"Time and cost normalised to the baseline ({ctx.baseline_text})", out,
-                 note=constant_caption(n) + " Below 1 is faster / cheaper than the baseline for the same work.")
+                 note=constant_caption(nrows) + " Below 1 is faster / cheaper than the baseline for the same work.")
+
+
+RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("experiment", "experiment"),
+               ("model", "model"), ("data", "data"), ("platform", "platform"), ("runtime", "runtime"),
+               ("precision", "precision"), ("parallel", "parallel"), ("global_batch_size", "global batch"),
+               ("devices", "devices"), ("threads", "threads"), (TP, "throughput [samples/s]"),
+               ("step_time_s_median", "step time median [s]"), ("throughput_cv", "throughput CV"),
+               ("step_time_cv", "step time CV"), ("noisy", "noisy"), ("warnings", "warnings"))
 
 
 @table("runs")
-def runs_table(df: pd.DataFrame, ctx: Context) -> Table:
-    if df.empty:
+def runs_table(rows: Rows, ctx: Context) -> Table:
+    if not rows:
         raise NoData("no runs")
-    cols = [("run_id", "run"), ("status", "status"), ("reason", "reason"), ("experiment", "experiment"),
-            ("model", "model"), ("data", "data"), ("platform", "platform"), ("runtime", "runtime"),
-            ("precision", "precision"), ("parallel", "parallel"), ("global_batch_size", "global batch"),
-            ("devices", "devices"), ("threads", "threads"),
-            (TP, "throughput [samples/s]"), ("step_time_s_median", "step time median [s]"),
-            ("throughput_cv", "throughput CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"),
-            ("warnings", "warnings")]
-    out = pd.DataFrame({label: df[c] for c, label in cols if c in df.columns})
-    out = out.dropna(axis=1, how="all").sort_values("run")
-    return Table("runs", "Every run (one row per record), with status, reason and warnings", out)
+    out = [{label: r.get(c) for c, label in RUN_COLUMNS} for r in sorted(rows, key=lambda r: str(r["run_id"]))]
+    return Table("runs", "Every run (one row per record), with status, reason and warnings", _frame(out))
 
 
 def build_tables(df: pd.DataFrame, ctx: Context) -> tuple[list[Table], dict[str, str]]:
     """(tables drawn, {table name: why it was skipped})."""
+    rows = Rows.of(df)
     made, skipped = [], {}
     for name, fn in TABLES.items():
         try:
-            made.append(fn(df, ctx))
+            made.append(fn(rows, ctx))
         except NoData as e:
             skipped[name] = str(e)
     return made, skipped
