@@ -263,7 +263,8 @@ def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):
 
     df = apply_filters(load([fixture_store], progress=False).frame, ["experiment=fx_fail"])
     made, skipped = build_plots(df, Context(), tmp_path)
-    assert "throughput_vs_batch" in made
+    assert "overhead" in made
+    assert "two or more global batch sizes" in skipped["throughput_vs_batch"]
     assert "no workload was run at two or more device counts" in skipped["scaling"]
     assert "baseline" in skipped["normalised"] and "price" in skipped["samples_per_dollar"]
 

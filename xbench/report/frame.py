@@ -90,7 +90,7 @@ def flatten(rec: RunRecord) -> dict:
         "runtime": _name(c.get("runtime")),
         "precision": _name(c.get("precision")),
         "parallel": _name(c.get("parallel")),
-        "pricing_model": platform.get("pricing_model"),
+        "pricing_model": platform.get("pricing_model") if platform.get("price") else None,  # unpriced: none
         "accelerator": platform.get("accelerator"),
         "bench_mode": bench.get("mode"),
         "batch_size_per_device": data.get("batch_size"),

@@ -57,7 +57,10 @@ def label(keys: dict, names: list[str]) -> str:
         v = keys.get(k)
         if v is None:
             continue
-        parts.append(f"{v} threads" if k == "threads" else f"batch {v}" if k == "global_batch_size" else str(v))
+        if k == "threads":
+            parts.append(f"{v} thread" + ("s" if v != 1 else ""))
+        else:
+            parts.append(f"batch {v}" if k == "global_batch_size" else str(v))
     return " / ".join(parts) or "run"
 
 
@@ -125,6 +128,8 @@ def throughput_vs_batch(rows: Rows, ctx: Context):
     ok = rows.ok()
     if not ok or not ok.has("global_batch_size"):
         raise NoData("no ok run with a throughput and a global batch size")
+    if all(len(set(sub.col("global_batch_size"))) < 2 for _, sub in workloads(ok)):
+        raise NoData("no workload was run at two or more global batch sizes (the throughput table has them)")
     names = label_keys(ok)
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(ok, names)}))
     wl = workloads(ok)
@@ -288,7 +293,7 @@ def scaling(rows: Rows, ctx: Context):
 @plot("normalised")
 def normalised(rows: Rows, ctx: Context):
     n = Rows.of(normalised_rows(rows, ctx))
-    names = [k for k in label_keys(n) if k != "threads"]
+    names = [k for k in label_keys(n) if k != "threads"] or ["platform", "runtime"]
     by_threads = len(set(n.nums("threads"))) > 1
     wl = workloads(n)
     panels = [("time_rel", "time relative to baseline [x]")] + (

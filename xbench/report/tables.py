@@ -73,19 +73,27 @@ def missing(v) -> bool:
 class Rows(list):
     """The tidy table as a list of row dicts (missing values are None)."""
 
+    _cols: set[str] | None = None
+
     @classmethod
     def of(cls, df: pd.DataFrame) -> Rows:
         if isinstance(df, Rows):
             return df
-        return cls({k: (None if missing(v) else v) for k, v in r.items()} for r in df.to_dict("records"))
+        # Missing values (None, NaN) are left out of the dicts: r.get(col) is None for them.
+        rows = cls({k: v for k, v in r.items() if v is not None and v == v} for r in df.to_dict("records"))
+        rows._cols = {c for c in df.columns if df[c].notna().any()}
+        return rows
 
     def col(self, c: str) -> list:
         return [r.get(c) for r in self]
 
     def nums(self, c: str) -> list[float]:
-        return [float(v) for v in self.col(c) if isinstance(v, (int, float)) and not missing(v)]
+        return [v for r in self if (v := r.get(c)) is not None and isinstance(v, (int, float))
+                and not isinstance(v, bool)]
 
     def has(self, c: str) -> bool:
+        if self._cols is not None and c not in self._cols:
+            return False
         return any(r.get(c) is not None for r in self)
 
     def ok(self, c: str | None = TP) -> Rows:
@@ -99,7 +107,9 @@ class Rows(list):
         return statistics.median(xs) if xs else None
 
     def columns(self) -> set[str]:
-        return {k for r in self for k, v in r.items() if v is not None}
+        if self._cols is None:
+            self._cols = {k for r in self for k, v in r.items() if v is not None}
+        return self._cols
 
 
 def present(rows: Rows, col: str) -> bool:
@@ -120,15 +130,15 @@ def _text(v) -> str:
 
 def varying_keys(rows: Rows, keys=GROUP_KEYS) -> list[str]:
     """Config keys with more than one value (constant ones go into the caption instead)."""
-    return [k for k in keys if len({_text(r.get(k)) for r in rows}) > 1]
+    return [k for k in keys if len({r.get(k) for r in rows}) > 1]
 
 
 def constant_caption(rows: Rows, keys=GROUP_KEYS) -> str:
     parts = []
     for k in keys:
-        vals = {_text(r.get(k)) for r in rows}
+        vals = {r.get(k) for r in rows}
         if len(vals) == 1 and rows and rows[0].get(k) is not None:
-            parts.append(f"{KEY_LABELS.get(k, k)}={vals.pop()}")
+            parts.append(f"{KEY_LABELS.get(k, k)}={_text(vals.pop())}")
     return ("All rows: " + ", ".join(parts) + ".") if parts else ""
 
 
@@ -148,9 +158,9 @@ def groups(rows: Iterable[dict], keys: Iterable[str] = GROUP_KEYS) -> list[tuple
     """(key dict, rows) per configuration, in a stable, readable order."""
     keys = list(keys)
     found: dict[tuple, Rows] = {}
-    for r in rows:
-        found.setdefault(tuple(_fmt_key(r.get(k)) for k in keys), Rows()).append(r)
-    return [(dict(zip(keys, k)), found[k]) for k in sorted(found, key=_sort_key)]
+    for r in rows:  # 16 and 16.0 hash alike, so one group
+        found.setdefault(tuple([r.get(k) for k in keys]), Rows()).append(r)
+    return [({k: _fmt_key(v) for k, v in zip(keys, key)}, found[key]) for key in sorted(found, key=_sort_key)]
 
 
 def status_text(statuses) -> str:
@@ -394,8 +404,10 @@ def normalised_rows(rows: Rows, ctx: Context) -> pd.DataFrame:
         base = Rows(r for r in wsub if _matches(r, ctx.baseline))
         if not base:
             continue
+        by_batch = {k["global_batch_size"]: g for k, g in groups(base, ["global_batch_size"])}
+        fastest = Rows([max(base, key=lambda r: r[TP])])
         for keys, sub in groups(wsub):
-            b = base.where(global_batch_size=keys["global_batch_size"]) or Rows([max(base, key=lambda r: r[TP])])
+            b = by_batch.get(keys["global_batch_size"]) or fastest
             tp, btp = sub.median(TP), b.median(TP)
             row = {**keys, "throughput": tp, "time_rel": btp / tp if tp else None, "cost_rel": None,
                    "is_baseline": all(_matches(r, ctx.baseline) for r in sub)}
