@@ -170,16 +170,17 @@ def status_text(statuses) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda x: x[0] != "ok"))
 
 
-def _join_unique(values) -> str:
+def _join_unique(values) -> str | None:
+    """Distinct '; '-separated parts, in order; None when there are none (the column is then dropped)."""
     seen = []
     for v in values:
         for part in (v or "").split("; "):
             if part and part not in seen:
                 seen.append(part)
-    return "; ".join(seen)
+    return "; ".join(seen) or None
 
 
-def reasons(rows: Rows) -> str:
+def reasons(rows: Rows) -> str | None:
     return _join_unique(r.get("reason") for r in rows if r.get("status") != "ok")
 
 
@@ -212,8 +213,8 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).dropna(axis=1, how="all")
 
 
-def noisy(rows: Rows) -> str:
-    return "NOISY" if any(r.get("noisy") for r in rows) else ""
+def noisy(rows: Rows) -> str | None:
+    return "NOISY" if any(r.get("noisy") for r in rows) else None
 
 
 @table("throughput")
