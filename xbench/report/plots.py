@@ -337,12 +337,12 @@ def overhead(rows: Rows, ctx: Context):
     panels = [(c, lab) for c, lab in panels if ok.has(c)]
     if not panels or not ok.has("runtime"):
         raise NoData("no compile / first-step / step-time figures")
-    names = label_keys(ok, ("runtime", "model", "platform", "precision", "parallel"))
+    names = label_keys(ok, ("runtime", "model", "platform", "precision", "parallel", "global_batch_size"))
     if "runtime" not in names:
         names.insert(0, "runtime")
     found = groups(ok, names)
     cats = [label(k, names) for k, _ in found]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, 0.32 * len(cats) + 1.4),
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, max(2.4, 0.32 * len(cats) + 1.4)),
                              squeeze=False, sharey=True)
     for ax, (col, xlabel) in zip(axes[0], panels):
         vals = [g.median(col) for _, g in found]
