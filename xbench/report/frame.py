@@ -23,7 +23,7 @@ from xbench.records.store import load_records
 CONFIG_COLUMNS = ("experiment", "model", "data", "platform", "runtime", "precision", "parallel",
                   "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
 # Runs that repeat one configuration are grouped on these (repeats give a median and a spread).
-GROUP_KEYS = ("model", "data", "platform", "runtime", "precision", "parallel", "pricing_model",
+GROUP_KEYS = ("experiment", "model", "data", "platform", "runtime", "precision", "parallel", "pricing_model",
               "batch_size_per_device", "global_batch_size", "devices", "threads")
 WORKLOAD_KEYS = ("model", "data")
 

@@ -226,7 +226,8 @@ def cost_to_target(rows: Rows, ctx: Context):
 def _accuracy(rows: Rows, x: str, xlabel: str, title: str):
     rows = Rows(r for r in rows if r.get("curve") and any(p.get(x) is not None for p in r["curve"]))
     if not rows:
-        raise NoData(f"no record has an evaluation curve with {x!r} (series eval_accuracy + {x})")
+        series = "train_time_s" if x == "time_s" else x
+        raise NoData(f"no record has an evaluation curve (series eval_accuracy with {series})")
     names = label_keys(rows)
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(rows, names)}))
     wl = workloads(rows)

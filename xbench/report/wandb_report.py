@@ -89,6 +89,10 @@ def build(defn: dict):
 
 
 def publish(defn: dict) -> str:
+    if not defn.get("entity"):  # the logged-in user's default entity, as `wandb` itself would use
+        import wandb
+
+        defn = {**defn, "entity": wandb.Api().default_entity}
     report = build(defn)
     report.save()
     return report.url
