@@ -80,6 +80,7 @@ def run(dcfg: DictConfig):
     from xbench.bench.worker import Diverged
     from xbench.metrics.aggregate import aggregate
     from xbench.metrics.derived import derive
+    from xbench.metrics.gates import record_gates
     from xbench.platforms.detect import host_facts, torch_env
     from xbench.records.env import host_env
     from xbench.records.record import RunRecord
@@ -88,9 +89,17 @@ def run(dcfg: DictConfig):
     from xbench.sinks.local import LocalSink
     from xbench.sinks.wandb import WandbSink
 
+    prior = None
+    if dcfg.get("resume"):  # continue a train-to-target run: its stored config and run folder
+        from xbench.bench.resume import resume_config
+
+        dcfg, prior = resume_config(dcfg)
     cfg: XBenchConfig = OmegaConf.to_object(dcfg)
     resolved = OmegaConf.to_container(dcfg, resolve=True)
-    record = RunRecord(run_id=new_run_id(cfg.store.run_name), experiment=cfg.experiment, config=resolved)
+    record = RunRecord(run_id=prior["run_id"] if prior else new_run_id(cfg.store.run_name),
+                       experiment=cfg.experiment, config=resolved)
+    if prior:
+        record.created_at = prior["created_at"]
     record.env = host_env()
     local = LocalSink(cfg.store.root)
     local.write(record)  # status "running": if the process is killed outright, the trace remains
@@ -106,17 +115,26 @@ def run(dcfg: DictConfig):
             reasons = compat.check(cfg, facts)
             if reasons:
                 raise ConfigError(reasons)
-            result = launch.run(cfg, facts, on_step=progress, stop=stop)
+            if b.mode == "train_to_target":
+                from xbench.bench.target import run_to_target
+
+                result = run_to_target(cfg, facts, local.run_dir(record), on_step=progress, stop=stop)
+                record.artifacts.update(result.artifacts)
+            else:
+                result = launch.run(cfg, facts, on_step=progress, stop=stop)
         progress.close()
         ranks = [r.measurements for r in result.ranks]
-        record.measurements = aggregate(ranks, b.noisy_cv)
+        record.measurements = aggregate(ranks, b.noisy_cv) if b.mode != "train_to_target" else ranks[0]
         record.series = result.ranks[0].series
         record.ranks = ranks if len(ranks) > 1 else []
         record.warnings += result.warnings
         if record.measurements.get("noisy"):
             record.warnings.append(f"noisy: spread above bench.noisy_cv={b.noisy_cv} "
                                    "(see throughput_cv / step_time_cv)")
-        record.derived = derive(record.measurements, resolved)
+        if b.self_check:
+            record.warnings += _self_check(cfg, facts, record.measurements, progress, stop)
+        record.derived = derive(record.measurements, resolved, baseline=_baseline(cfg))
+        record.warnings += record_gates(record.measurements, record.derived)
         record.finish("ok")
     except ConfigError as e:
         record.finish("failed", "config: " + "; ".join(e.reasons))
@@ -145,6 +163,37 @@ def run(dcfg: DictConfig):
     if record.status != "ok":
         _FAILED_RUNS.append(record.run_id)
     return record
+
+
+def _self_check(cfg, facts, measurements: dict, progress, stop) -> list[str]:
+    """Measure again at half the batch: throughput must not fall as the batch grows (a missing sync
+    or an untimed device shows up as the opposite)."""
+    from dataclasses import replace
+
+    from xbench import launch
+    from xbench.metrics.aggregate import aggregate
+    from xbench.metrics.gates import batch_scaling_gate
+
+    half = max(1, cfg.data.batch_size // 2)
+    if half == cfg.data.batch_size:
+        return ["self-check skipped: batch size 1 cannot be halved"]
+    small = replace(cfg, data=replace(cfg.data, batch_size=half))
+    res = launch.run(small, facts, on_step=progress, stop=stop)
+    progress.close()
+    tp_small = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
+    points = [(half, tp_small), (cfg.data.batch_size, measurements["throughput_samples_per_s"])]
+    measurements["self_check_batch_sizes"] = [p[0] for p in points]
+    measurements["self_check_throughput_samples_per_s"] = [p[1] for p in points]
+    return batch_scaling_gate(points)
+
+
+def _baseline(cfg) -> dict | None:
+    """The stored record named by `baseline=` (run id under store.root, or a run folder), as a dict."""
+    if not cfg.baseline:
+        return None
+    from xbench.records.store import find_run, read_record
+
+    return read_record(find_run(cfg.baseline, cfg.store.root)).to_dict()
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")

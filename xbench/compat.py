@@ -7,17 +7,21 @@ themselves. Add a rule as one function decorated with `@rule`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from xbench import models, parallel, runtimes
 from xbench.config import XBenchConfig
+from xbench.metrics import cost
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
 
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
 MODALITIES = ("image", "tokens", "features")
-BENCH_MODES = ("throughput",)
+BENCH_MODES = ("throughput", "train_to_target")
+DATA_SOURCES = ("synthetic", "digits")  # the loader registry (xbench.data.loaders) adds the others
+GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "perplexity": "lm/mlm"}
 FAULT_KINDS = (None, "exception", "nan_loss", "sigterm")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOGGERS = ("wandb", "none")
@@ -99,9 +103,54 @@ def model_fits_data(cfg, facts):
 
 @rule
 def data_source(cfg, facts):
-    if cfg.data.source != "synthetic":
-        return [f"data.source={cfg.data.source!r} is not available; allowed: synthetic"]
+    if cfg.data.source not in DATA_SOURCES:
+        return [f"data.source={cfg.data.source!r} is not available; allowed: {', '.join(DATA_SOURCES)}"]
+    if cfg.data.source == "digits" and cfg.data.modality not in ("features", "image"):
+        return [f"data digits comes as modality features (64 values) or image (1x8x8), not {cfg.data.modality!r}"]
+    if cfg.data.source == "digits" and cfg.bench.mode == "throughput":
+        return ["data.source=digits is for bench.mode=train_to_target (throughput runs use synthetic data: "
+                "data=synthetic_mnist or similar)"]
     return []
+
+
+@rule
+def goal_is_valid(cfg, facts):
+    """train_to_target needs real data, a target, a metric the model's task has, and one device."""
+    g, out = cfg.goal, []
+    if cfg.resume and cfg.bench.mode != "train_to_target":
+        out.append(f"resume={cfg.resume!r} applies to bench.mode=train_to_target runs only")
+    if cfg.bench.mode != "train_to_target":
+        return out
+    if g.metric not in GOAL_METRICS:
+        out.append(f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(GOAL_METRICS)}")
+    else:
+        try:
+            task = models.get(cfg.model.name).task
+        except KeyError:
+            task = None
+        if task and task not in GOAL_METRICS[g.metric].split("/"):
+            out.append(f"goal.metric={g.metric} needs a {GOAL_METRICS[g.metric]} model; {cfg.model.name!r} is {task}")
+    if g.target is None:
+        out.append("bench.mode=train_to_target needs goal.target (e.g. goal.target=0.95 for 95% top-1)")
+    elif g.metric in ("top1", "accuracy", "top5") and not 0 < g.target <= 1:
+        out.append(f"goal.target={g.target} for {g.metric} must be a fraction in (0, 1] (0.95, not 95)")
+    if cfg.data.source == "synthetic":
+        out.append("bench.mode=train_to_target needs a real data set (e.g. data=digits); synthetic data has "
+                   "no accuracy to reach")
+    if cfg.parallel.name != "single":
+        out.append(f"bench.mode=train_to_target runs on one device for now (parallel=single), not {cfg.parallel.name!r}")
+    for label, v, low in (("goal.max_epochs", g.max_epochs, 1), ("goal.eval_every_steps", g.eval_every_steps, 0),
+                          ("goal.checkpoint_every_evals", g.checkpoint_every_evals, 0)):
+        if v < low:
+            out.append(f"{label} must be >= {low}, got {v}")
+    if g.max_time_s is not None and g.max_time_s <= 0:
+        out.append(f"goal.max_time_s must be > 0 or null, got {g.max_time_s}")
+    return out
+
+
+@rule
+def price_is_valid(cfg, facts):
+    return cost.problems(dataclasses.asdict(cfg.platform))
 
 
 @rule
@@ -114,8 +163,11 @@ def platform_is_here(cfg, facts):
                    f"(torch {facts.torch_version}); use platform=local or platform=cpu")
     if p.accelerator:
         seen = facts.cuda_devices
-        if p.device == "xla":
-            pass  # TPU/XLA devices are checked by the XLA runtime once torch_xla is imported
+        if "tpu" in p.accelerator.lower():
+            if not facts.tpu_chips:
+                out.append(f"platform {p.name!r} expects {p.accelerator} chips, but this machine has no TPU "
+                           f"(no /dev/accel* or /dev/vfio/*; accelerators seen: {', '.join(seen) or 'none, CPU only'}); "
+                           "use platform=local to describe it")
         elif not any(p.accelerator.lower() in n.lower() for n in seen):
             out.append(f"platform {p.name!r} expects accelerator {p.accelerator!r}, but this machine has "
                        f"{', '.join(seen) or 'no accelerator (CPU only)'}; use platform=local to describe it")

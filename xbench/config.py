@@ -52,31 +52,50 @@ class DataConfig:
 
 @dataclass
 class PriceConfig:
-    """One component of what a platform costs, e.g. the accelerator and its host VM."""
+    """One component of what a platform costs (accelerator, host VM, storage, a fee).
+
+    Billing arithmetic lives in xbench/metrics/cost.py; docs/cost_and_targets.md explains the model.
+    """
 
     name: str = "machine"
-    amount: float = 0.0  # in `currency`, per `unit` of time, per `per`
+    amount: float = 0.0  # list price in `currency`, per `unit` of time, per `per`
     currency: str = "USD"
-    unit: str = "hour"  # second | minute | hour | month
-    per: str = "machine"  # machine | chip | vcpu
+    unit: str = "hour"  # millisecond | second | minute | hour | month (a month is 730 hours)
+    per: str = "machine"  # machine | chip | vcpu | gib: what one `amount` buys
     count: int = 1  # how many `per` units are billed (chips, vCPUs)
+    kind: str = "usage"  # usage (billed while running) | setup_fee (once) | monthly_fee (each month)
+    pricing_model: str | None = None  # on_demand | spot | preemptible | reserved_1y | reserved_3y | monthly; None: the platform's
+    billing: str | None = None  # granularity: millisecond | second | minute | hour (rounded up) | month_amortised; None: the platform's
+    minimum_charge_s: float | None = None  # billed at least this long per start; None: the platform's
+    discount: float = 0.0  # fraction off `amount` (e.g. 0.7 for a spot price 70% below list)
+    source: str | None = None  # URL for this component when it differs from the platform's price_source
+    as_of: str | None = None  # YYYY-MM-DD for this component when it differs from price_as_of
 
 
 @dataclass
 class PlatformConfig:
+    """Hardware and price of one platform; conf/platform/*.yaml. Billing rules: xbench/metrics/cost.py."""
+
     name: str = MISSING
     device: str = "auto"  # auto | cpu | cuda | xla (TPU or XLA on CPU/GPU)
     device_count: int | None = None  # devices the workload may use; None = all that are seen
     accelerator: str | None = None  # expected accelerator model substring (e.g. "H200", "TPU v3")
     cpu_vcpus: int | None = None  # vCPUs of the instance, for per-vCPU prices
     peak_tflops: dict[str, float] = field(default_factory=dict)  # per device, by dtype: fp32, tf32, bf16, fp16
+    peak_tflops_source: str | None = None  # which vendor datasheet the peak_tflops figures come from
     memory_gib: float | None = None  # per device
-    pricing_model: str = "on_demand"  # on_demand | spot | reserved_1y | reserved_3y | monthly
-    billing: str = "second"  # granularity: second | minute | hour | month
-    minimum_charge_s: float = 0.0
+    pricing_model: str = "on_demand"  # on_demand | spot | preemptible | reserved_1y | reserved_3y | monthly
+    billing: str = "second"  # default granularity of the components: millisecond | second | minute | hour | month_amortised
+    minimum_charge_s: float = 0.0  # default minimum billed time per start (e.g. 60 on AWS/GCE per-second billing)
     price: list[PriceConfig] = field(default_factory=list)
     price_source: str | None = None  # URL of the price page
     price_as_of: str | None = None  # date the price was read, YYYY-MM-DD
+    provider: str | None = None  # aws | gcp | paperspace | hetzner | leadergpu | ibm | local ...
+    instance: str | None = None  # the provider's instance/machine type, e.g. p3.8xlarge, v2-8
+    region: str | None = None  # where the price applies
+    # Monthly rent and fixed fees are spread over the hours the machine is really used:
+    utilisation: float = 1.0  # share of the month a monthly-billed machine runs jobs, in (0, 1]
+    commitment_months: float = 1.0  # setup fees are spread over this many months of rent
 
 
 @dataclass
@@ -143,9 +162,26 @@ class BenchConfig:
     steps: int = 30  # timed steps per window
     repeats: int = 1  # timed windows; median and spread over them
     noisy_cv: float = 0.05  # a coefficient of variation above this flags the result noisy
+    self_check: bool = False  # also measure at half the batch; flag throughput that falls as the batch grows
     seed: int = 0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     interop_threads: int | None = None
+
+
+@dataclass
+class GoalConfig:
+    """Train to a quality target (bench.mode=train_to_target); see xbench/bench/target.py."""
+
+    metric: str = "top1"  # top1 | accuracy (same as top1) | top5 | perplexity (lower is better)
+    target: float | None = None  # fraction for accuracies (0.95, not 95); perplexity value; None: no goal
+    eval_every_steps: int = 0  # evaluate every N training steps; 0: at the end of every epoch
+    max_epochs: int = 10  # stop (target not reached) after this many epochs
+    max_time_s: float | None = None  # stop after this much training time (evaluation excluded); None: no limit
+    eval_batch_size: int | None = None  # None: data.batch_size
+    checkpoint_every_evals: int = 0  # write a resumable checkpoint every N evaluations; 0: only on SIGTERM
+    # A throughput run projects the time and cost of a full training of this many epochs over
+    # data.dataset_size (derived `projected_training_*`); None: no projection.
+    projection_epochs: float | None = None
 
 
 @dataclass
@@ -176,6 +212,9 @@ class XBenchConfig:
     bench: BenchConfig = field(default_factory=BenchConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    goal: GoalConfig = field(default_factory=GoalConfig)
+    resume: str | None = None  # run id (under store.root) or run folder of a train_to_target run to continue
+    baseline: str | None = None  # run id or folder of a stored record: time and cost are normalised against it
     experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
     tags: list[str] = field(default_factory=list)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import resource
 import signal
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from xbench.bench import loop
 from xbench.bench.step import make_optimizer
 from xbench.config import XBenchConfig
 from xbench.data.synthetic import synthetic_pool
+from xbench.metrics.energy import EnergyMeter
 from xbench.metrics.stats import summarize
 from xbench.models.flops import flops_per_sample
 from xbench.models.spec import InputSpec
@@ -142,6 +144,8 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         warnings.append(f"warm-up did not stabilise within {b.warmup_max_steps} steps (compilations or "
                         f"step times still changing); the timed windows may include them")
 
+    energy = EnergyMeter(runtime.device.type, runtime.device.index or 0)
+    energy.start()
     windows = []
     for _ in range(b.repeats):
         w = loop.timed_window(hooks, b.steps)
@@ -150,6 +154,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         if w.compiles_during:
             warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
 
+    energy_figures = energy.stop()
     devices_per_rank = 1
     samples_per_step = cfg.data.batch_size * devices_per_rank
     step_times = [t for w in windows for t in w.step_times_s]
@@ -186,13 +191,17 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         "data_wait_s": sum(w.data_wait_s for w in windows),
         "loss_first": wu.losses[0],
         "loss_last": windows[-1].losses[-1],
-        "peak_host_rss_gib": psutil.Process().memory_info().rss / 2**30,
+        # ru_maxrss is the process's peak resident set (KiB on Linux), not the current one.
+        "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        **energy_figures,
         **runtime.overhead(),
     }
     if runtime.device.type == "cuda":
         m["peak_device_allocated_gib"] = torch.cuda.max_memory_allocated(runtime.device) / 2**30
         m["peak_device_reserved_gib"] = torch.cuda.max_memory_reserved(runtime.device) / 2**30
 
+    if "energy_j" in m:
+        m["energy_j_per_sample"] = m["energy_j"] / (samples_per_step * b.steps * b.repeats)
     steps_all = list(range(wu.steps + sum(w.steps for w in windows)))
     series = {
         "step": steps_all,

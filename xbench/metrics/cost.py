@@ -1,31 +1,160 @@
-"""Price arithmetic over a platform's price components (pure Python; works on config dicts).
+"""Billing arithmetic over a platform's price components (pure Python; works on config dicts).
 
-A platform's price is a list of components (accelerator, host VM, ...), each `amount` in `currency`
-per time `unit`, per `per` (machine, chip or vCPU) times `count`. Monthly prices are amortised over
-730 hours (365 x 24 / 12).
+A platform's price is a list of components (accelerator, host VM, disk, fees). Each usage component
+costs `amount * count * (1 - discount)` per time `unit`, and is billed in steps of its granularity
+(`billing`: millisecond, second, minute, hour rounded up) with a minimum charge per start. A month is
+730 hours (365 x 24 / 12). Monthly rent (`unit: month`, `billing: month_amortised`) and fixed fees
+are spread over the hours the machine is really used: a monthly amount costs
+`amount / (730 h x platform.utilisation)` per used hour, and a setup fee is further spread over
+`platform.commitment_months`. `standalone=True` answers the other question, "what if I rented it
+just for this job": whole months rounded up, the whole setup fee.
+
+docs/cost_and_targets.md walks through the model with worked examples.
 """
 
 from __future__ import annotations
 
-HOURS_PER_UNIT = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "month": 730.0}
+import math
+
+HOURS_PER_MONTH = 730.0
+UNIT_S = {"millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0, "month": HOURS_PER_MONTH * 3600}
+GRANULARITY_S = {"millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0, "month_amortised": None}
+KINDS = ("usage", "setup_fee", "monthly_fee")
+PER = ("machine", "chip", "vcpu", "gib")
+PRICING_MODELS = ("on_demand", "spot", "preemptible", "reserved_1y", "reserved_3y", "monthly")
 
 
-def component_per_hour(c: dict) -> float:
+def _billing(c: dict, platform: dict) -> str:
+    return c.get("billing") or platform.get("billing") or "second"
+
+
+def _minimum_s(c: dict, platform: dict) -> float:
+    v = c.get("minimum_charge_s")
+    return float(platform.get("minimum_charge_s") or 0.0) if v is None else float(v)
+
+
+def _utilisation(platform: dict) -> float:
+    return float(platform.get("utilisation") or 1.0)
+
+
+def problems(platform: dict) -> list[str]:
+    """What is wrong with a platform's price (empty: fine). Used by compat before any device work."""
+    out = []
+    comps = platform.get("price") or []
+    name = platform.get("name", "?")
+    u = platform.get("utilisation", 1.0)
+    if u is not None and not 0 < u <= 1:
+        out.append(f"platform {name!r}: utilisation must be in (0, 1], got {u}")
+    if (platform.get("commitment_months") or 1.0) <= 0:
+        out.append(f"platform {name!r}: commitment_months must be > 0")
+    if platform.get("billing", "second") not in GRANULARITY_S:
+        out.append(f"platform {name!r}: billing={platform.get('billing')!r} is unknown; "
+                   f"allowed: {', '.join(GRANULARITY_S)}")
+    for c in comps:
+        label = f"platform {name!r} price component {c.get('name', '?')!r}"
+        if c.get("unit", "hour") not in UNIT_S:
+            out.append(f"{label}: unit={c.get('unit')!r} is unknown; allowed: {', '.join(UNIT_S)}")
+        if c.get("kind", "usage") not in KINDS:
+            out.append(f"{label}: kind={c.get('kind')!r} is unknown; allowed: {', '.join(KINDS)}")
+        if c.get("per", "machine") not in PER:
+            out.append(f"{label}: per={c.get('per')!r} is unknown; allowed: {', '.join(PER)}")
+        if _billing(c, platform) not in GRANULARITY_S:
+            out.append(f"{label}: billing={_billing(c, platform)!r} is unknown; allowed: {', '.join(GRANULARITY_S)}")
+        pm = c.get("pricing_model")
+        if pm is not None and pm not in PRICING_MODELS:
+            out.append(f"{label}: pricing_model={pm!r} is unknown; allowed: {', '.join(PRICING_MODELS)}")
+        if not 0 <= float(c.get("discount", 0.0)) < 1:
+            out.append(f"{label}: discount must be a fraction in [0, 1), got {c.get('discount')}")
+        if float(c.get("amount", 0.0)) < 0 or int(c.get("count", 1)) < 0:
+            out.append(f"{label}: amount and count must not be negative")
+    if len({c.get("currency", "USD") for c in comps}) > 1:
+        out.append(f"platform {name!r}: price components mix currencies "
+                   f"{sorted({c.get('currency', 'USD') for c in comps})}; give one")
+    return out
+
+
+def _check(platform: dict) -> None:
+    bad = problems(platform)
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
+def list_rate_per_s(c: dict) -> float:
+    """The component's price per second of use, after its discount, before any rounding."""
     unit = c.get("unit", "hour")
-    if unit not in HOURS_PER_UNIT:
-        raise ValueError(f"unknown price unit {unit!r}; allowed: {', '.join(HOURS_PER_UNIT)}")
-    return float(c["amount"]) * int(c.get("count", 1)) / HOURS_PER_UNIT[unit]
+    if unit not in UNIT_S:
+        raise ValueError(f"unknown price unit {unit!r}; allowed: {', '.join(UNIT_S)}")
+    return float(c["amount"]) * int(c.get("count", 1)) * (1.0 - float(c.get("discount", 0.0))) / UNIT_S[unit]
 
 
-def price_per_hour(platform: dict) -> float | None:
-    """The whole machine's price per hour, or None when the platform has no price."""
+def _amortised_hours(c: dict, platform: dict) -> float:
+    """Used hours over which one `amount` of a monthly or one-off charge is spread."""
+    per_month = HOURS_PER_MONTH * _utilisation(platform)
+    if c.get("kind", "usage") == "setup_fee":
+        return per_month * float(platform.get("commitment_months") or 1.0)
+    return per_month * UNIT_S[c.get("unit", "month")] / UNIT_S["month"]  # a monthly amount by default
+
+
+def _amortised(c: dict, platform: dict) -> bool:
+    """Monthly rent and fees are spread over used hours, never rounded to the second."""
+    return (c.get("kind", "usage") != "usage" or _billing(c, platform) == "month_amortised"
+            or c.get("unit", "hour") == "month")
+
+
+def billed_s(duration_s: float, granularity: str, minimum_s: float = 0.0) -> float:
+    """Seconds billed for `duration_s` of use: rounded up to the granularity, at least the minimum."""
+    step = GRANULARITY_S[granularity]
+    if step is None:
+        return duration_s
+    units = math.ceil(duration_s / step - 1e-9)  # 3600.0000000001 s is still one hour
+    return max(units * step, minimum_s)
+
+
+def component_cost(c: dict, platform: dict, duration_s: float, standalone: bool = False) -> float:
+    kind = c.get("kind", "usage")
+    amount = float(c["amount"]) * int(c.get("count", 1)) * (1.0 - float(c.get("discount", 0.0)))
+    if kind == "setup_fee":
+        return amount if standalone else amount * duration_s / 3600 / _amortised_hours(c, platform)
+    if _amortised(c, platform):
+        if standalone:  # rented only for this job: whole periods, rounded up
+            period_s = UNIT_S[c.get("unit", "month")]
+            return amount * max(1, math.ceil(duration_s / period_s - 1e-9))
+        return amount * duration_s / 3600 / _amortised_hours(c, platform)
+    return list_rate_per_s(c) * billed_s(duration_s, _billing(c, platform), _minimum_s(c, platform))
+
+
+def run_cost(platform: dict, duration_s: float, standalone: bool = False) -> dict | None:
+    """{'total', 'components': {name: cost}, 'currency'} for one job of `duration_s` seconds; None without a price.
+
+    Every component runs for the whole duration (a TPU and its host VM are started and stopped together).
+    """
     comps = platform.get("price") or []
     if not comps:
         return None
-    currencies = {c.get("currency", "USD") for c in comps}
-    if len(currencies) > 1:
-        raise ValueError(f"price components mix currencies {sorted(currencies)}; give one")
-    return sum(component_per_hour(c) for c in comps)
+    _check(platform)
+    parts: dict[str, float] = {}
+    for i, c in enumerate(comps):
+        key = c.get("name") or f"component{i}"
+        parts[key] = parts.get(key, 0.0) + component_cost(c, platform, duration_s, standalone)
+    return {"total": sum(parts.values()), "components": parts, "currency": currency(platform)}
+
+
+def component_per_hour(c: dict, platform: dict | None = None) -> float:
+    """Steady-state price per hour of use (monthly amounts and fees amortised, no rounding)."""
+    platform = platform or {}
+    if _amortised(c, platform):
+        amount = float(c["amount"]) * int(c.get("count", 1)) * (1.0 - float(c.get("discount", 0.0)))
+        return amount / _amortised_hours(c, platform)
+    return list_rate_per_s(c) * 3600
+
+
+def price_per_hour(platform: dict) -> float | None:
+    """The whole machine's steady-state price per hour of use, or None when the platform has no price."""
+    comps = platform.get("price") or []
+    if not comps:
+        return None
+    _check(platform)
+    return sum(component_per_hour(c, platform) for c in comps)
 
 
 def currency(platform: dict) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xbench.metrics.cost import currency, price_per_hour
+from xbench.metrics.cost import currency, price_per_hour, run_cost
 
 DERIVED: list[Callable[[dict, dict], dict]] = []
 
@@ -43,29 +43,113 @@ def flops(m: dict, cfg: dict) -> dict:
     return out
 
 
+def _platform(cfg: dict) -> dict:
+    return cfg.get("platform") or {}
+
+
+def _cur(cfg: dict) -> str:
+    return currency(_platform(cfg)).lower()
+
+
+def _billed(cfg: dict, seconds: float | None, standalone: bool = False) -> float | None:
+    if seconds is None:
+        return None
+    c = run_cost(_platform(cfg), seconds, standalone)
+    return None if c is None else c["total"]
+
+
+def _has_amortised(platform: dict) -> bool:
+    return any(c.get("kind", "usage") != "usage" or c.get("unit") == "month"
+               or (c.get("billing") or platform.get("billing")) == "month_amortised"
+               for c in platform.get("price") or [])
+
+
 @derived
 def cost(m: dict, cfg: dict) -> dict:
+    """Steady-state rate figures (no rounding) and the billed cost of the measured window."""
     tp = _throughput(m)
-    per_hour = price_per_hour(cfg.get("platform") or {})
+    per_hour = price_per_hour(_platform(cfg))
     if not per_hour or not tp:
         return {}
-    cur = currency(cfg.get("platform") or {}).lower()
+    cur = _cur(cfg)
     out = {
         f"{cur}_per_hour": per_hour,
         f"samples_per_s_per_{cur}_per_hour": tp / per_hour,
         f"{cur}_per_million_samples": per_hour / 3600 / tp * 1e6,
     }
-    if m.get("window_s_total"):
-        out[f"window_cost_{cur}"] = per_hour * m["window_s_total"] / 3600
+    if m.get("window_s_total"):  # billed as a job of that length: rounding and minimum charge apply
+        out[f"window_cost_{cur}"] = _billed(cfg, m["window_s_total"])
     size = (cfg.get("data") or {}).get("dataset_size")
     if size:
         out["projected_epoch_s"] = size / tp
         out[f"projected_epoch_cost_{cur}"] = size / tp / 3600 * per_hour
+        epochs = (cfg.get("goal") or {}).get("projection_epochs")
+        if epochs:
+            out["projected_training_s"] = size * epochs / tp
+            out[f"projected_training_cost_{cur}"] = _billed(cfg, size * epochs / tp)
     return out
 
 
-def derive(measurements: dict, config: dict) -> dict:
+@derived
+def cost_to_target(m: dict, cfg: dict) -> dict:
+    """Train-to-target runs: what reaching the target (and the whole run) cost, billing rules applied.
+
+    `cost_to_target` bills the wall time to target (the machine runs through evaluation and start-up);
+    `train_cost_to_target` bills the training time alone, the figure the studies publish.
+    """
+    if not _platform(cfg).get("price") or "target_reached" not in m:
+        return {}
+    cur = _cur(cfg)
+    out = {
+        f"cost_to_target_{cur}": _billed(cfg, m.get("wall_time_to_target_s")),
+        f"train_cost_to_target_{cur}": _billed(cfg, m.get("train_time_to_target_s")),
+        f"run_cost_{cur}": _billed(cfg, m.get("wall_s_total")),
+    }
+    if _has_amortised(_platform(cfg)):  # rented only for this job: whole months, whole setup fee
+        out[f"cost_to_target_standalone_{cur}"] = _billed(cfg, m.get("wall_time_to_target_s"), standalone=True)
+    return out
+
+
+# (figure for time, figure for cost) pairs, most specific first: a run and its baseline are compared
+# on the first pair both have.
+_NORMALISE_BASES = (
+    ("train_time_to_target_s", "train_cost_to_target"),
+    ("projected_training_s", "projected_training_cost"),
+    ("seconds_per_sample", "per_million_samples"),
+)
+
+
+def normalise(record: dict, baseline: dict) -> dict:
+    """Time and cost of `record` over its `baseline`'s (both {'measurements', 'derived', 'config'}).
+
+    1.0 is the baseline; 0.5 is twice as fast / half the cost. Cost ratios need one currency.
+    """
+    def figures(r):
+        v = {**(r.get("measurements") or {}), **(r.get("derived") or {})}
+        if v.get("throughput_samples_per_s"):
+            v["seconds_per_sample"] = 1.0 / v["throughput_samples_per_s"]
+        return v, _cur(r.get("config") or {})
+
+    mine, cur = figures(record)
+    base, base_cur = figures(baseline)
+    for time_key, cost_stem in _NORMALISE_BASES:
+        if mine.get(time_key) and base.get(time_key):
+            out = {"normalised_basis": time_key, "normalised_time": mine[time_key] / base[time_key],
+                   "baseline_run_id": baseline.get("run_id")}
+            a, b = mine.get(f"{cur}_{cost_stem}"), base.get(f"{base_cur}_{cost_stem}")
+            a = a if a is not None else mine.get(f"{cost_stem}_{cur}")
+            b = b if b is not None else base.get(f"{cost_stem}_{base_cur}")
+            if a is not None and b and cur == base_cur:
+                out["normalised_cost"] = a / b
+            return out
+    return {}
+
+
+def derive(measurements: dict, config: dict, baseline: dict | None = None) -> dict:
+    """Every registered figure; with a baseline record (a dict), also the normalised time and cost."""
     out: dict = {}
     for fn in DERIVED:
         out.update(fn(measurements, config))
+    if baseline:
+        out.update(normalise({"measurements": measurements, "derived": out, "config": config}, baseline))
     return out

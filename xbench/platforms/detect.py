@@ -19,6 +19,7 @@ class HostFacts:
     accelerate: bool = False
     logical_cores: int = 1
     torch_version: str = ""
+    tpu_chips: int = 0  # TPU device files seen (no torch_xla import needed)
 
     @property
     def cuda_count(self) -> int:
@@ -37,7 +38,15 @@ def host_facts() -> HostFacts:
         accelerate=importlib.util.find_spec("accelerate") is not None,
         logical_cores=os.cpu_count() or 1,
         torch_version=torch.__version__,
+        tpu_chips=tpu_chips(),
     )
+
+
+def tpu_chips() -> int:
+    """TPU chips visible on this host: /dev/accel* (v2-v4 VMs) or /dev/vfio/<n> (v5e and newer)."""
+    import glob
+
+    return len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
 
 
 def device_type(platform_device: str, runtime_name: str, facts: HostFacts) -> str:

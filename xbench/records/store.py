@@ -33,6 +33,14 @@ def run_dir(root: str | os.PathLike, run_id: str) -> Path:
     return Path(root) / run_id
 
 
+def find_run(ref: str | os.PathLike, root: str | os.PathLike) -> Path:
+    """The record.json of a run given by folder (or record.json path) or by run id under `root`."""
+    for cand in (Path(ref), Path(ref) / RECORD_FILE, run_dir(root, str(ref)) / RECORD_FILE):
+        if cand.is_file() and cand.name == RECORD_FILE:
+            return cand
+    raise FileNotFoundError(f"no run {str(ref)!r}: not a run folder, nor a run id under {root}")
+
+
 def _json_safe(x):
     """NaN/inf are not JSON: store them as null (and keep JSON strict for every reader)."""
     if isinstance(x, float) and not math.isfinite(x):

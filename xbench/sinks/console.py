@@ -57,6 +57,12 @@ SUMMARY_ROWS = (
     ("MFU", "mfu", ""),
     ("cost", "usd_per_million_samples", "USD per 1M samples"),
     ("loss first / last", ("loss_first", "loss_last"), ""),
+    ("target reached", ("target_reached", "target_status"), ""),
+    ("epochs to target", "epochs_to_target", ""),
+    ("time to target train / wall", ("train_time_to_target_s", "wall_time_to_target_s"), "s"),
+    ("start-up / evaluation", ("startup_s", "eval_time_s"), "s"),
+    ("cost to target train / wall", ("train_cost_to_target_usd", "cost_to_target_usd"), "USD"),
+    ("resumes", "resumes", ""),
 )
 
 

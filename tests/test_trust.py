@@ -1,0 +1,94 @@
+"""Measurement you can trust: sanity gates, energy counters, hardware-vs-platform checks, self-check."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import FAST, records, run_cli
+from xbench import compat
+from xbench.config import XBenchConfig
+from xbench.metrics import energy
+from xbench.metrics.gates import batch_scaling_gate, mfu_gate, record_gates
+from xbench.platforms.detect import HostFacts
+
+
+def test_mfu_gate_thresholds():
+    assert mfu_gate({"mfu": 0.40}) == []
+    assert "above 65%" in mfu_gate({"mfu": 0.70})[0]
+    assert mfu_gate({"mfu": 1.20})[0].startswith("measurement error: MFU 120%")
+    assert mfu_gate({}) == [] and record_gates({}, {"mfu": 2.0})
+
+
+def test_batch_scaling_gate_flags_throughput_that_falls_with_batch():
+    assert batch_scaling_gate([(32, 1000.0), (64, 1900.0), (128, 1950.0)]) == []
+    assert batch_scaling_gate([(64, 1000.0), (32, 980.0)]) == []  # flat within 5%, any order
+    [w] = batch_scaling_gate([(32, 1000.0), (64, 600.0)])
+    assert "fell from 1000 to 600" in w and "from 32 to 64" in w
+
+
+def _rapl(tmp_path, energy_uj, max_uj):
+    for i, (e, m) in enumerate(zip(energy_uj, max_uj)):
+        d = tmp_path / f"intel-rapl:{i}"
+        d.mkdir(exist_ok=True)
+        (d / "energy_uj").write_text(f"{e}\n")
+        (d / "max_energy_range_uj").write_text(f"{m}\n")
+        sub = tmp_path / f"intel-rapl:{i}:0"  # a sub-domain (core): must not be counted twice
+        sub.mkdir(exist_ok=True)
+        (sub / "energy_uj").write_text("5\n")
+
+
+def test_rapl_energy_with_counter_wraparound(tmp_path, monkeypatch):
+    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path)
+    _rapl(tmp_path, [1_000_000, 999_000_000], [1_000_000_000, 1_000_000_000])
+    meter = energy.EnergyMeter("cpu")
+    meter.start()
+    _rapl(tmp_path, [3_500_000, 1_000_000], [1_000_000_000, 1_000_000_000])  # package 1 wrapped
+    out = meter.stop()
+    assert out["energy_source"].startswith("rapl")
+    assert out["energy_j"] == pytest.approx(2.5 + 2.0)
+
+
+def test_energy_unavailable_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(energy, "RAPL_ROOT", tmp_path / "absent")
+    meter = energy.EnergyMeter("cpu")
+    meter.start()
+    assert "no RAPL domains" in meter.stop()["energy_unavailable"]
+    assert "no energy counter" in energy.EnergyMeter("xla").stop()["energy_unavailable"]
+
+
+def _cfg(**groups):
+    cfg = OmegaConf.structured(XBenchConfig)
+    base = {"model": {"name": "cnn_small"}, "data": {"name": "synthetic_cifar10"}, "platform": {"name": "local"},
+            "runtime": {"name": "eager"}, "parallel": {"name": "single"}, "precision": {"name": "fp32"},
+            "logger": {"name": "none"}}
+    for k, v in {**base, **groups}.items():
+        cfg[k] = OmegaConf.merge(cfg[k], v)
+    return OmegaConf.to_object(cfg)
+
+
+def test_tpu_platform_on_a_cpu_machine_is_an_error_before_work():
+    cfg = _cfg(platform={"name": "tpu_v3_8", "device": "xla", "accelerator": "TPU v3"}, runtime={"name": "xla"})
+    reasons = compat.check(cfg, HostFacts(torch_xla=True, logical_cores=2, tpu_chips=0))
+    assert any("expects TPU v3 chips, but this machine has no TPU" in r for r in reasons), reasons
+    assert not [r for r in compat.check(cfg, HostFacts(torch_xla=True, logical_cores=2, tpu_chips=4))
+                if "has no TPU" in r]
+
+
+def test_gpu_platform_without_that_gpu_is_an_error():
+    cfg = _cfg(platform={"name": "h200", "device": "cuda", "accelerator": "H200"})
+    reasons = compat.check(cfg, HostFacts(cuda_devices=["NVIDIA A100-SXM4-80GB"], logical_cores=2))
+    assert any("expects accelerator 'H200'" in r and "A100" in r for r in reasons), reasons
+    assert not compat.check(cfg, HostFacts(cuda_devices=["NVIDIA H200"], logical_cores=2))
+
+
+@pytest.mark.slow
+def test_self_check_measures_two_batch_sizes_and_energy_is_accounted_for(store):
+    p = run_cli(*FAST, "bench.self_check=true", "data.batch_size=16", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    m = rec["measurements"]
+    assert m["self_check_batch_sizes"] == [8, 16]
+    assert len(m["self_check_throughput_samples_per_s"]) == 2 and min(m["self_check_throughput_samples_per_s"]) > 0
+    assert ("energy_j" in m) != ("energy_unavailable" in m)  # either measured or the reason why not
+    assert m["peak_host_rss_gib"] > 0.1

@@ -1,0 +1,110 @@
+"""`python -m xbench.cost STORE --platform NAME [--price ...]`: recompute the cost figures of stored records
+under another platform's price, without rerunning anything and without importing torch.
+
+The measurements stay as they were (throughput, time to target); only the price changes, so this answers
+"what would these runs have cost on X" when X's speed is the measured one: use it to re-price a run on
+the same hardware under another pricing model (spot, reserved, another provider), or to refresh prices.
+
+  python -m xbench.cost results --platform aws_p3_8xlarge_reserved_1y
+  python -m xbench.cost results --platform gce_k80 --price gpu=0.35 --price host_vm=0.0475
+  python -m xbench.cost results --platform tpu_v2_8 --baseline <run id> --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from xbench.metrics.derived import derive
+from xbench.records.store import find_run, load_records, read_record
+
+CONF = Path(__file__).resolve().parent / "conf"
+if not CONF.is_dir():  # editable install: the checkout's top-level conf/
+    CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def load_platform(name: str) -> dict:
+    """conf/platform/NAME.yaml (or a path to a YAML) merged onto the schema, as a plain dict."""
+    from xbench.config import PlatformConfig
+
+    path = Path(name) if name.endswith(".yaml") else CONF / "platform" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (CONF / "platform").glob("*.yaml"))
+        raise SystemExit(f"xbench.cost: no platform {name!r}; known: {', '.join(known)}")
+    merged = OmegaConf.merge(OmegaConf.structured(PlatformConfig), OmegaConf.load(path))
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def apply_prices(platform: dict, overrides: list[str]) -> dict:
+    """`--price 2.5` sets the only usage component's amount; `--price NAME=2.5` the named one."""
+    comps = platform.get("price") or []
+    for o in overrides:
+        name, _, value = o.rpartition("=")
+        targets = [c for c in comps if c.get("name") == name] if name else \
+            [c for c in comps if c.get("kind", "usage") == "usage"]
+        if not targets:
+            raise SystemExit(f"xbench.cost: --price {o!r}: platform {platform.get('name')!r} has components "
+                             f"{[c.get('name') for c in comps]}")
+        if not name and len(targets) > 1:
+            raise SystemExit(f"xbench.cost: --price {o!r} is ambiguous: name the component "
+                             f"({', '.join(c.get('name') for c in targets)}=AMOUNT)")
+        for c in targets:
+            c["amount"] = float(value)
+    return platform
+
+
+def reprice(record: dict, platform: dict, baseline: dict | None = None) -> dict:
+    """The record's derived figures recomputed with `platform` in place of its own."""
+    config = {**record["config"], "platform": platform}
+    return derive(record["measurements"], config, baseline=baseline)
+
+
+SHOWN = ("throughput_samples_per_s", "epochs_to_target", "train_time_to_target_s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m xbench.cost", description=__doc__.split("\n\n")[0])
+    ap.add_argument("store", help="a results folder (or one run folder)")
+    ap.add_argument("--platform", required=True, help="conf/platform name, or a path to a platform YAML")
+    ap.add_argument("--price", action="append", default=[], metavar="[COMPONENT=]AMOUNT",
+                    help="override a price component's amount (repeatable)")
+    ap.add_argument("--baseline", help="run id or folder: add time and cost normalised against it")
+    ap.add_argument("--json", action="store_true", help="one JSON object per record instead of a table")
+    a = ap.parse_args(argv)
+    platform = apply_prices(load_platform(a.platform), a.price)
+    baseline = None
+    if a.baseline:
+        base = read_record(find_run(a.baseline, a.store)).to_dict()
+        baseline = {**base, "derived": reprice(base, platform)}
+    rows = []
+    for rec in load_records(a.store):
+        if rec.status != "ok":
+            continue
+        r = rec.to_dict()
+        rows.append({"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
+                     **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, baseline)})
+    if a.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    if not rows:
+        print(f"xbench.cost: no ok records under {a.store}", file=sys.stderr)
+        return 1
+    cur = (platform.get("price") or [{}])[0].get("currency", "USD").lower()
+    cols = ["run_id", "throughput_samples_per_s", f"{cur}_per_hour", f"{cur}_per_million_samples",
+            f"window_cost_{cur}", "epochs_to_target", "train_time_to_target_s", f"train_cost_to_target_{cur}",
+            f"cost_to_target_{cur}", "normalised_time", "normalised_cost"]
+    cols = [c for c in cols if any(row.get(c) is not None for row in rows)]
+    print(f"priced as {platform['name']} ({platform.get('price_source')}, as of {platform.get('price_as_of')})")
+    print("\t".join(cols))
+    for row in rows:
+        print("\t".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in (row.get(c) for c in cols)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
