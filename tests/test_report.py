@@ -19,7 +19,10 @@ from xbench.report.fake import fake_record
 from xbench.report.frame import apply_filters, load, parse_query
 from xbench.report.tables import TABLES, Context, build_tables
 
-CURVE = {"eval_accuracy": [0.5, 0.7, 0.8], "train_time_s": [30.0, 60.0, 100.0], "epoch": [1, 2, 3]}
+# A curve as xbench/bench/target.py writes it: the goal metric's name, training time, epoch.
+CURVE = {"top1": [0.5, 0.7, 0.8], "train_time_s": [30.0, 60.0, 100.0], "epoch": [1, 2, 3]}
+TARGET = {"goal_metric": "top1", "goal_target": 0.75, "target_reached": True, "target_status": "reached",
+          "epochs_to_target": 3}
 
 
 def write_fixture_store(root) -> Path:
@@ -53,12 +56,10 @@ def write_fixture_store(root) -> Path:
         # Train to target with a curve.
         R("g-cpu", throughput=500, model="resnet18", platform="cpu", usd_per_hour=0.5, mode="train_to_target",
           experiment="fx_target", series=CURVE,
-          measurements={"time_to_target_s": 100.0, "epochs_to_target": 3, "cost_to_target_usd": 0.0139,
-                        "target_accuracy": 0.75}),
+          measurements={**TARGET, "train_time_to_target_s": 100.0, "wall_time_to_target_s": 110.0}),
         R("g-gpu", throughput=3000, model="resnet18", platform="gpu", usd_per_hour=2.0, mode="train_to_target",
           experiment="fx_target", series={**CURVE, "train_time_s": [5.0, 10.0, 20.0]},
-          measurements={"time_to_target_s": 20.0, "epochs_to_target": 3, "cost_to_target_usd": 0.0111,
-                        "target_accuracy": 0.75}),
+          measurements={**TARGET, "train_time_to_target_s": 20.0, "wall_time_to_target_s": 24.0}),
         # Runs that did not finish ok, and a noisy one.
         R("f-config", status="failed", reason="config: tf32 needs a CUDA GPU", platform="cpu", experiment="fx_fail"),
         R("f-oom", status="oom", reason="OutOfMemoryError: CUDA out of memory", platform="gpu", batch_size=4096,
@@ -164,16 +165,28 @@ def test_baseline_normalised_time_and_cost(fixture_store):
     assert one["cost relative to baseline [x]"] == pytest.approx((0.4 / 300) / (0.9 / 2400))
     assert _row(b, platform="k80")["time relative to baseline [x]"] == pytest.approx(1.0)
     assert _row(b, platform="k80")["baseline"] == "<- baseline"
+    assert one["compared on"] == "time per sample"
 
 
 def test_to_target_only_when_present(fixture_store):
     t, skipped = _tables(fixture_store, ["experiment=fx_target"])
     g = t["to_target"]
-    assert _row(g, platform="gpu")["time to target [s]"] == 20.0
-    assert _row(g, platform="cpu")["cost to target [USD]"] == pytest.approx(0.0139)
-    assert _row(g, platform="cpu")["epochs to target"] == 3
+    assert _row(g, platform="gpu")["training time to target [s]"] == 20.0
+    assert _row(g, platform="gpu")["wall time to target [s]"] == 24.0
+    cpu = _row(g, platform="cpu")
+    rec = json.loads((fixture_store / "g-cpu" / "record.json").read_text())
+    assert rec["derived"]["train_cost_to_target_usd"] > 0  # billed by metrics.derived from 100 s at $0.5/h
+    assert cpu["training cost to target [USD]"] == pytest.approx(rec["derived"]["train_cost_to_target_usd"])
+    assert cpu["epochs to target"] == 3 and cpu["target"] == 0.75 and cpu["target status"] == "reached"
     t, skipped = _tables(fixture_store, ["experiment=fx_batch"])
-    assert "to_target" not in t and "time_to_target_s" in skipped["to_target"]
+    assert "to_target" not in t and "train_time_to_target_s" in skipped["to_target"]
+
+
+def test_baseline_uses_time_to_target_when_both_have_it(fixture_store):
+    t, _ = _tables(fixture_store, ["experiment=fx_target"], baseline="platform=gpu")
+    cpu = _row(t["baseline"], platform="cpu")
+    assert cpu["time relative to baseline [x]"] == pytest.approx(100.0 / 20.0)
+    assert cpu["compared on"] == "training to target"
 
 
 def test_failed_runs_and_noisy_are_shown_not_dropped(fixture_store):

@@ -27,11 +27,12 @@ GROUP_KEYS = ("experiment", "model", "data", "platform", "runtime", "precision",
               "batch_size_per_device", "global_batch_size", "devices", "threads")
 WORKLOAD_KEYS = ("model", "data")
 
-# Where a train-to-target curve may live in record.series (first name present wins).
-CURVE_METRIC_KEYS = ("eval_accuracy", "accuracy", "top1", "eval_top1", "eval_metric")
+# Where a train-to-target curve lives in record.series: the goal's metric (measurement `goal_metric`,
+# see xbench/bench/target.py), else the first of these names present.
+CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "eval_accuracy")
 CURVE_TIME_KEYS = ("train_time_s", "elapsed_s", "time_s")
 CURVE_EPOCH_KEYS = ("epoch", "epochs")
-TARGET_KEYS = ("target_accuracy", "target_value", "target")
+TARGET_KEYS = ("goal_target", "target_accuracy")
 
 
 @dataclass
@@ -52,7 +53,8 @@ def _scalar(v) -> bool:
 def _curve(rec: RunRecord) -> list[dict] | None:
     """Evaluation points (time, epoch, metric) from the record's series, when it has any."""
     s = rec.series or {}
-    mk = next((k for k in CURVE_METRIC_KEYS if isinstance(s.get(k), list)), None)
+    goal = (rec.measurements or {}).get("goal_metric")
+    mk = next((k for k in (goal, *CURVE_METRIC_KEYS) if k and isinstance(s.get(k), list)), None)
     if mk is None:
         return None
     tk = next((k for k in CURVE_TIME_KEYS if isinstance(s.get(k), list)), None)

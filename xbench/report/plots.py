@@ -217,17 +217,19 @@ def samples_per_dollar(rows: Rows, ctx: Context):
 
 @plot("cost_to_target")
 def cost_to_target(rows: Rows, ctx: Context):
-    if not rows.ok("cost_to_target_usd"):
-        raise NoData("no ok record has cost_to_target_usd")
+    col = next((c for c in ("train_cost_to_target_usd", "cost_to_target_usd") if rows.ok(c)), None)
+    if col is None:
+        raise NoData("no ok record has train_cost_to_target_usd / cost_to_target_usd")
     hue = "pricing_model" if len(set(rows.col("pricing_model"))) > 1 else None
-    return _bar_plot(rows, "cost_to_target_usd", hue, "Cost to reach the quality target", "cost to target [USD]")
+    what = "training time only" if col.startswith("train_") else "wall time, incl. evaluation"
+    return _bar_plot(rows, col, hue, f"Cost to reach the quality target ({what})", "cost to target [USD]")
 
 
 def _accuracy(rows: Rows, x: str, xlabel: str, title: str):
     rows = Rows(r for r in rows if r.get("curve") and any(p.get(x) is not None for p in r["curve"]))
     if not rows:
         series = "train_time_s" if x == "time_s" else x
-        raise NoData(f"no record has an evaluation curve (series eval_accuracy with {series})")
+        raise NoData(f"no record has an evaluation curve (series of the goal metric with {series})")
     names = label_keys(rows)
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(rows, names)}))
     wl = workloads(rows)

@@ -20,14 +20,19 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from xbench.metrics.derived import normalise
 from xbench.metrics.scaling import scaling_efficiency
 from xbench.report.frame import GROUP_KEYS, WORKLOAD_KEYS, check_keys, parse_query
 
 TP = "throughput_samples_per_s"
 # Optional train-to-target figures (another part of xbench writes them; shown only when present).
-TO_TARGET = (("time_to_target_s", "time to target [s]"), ("epochs_to_target", "epochs to target"),
-             ("samples_to_target", "samples to target"), ("cost_to_target_usd", "cost to target [USD]"),
-             ("wall_time_to_target_s", "wall time to target [s]"))
+# Names as xbench/bench/target.py and metrics/derived.py write them; `train_*` exclude evaluation and
+# start-up (the studies' figure), `wall_*` / `cost_to_target_*` include them.
+TO_TARGET = (("target_status", "target status"), ("train_time_to_target_s", "training time to target [s]"),
+             ("wall_time_to_target_s", "wall time to target [s]"), ("time_to_target_s", "time to target [s]"),
+             ("epochs_to_target", "epochs to target"), ("samples_to_target", "samples to target"),
+             ("train_cost_to_target_usd", "training cost to target [USD]"),
+             ("cost_to_target_usd", "wall cost to target [USD]"), ("metric_final", "final metric"))
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing"}
 
@@ -280,17 +285,18 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
 @table("to_target")
 def to_target_table(rows: Rows, ctx: Context) -> Table:
     cols = [(c, label) for c, label in TO_TARGET if rows.has(c)]
-    if not cols:
-        raise NoData("no train-to-target figures (time_to_target_s, epochs_to_target, cost_to_target_usd) "
-                     "in these records")
+    if not any(c != "target_status" for c, _ in cols):
+        raise NoData("no train-to-target figures (train_time_to_target_s, epochs_to_target, "
+                     "train_cost_to_target_usd) in these records")
     sub_rows = Rows(r for r in rows if any(r.get(c) is not None for c, _ in cols)
                     or r.get("bench_mode") == "train_to_target")
     show = varying_keys(sub_rows) or ["platform"]
     out = []
     for keys, sub in groups(sub_rows):
         row = {**_key_cols(keys, show), "runs": len(sub), "status": status_text(sub.col("status")),
-               "target": sub.median("target")}
-        row.update({label: sub.median(c) for c, label in cols})
+               "metric": _join_unique(sub.col("goal_metric")), "target": sub.median("target")}
+        for c, label in cols:
+            row[label] = _join_unique(sub.col(c)) if c == "target_status" else sub.median(c)
         row["reason"] = reasons(sub)
         out.append(row)
     return Table("to_target", "Time, epochs and cost to the quality target (median over runs)", _frame(out),
@@ -386,12 +392,23 @@ def _matches(r: dict, query: dict[str, list[str]]) -> bool:
     return all(_text(r.get(k)) in vals or (r.get(k) is None and "none" in vals) for k, vals in query.items())
 
 
+def _as_record(rows: Rows, cur: str | None) -> dict:
+    """A configuration's medians in the shape metrics.derived.normalise reads."""
+    cols = ("throughput_samples_per_s", "train_time_to_target_s", "projected_training_s")
+    if cur:
+        cols += (f"{cur}_per_million_samples", f"train_cost_to_target_{cur}", f"projected_training_cost_{cur}")
+    vals = {c: rows.median(c) for c in cols}
+    price = [{"currency": cur.upper()}] if cur else []
+    return {"measurements": vals, "derived": {}, "config": {"platform": {"price": price}}}
+
+
 def normalised_rows(rows: Rows, ctx: Context) -> pd.DataFrame:
     """Time and cost of each configuration relative to the baseline's, per workload (model, data).
 
-    Time is for the same work: the baseline's throughput over this one's (or time to target when
-    both have it); cost likewise from cost per million samples (or cost to target). The baseline row
-    of a workload is the one with the same global batch when there is one, else its fastest.
+    The ratio is metrics.derived.normalise over the medians: training time and cost to target when
+    both have them, else projected training, else time and cost per sample (the same work). The
+    baseline of a workload is its configuration with the same global batch when there is one, else
+    its fastest.
     """
     if not ctx.baseline:
         raise NoData("no --baseline given (e.g. --baseline platform=cpu)")
@@ -401,26 +418,18 @@ def normalised_rows(rows: Rows, ctx: Context) -> pd.DataFrame:
     if not any(_matches(r, ctx.baseline) for r in ok):
         raise NoData(f"no ok run matches the baseline {ctx.baseline_text!r}")
     cur = currency(rows)
-    cost_col = f"{cur}_per_million_samples" if cur else None
     out = []
     for _, wsub in groups(ok, WORKLOAD_KEYS):
         base = Rows(r for r in wsub if _matches(r, ctx.baseline))
         if not base:
             continue
-        by_batch = {k["global_batch_size"]: g for k, g in groups(base, ["global_batch_size"])}
-        fastest = Rows([max(base, key=lambda r: r[TP])])
+        by_batch = {k["global_batch_size"]: _as_record(g, cur) for k, g in groups(base, ["global_batch_size"])}
+        fastest = _as_record(Rows([max(base, key=lambda r: r[TP])]), cur)
         for keys, sub in groups(wsub):
-            b = by_batch.get(keys["global_batch_size"]) or fastest
-            tp, btp = sub.median(TP), b.median(TP)
-            row = {**keys, "throughput": tp, "time_rel": btp / tp if tp else None, "cost_rel": None,
-                   "is_baseline": all(_matches(r, ctx.baseline) for r in sub)}
-            if sub.has("time_to_target_s") and b.has("time_to_target_s"):
-                row["time_rel"] = sub.median("time_to_target_s") / b.median("time_to_target_s")
-            if cost_col and sub.has(cost_col) and b.has(cost_col):
-                row["cost_rel"] = sub.median(cost_col) / b.median(cost_col)
-            if sub.has("cost_to_target_usd") and b.has("cost_to_target_usd"):
-                row["cost_rel"] = sub.median("cost_to_target_usd") / b.median("cost_to_target_usd")
-            out.append(row)
+            n = normalise(_as_record(sub, cur), by_batch.get(keys["global_batch_size"]) or fastest)
+            out.append({**keys, "throughput": sub.median(TP), "time_rel": n.get("normalised_time"),
+                        "cost_rel": n.get("normalised_cost"), "basis": n.get("normalised_basis"),
+                        "is_baseline": all(_matches(r, ctx.baseline) for r in sub)})
     if not out:
         raise NoData(f"no workload has both the baseline {ctx.baseline_text!r} and other runs")
     return pd.DataFrame(out)
@@ -437,6 +446,9 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
         "throughput median [samples/s]": n["throughput"],
         "time relative to baseline [x]": n["time_rel"],
         "cost relative to baseline [x]": n["cost_rel"],
+        "compared on": n["basis"].map({"train_time_to_target_s": "training to target",
+                                       "projected_training_s": "projected training",
+                                       "seconds_per_sample": "time per sample"}),
     }).dropna(axis=1, how="all")
     return Table("baseline", f"Time and cost normalised to the baseline ({ctx.baseline_text})", out,
                  note=constant_caption(nrows) + " Below 1 is faster / cheaper than the baseline for the same work.")
