@@ -244,7 +244,8 @@ def _accuracy(rows: Rows, x: str, xlabel: str, title: str):
                         alpha=0.9, label=lab if i == 0 else None)
         for t in sorted(set(sub.nums("target"))):
             ax.axhline(t, color="black", ls="--", lw=1, label=f"target {t:g}")
-        ax.set(title=wtitle, xlabel=xlabel, ylabel="evaluation accuracy")
+        metric = " / ".join(sorted({str(m) for m in sub.col("goal_metric") if m})) or "accuracy"
+        ax.set(title=wtitle, xlabel=xlabel, ylabel=f"evaluation {metric}")
     fig.suptitle(title)
     legend_outside(fig, [c[0] for c in cells])
     fig.tight_layout()

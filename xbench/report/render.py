@@ -49,7 +49,9 @@ def fmt(v) -> str:
     if isinstance(v, bool):
         return "yes" if v else ""
     if isinstance(v, float):
-        if v.is_integer() and abs(v) < 1e15:
+        if abs(v) >= 1000:  # 23,640 reads better than 2.364e+04
+            return f"{v:,.0f}"
+        if v.is_integer():
             return str(int(v))
         return f"{v:.4g}"
     return str(v)
