@@ -178,6 +178,17 @@ def _bars(ax, cats: list[str], hues: list[str], value: dict, styles: dict) -> No
     ax.margins(y=0.15)
 
 
+def _hbars(ax, cats: list[str], vals: list, color: str = "tab:blue") -> None:
+    """Horizontal bars, one per category (long labels stay readable), values at the bar ends."""
+    ys = list(range(len(cats)))
+    bars = ax.barh(ys, [v or 0 for v in vals], color=color, height=0.7)
+    ax.bar_label(bars, labels=[nice(v) for v in vals], fontsize=7, padding=2)
+    ax.set_yticks(ys)
+    ax.set_yticklabels(cats)
+    ax.set_ylim(len(cats) - 0.5, -0.5)  # first category on top
+    ax.margins(x=0.2)
+
+
 def _bar_plot(rows: Rows, col: str, hue_key: str | None, title: str, ylabel: str, best: bool = False):
     """Bars of `col` per configuration (median over runs; with best=True the best batch size's)."""
     ok = rows.ok(col)
@@ -303,7 +314,9 @@ def normalised(rows: Rows, ctx: Context):
     panels = [("time_rel", "time relative to baseline [x]")] + (
         [("cost_rel", "cost relative to baseline [x]")] if n.has("cost_rel") else [])
     styles = _styles_for(sorted({label(k, names) for k, _ in groups(n, names)}))
-    fig, cells = facets(len(wl), rows_per=len(panels), h=3.0)
+    ncats = max(len(groups(sub, names)) for _, sub in wl)
+    h = 3.0 if by_threads else max(2.0, 0.35 * ncats + 1.0)
+    fig, cells = facets(len(wl), rows_per=len(panels), h=h, w=4.6 if by_threads else 5.5)
     for (wtitle, sub), axes in zip(wl, cells):
         for ax, (col, ylabel) in zip(axes, panels):
             if by_threads:
@@ -317,14 +330,15 @@ def normalised(rows: Rows, ctx: Context):
                     ax.plot([r["threads"] for r in g], [r[col] for r in g], marker=marker, color=color, label=lab)
                 _integer_ticks(ax, sub.nums("threads"))
                 ax.set_xlabel("threads")
-            else:
+                ax.axhline(1.0, color="black", ls="--", lw=1, label=f"baseline ({ctx.baseline_text})")
+                ax.set(ylabel=ylabel)
+                ax.set_ylim(bottom=0)
+            else:  # one bar per configuration, the baseline's line at 1
                 found = groups(sub, names)
-                cats = [label(k, names) for k, _ in found]
-                vals = {(label(k, names), "v"): g.median(col) for k, g in found}
-                _bars(ax, cats, ["v"], vals, {"v": ("tab:blue", "o")})
-            ax.axhline(1.0, color="black", ls="--", lw=1, label=f"baseline ({ctx.baseline_text})")
-            ax.set(ylabel=ylabel)
-            ax.set_ylim(bottom=0)
+                _hbars(ax, [label(k, names) for k, _ in found], [g.median(col) for _, g in found])
+                ax.axvline(1.0, color="black", ls="--", lw=1, label=f"baseline ({ctx.baseline_text})")
+                ax.set(xlabel=ylabel)
+                ax.set_xlim(left=0)
         axes[0].set_title(wtitle)
     fig.suptitle(f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})")
     legend_outside(fig, [a for c in cells for a in c])
@@ -350,16 +364,11 @@ def overhead(rows: Rows, ctx: Context):
                              squeeze=False, sharey=True)
     for ax, (col, xlabel) in zip(axes[0], panels):
         vals = [g.median(col) for _, g in found]
-        bars = ax.barh(range(len(cats)), [v or 0 for v in vals], color="tab:blue", height=0.7)
-        ax.bar_label(bars, labels=[nice(v) for v in vals], fontsize=7, padding=2)
+        _hbars(ax, cats, vals)
         got = [v for v in vals if v]
         if got and max(got) / min(got) > 100:
             ax.set_xscale("log")
         ax.set(xlabel=xlabel, title=xlabel.split(" [")[0])
-        ax.margins(x=0.2)
-    axes[0][0].set_yticks(range(len(cats)))
-    axes[0][0].set_yticklabels(cats)
-    axes[0][0].invert_yaxis()
     fig.suptitle("Framework overhead per runtime (median over runs; n/a: not measured, e.g. eager never compiles)")
     fig.tight_layout()
     return fig
