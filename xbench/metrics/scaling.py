@@ -7,7 +7,8 @@ device type. The 1-device throughput comes from a `single` run when there is one
 
 `relative_to_baseline` normalises time and cost of every record to one baseline record chosen by a
 selector (config paths -> values, as in `baseline_query:` of an experiment), as in "CPU time and cost
-relative to the GPU instance".
+relative to the GPU instance". `efficiency_by_devices` is the same figure over a plain
+{devices: throughput} mapping (the report's tables use it after grouping rows themselves).
 """
 
 from __future__ import annotations
@@ -123,3 +124,25 @@ def relative_to_baseline(records, selector: dict) -> list[dict]:
             "cost_ratio": cost / b_cost if cost and b_cost else None,
         })
     return rows
+
+
+def efficiency_by_devices(throughput_by_devices: dict[int, float], reference: int | None = None) -> dict[int, dict]:
+    """devices -> {speedup, efficiency, ideal_samples_per_s}, relative to the `reference` device count
+    (default: 1 if present, else the smallest count). Points with no positive throughput are left out.
+    """
+    points = {int(n): float(t) for n, t in throughput_by_devices.items() if n and t and t > 0}
+    if not points:
+        return {}
+    n0 = reference if reference is not None else (1 if 1 in points else min(points))
+    if n0 not in points:
+        raise ValueError(f"no throughput at the reference device count {n0}; have {sorted(points)}")
+    per_device0 = points[n0] / n0
+    return {
+        n: {
+            "speedup": t / points[n0],
+            "efficiency": (t / n) / per_device0,
+            "ideal_samples_per_s": per_device0 * n,
+            "reference_devices": n0,
+        }
+        for n, t in sorted(points.items())
+    }

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import secrets
+import sys
 import tempfile
 import time
 import warnings
@@ -85,15 +86,22 @@ def iter_record_paths(root: str | os.PathLike) -> Iterator[Path]:
     yield from sorted(root.glob(f"*/{RECORD_FILE}"))
 
 
-def load_records(*roots: str | os.PathLike, on_error: str = "warn") -> list[RunRecord]:
-    """Every readable record under the roots; unreadable ones are skipped with a warning naming them."""
+def load_records(*roots: str | os.PathLike, on_error: str = "warn", progress: bool = False) -> list[RunRecord]:
+    """Every readable record under the roots; unreadable ones are skipped with a warning naming them.
+
+    progress=True shows a bar on stderr when there are many files (the report loads thousands).
+    """
     out = []
-    for root in roots:
-        for path in iter_record_paths(root):
-            try:
-                out.append(read_record(path))
-            except (OSError, ValueError, TypeError) as e:
-                if on_error == "raise":
-                    raise
-                warnings.warn(f"skipping unreadable record {path}: {e}", stacklevel=2)
+    paths = [p for root in roots for p in iter_record_paths(root)]
+    if progress and len(paths) > 200:
+        from tqdm import tqdm
+
+        paths = tqdm(paths, desc="loading records", unit="record", mininterval=0.5, file=sys.stderr)
+    for path in paths:
+        try:
+            out.append(read_record(path))
+        except (OSError, ValueError, TypeError) as e:
+            if on_error == "raise":
+                raise
+            warnings.warn(f"skipping unreadable record {path}: {e}", stacklevel=2)
     return out

@@ -1,0 +1,193 @@
+"""Records -> one tidy table (one row per run), plus the filter and baseline queries over it.
+
+Columns: who the run is (run_id, experiment, status, reason), what it ran (model, data, platform,
+runtime, precision, parallel, batch sizes, devices, threads, pricing model), every scalar measurement
+and derived figure under its own unit-suffixed name, and the record's warnings joined into one
+string. Per-step and per-epoch curves stay in a list-valued `curve` column (not written to CSV).
+No torch here: the report runs on a laptop that has only the results folder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from xbench.records.record import RunRecord
+from xbench.records.store import load_records
+
+# The identity of a run's configuration, in the order tables show them.
+CONFIG_COLUMNS = ("experiment", "model", "data", "platform", "runtime", "precision", "parallel",
+                  "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
+# Runs that repeat one configuration are grouped on these (repeats give a median and a spread).
+GROUP_KEYS = ("experiment", "model", "data", "platform", "runtime", "precision", "parallel", "pricing_model",
+              "batch_size_per_device", "global_batch_size", "devices", "threads")
+WORKLOAD_KEYS = ("model", "data")
+
+# Where a train-to-target curve lives in record.series: the goal's metric (measurement `goal_metric`,
+# see xbench/bench/target.py), else the first of these names present.
+CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "eval_accuracy")
+CURVE_TIME_KEYS = ("train_time_s", "elapsed_s", "time_s")
+CURVE_EPOCH_KEYS = ("epoch", "epochs")
+TARGET_KEYS = ("goal_target", "target_accuracy")
+
+
+@dataclass
+class Loaded:
+    frame: pd.DataFrame
+    skipped: list[str] = field(default_factory=list)  # warnings naming unreadable record files
+    n_files: int = 0
+
+
+def _name(section) -> str | None:
+    return section.get("name") if isinstance(section, dict) else None
+
+
+def _scalar(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def _curve(rec: RunRecord) -> list[dict] | None:
+    """Evaluation points (time, epoch, metric) from the record's series, when it has any."""
+    s = rec.series or {}
+    goal = (rec.measurements or {}).get("goal_metric")
+    mk = next((k for k in (goal, *CURVE_METRIC_KEYS) if k and isinstance(s.get(k), list)), None)
+    if mk is None:
+        return None
+    tk = next((k for k in CURVE_TIME_KEYS if isinstance(s.get(k), list)), None)
+    ek = next((k for k in CURVE_EPOCH_KEYS if isinstance(s.get(k), list)), None)
+    out = []
+    for i, v in enumerate(s[mk]):
+        if v is None:
+            continue
+        out.append({"metric": v, "time_s": s[tk][i] if tk else None, "epoch": s[ek][i] if ek else None})
+    return out or None
+
+
+def _target(rec: RunRecord):
+    goal = rec.config.get("goal") or {}
+    for src in (rec.measurements, rec.derived):
+        for k in TARGET_KEYS:
+            if isinstance(src.get(k), (int, float)):
+                return src[k]
+    return goal.get("target") if isinstance(goal.get("target"), (int, float)) else None
+
+
+def flatten(rec: RunRecord) -> dict:
+    """One tidy row for one record."""
+    c, m = rec.config or {}, rec.measurements or {}
+    data, platform, bench = c.get("data") or {}, c.get("platform") or {}, c.get("bench") or {}
+    row = {
+        "run_id": rec.run_id,
+        "experiment": rec.experiment or c.get("experiment"),
+        "status": rec.status,
+        "reason": rec.reason,
+        "created_at": rec.created_at,
+        "model": _name(c.get("model")),
+        "data": _name(data),
+        "platform": _name(platform),
+        "runtime": _name(c.get("runtime")),
+        "precision": _name(c.get("precision")),
+        "parallel": _name(c.get("parallel")),
+        "pricing_model": platform.get("pricing_model") if platform.get("price") else None,  # unpriced: none
+        "accelerator": platform.get("accelerator"),
+        "bench_mode": bench.get("mode"),
+        "batch_size_per_device": data.get("batch_size"),
+        "threads": m.get("threads_intra", bench.get("threads")),
+        "cpu_model": ((rec.env or {}).get("cpu") or {}).get("model"),
+        "hostname": (rec.env or {}).get("hostname"),
+    }
+    for src in (m, rec.derived or {}):
+        for k, v in src.items():
+            if _scalar(v) and k not in row:
+                row[k] = v
+    # Runs that stopped early still say how big they were meant to be.
+    world = (c.get("parallel") or {}).get("world_size") or 1
+    row.setdefault("devices", world)
+    if row.get("devices") is None:
+        row["devices"] = world
+    if row.get("global_batch_size") is None and isinstance(data.get("batch_size"), int):
+        row["global_batch_size"] = data["batch_size"] * (row["devices"] or 1)
+    ci = m.get("throughput_ci95_samples_per_s")
+    if isinstance(ci, list) and len(ci) == 2:
+        row["throughput_ci95_low_samples_per_s"], row["throughput_ci95_high_samples_per_s"] = ci
+    row["warnings"] = "; ".join(rec.warnings or []) or None
+    row["n_warnings"] = len(rec.warnings or [])
+    row["noisy"] = bool(m.get("noisy"))
+    row["curve"] = _curve(rec)
+    row["target"] = _target(rec)
+    return row
+
+
+def to_frame(records: list[RunRecord]) -> pd.DataFrame:
+    rows = [flatten(r) for r in records]
+    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", *CONFIG_COLUMNS, "status"])
+    for col in GROUP_KEYS:
+        if col not in df:
+            df[col] = None
+    return df
+
+
+def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
+    """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`."""
+    missing = [str(s) for s in stores if not os.path.exists(s)]
+    if missing:
+        raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
+                                "e.g. results/)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = load_records(*stores, progress=progress)
+    skipped = [str(w.message) for w in caught if "unreadable record" in str(w.message)]
+    for w in caught:
+        if "unreadable record" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return Loaded(frame=to_frame(records), skipped=skipped, n_files=len(records) + len(skipped))
+
+
+def parse_query(text: str) -> dict[str, list[str]]:
+    """`key=value[,value]` (alternatives) -> {key: [values]}; several keys joined by `&`."""
+    out: dict[str, list[str]] = {}
+    for part in text.split("&"):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"query {text!r}: expected key=value (e.g. platform=cpu), got {part!r}")
+        key, value = part.split("=", 1)
+        out.setdefault(key.strip(), []).extend(v.strip() for v in value.split(","))
+    return out
+
+
+def _as_text(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "none"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def check_keys(query: dict[str, list[str]], columns) -> None:
+    """A clear error for a query key that names no column (a typo), listing the usual ones."""
+    for key in query:
+        if key not in columns:
+            allowed = ", ".join(c for c in (*CONFIG_COLUMNS, "status", "run_id", "bench_mode") if c in columns)
+            raise ValueError(f"unknown column {key!r} in a filter or baseline query; use one of: {allowed} "
+                             "(or any measurement name)")
+
+
+def select(df: pd.DataFrame, query: dict[str, list[str]]) -> pd.Series:
+    """Boolean mask of the rows matching every key (any of its values), compared as text."""
+    check_keys(query, df.columns)
+    mask = pd.Series(True, index=df.index)
+    for key, values in query.items():
+        mask &= df[key].map(_as_text).isin(values)
+    return mask
+
+
+def apply_filters(df: pd.DataFrame, filters: list[str]) -> pd.DataFrame:
+    for f in filters:
+        df = df[select(df, parse_query(f))]
+    return df

@@ -1,0 +1,155 @@
+"""Write the report: one self-contained HTML file (plots embedded as base64 PNG), a markdown
+summary and one CSV per table (plus the whole tidy table), all into one output folder."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from xbench.report.tables import Table
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1400px;
+ padding:0 1em;color:#222}
+h1{margin-bottom:.2em} h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+.meta{color:#555;font-size:.9em} .note{color:#555;font-size:.85em;margin:.3em 0 .8em}
+.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.4em .8em;margin:.5em 0;font-size:.9em}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:.82em;margin:.4em 0}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f3f5f8;position:sticky;top:0} td.text{text-align:left}
+td.long{white-space:normal;min-width:18em;max-width:40em;text-align:left}
+tr.bad td{background:#fdecea} tr.noisy td{background:#fffbe6}
+img{max-width:100%;border:1px solid #eee;margin:.3em 0} figure{margin:1em 0}
+figcaption{font-size:.85em;color:#555} nav a{margin-right:1em}
+"""
+LONG_COLUMNS = ("reason", "warnings")
+
+
+@dataclass
+class Report:
+    title: str
+    meta: list[str]
+    tables: list[Table]
+    skipped_tables: dict[str, str]
+    plots: dict[str, tuple[Path, Path]]
+    skipped_plots: dict[str, str]
+    skipped_records: list[str] = field(default_factory=list)
+
+
+def fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else ""
+    if isinstance(v, float):
+        if abs(v) >= 1000:  # 23,640 reads better than 2.364e+04
+            return f"{v:,.0f}"
+        if v.is_integer():
+            return str(int(v))
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _row_class(row: pd.Series) -> str:
+    status = str(row.get("status", "ok"))
+    if status and not status.startswith("ok"):
+        return "bad"
+    return "noisy" if row.get("noisy") in ("NOISY", True) else ""
+
+
+def html_table(t: Table) -> str:
+    df = t.frame.head(t.max_rows_shown)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = []
+    for _, row in df.iterrows():
+        cells = []
+        for c in df.columns:
+            v = row[c]
+            cls = "long" if c in LONG_COLUMNS else ("text" if isinstance(v, str) else "")
+            cells.append(f'<td class="{cls}">{html.escape(fmt(v))}</td>' if cls else f"<td>{html.escape(fmt(v))}</td>")
+        rc = _row_class(row)
+        body.append(f'<tr class="{rc}">' + "".join(cells) + "</tr>" if rc else "<tr>" + "".join(cells) + "</tr>")
+    more = (f'<p class="note">Showing {len(df)} of {len(t.frame)} rows; every row is in tables/{t.name}.csv.</p>'
+            if len(t.frame) > len(df) else "")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{more}'
+
+
+def write_html(rep: Report, path: Path) -> Path:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(rep.title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{html.escape(rep.title)}</h1>"]
+    parts += [f'<div class="meta">{html.escape(m)}</div>' for m in rep.meta]
+    for s in rep.skipped_records:
+        parts.append(f'<div class="warn">{html.escape(s)}</div>')
+    nav = [f'<a href="#t-{t.name}">{t.name}</a>' for t in rep.tables] + [f'<a href="#p-{n}">{n}</a>' for n in rep.plots]
+    parts.append(f"<nav><p>{''.join(nav)}</p></nav><h2>Tables</h2>")
+    parts.append('<p class="note">Rows shaded red did not finish ok (status and reason shown); yellow rows are '
+                 "noisy (high spread). Units are in the column headers.</p>")
+    for t in rep.tables:
+        parts.append(f'<h3 id="t-{t.name}">{html.escape(t.title)}</h3>')
+        if t.note.strip():
+            parts.append(f'<p class="note">{html.escape(t.note.strip())}</p>')
+        parts.append(html_table(t))
+    parts.append("<h2>Plots</h2>")
+    for name, (png, svg) in rep.plots.items():
+        data = base64.b64encode(png.read_bytes()).decode()
+        parts.append(f'<figure id="p-{name}"><img alt="{name}" src="data:image/png;base64,{data}">'
+                     f'<figcaption>{name} (vector: plots/{svg.name})</figcaption></figure>')
+    skipped = {**{f"table {k}": v for k, v in rep.skipped_tables.items()},
+               **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
+    if skipped:
+        parts.append("<h2>Not drawn (no data for them)</h2><ul>")
+        parts += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in skipped.items()]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+    return path
+
+
+def md_table(t: Table) -> str:
+    df = t.frame.head(min(t.max_rows_shown, 50))
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(fmt(row[c]).replace("|", "\\|") for c in df.columns) + " |")
+    if len(t.frame) > len(df):
+        lines.append(f"\n{len(df)} of {len(t.frame)} rows shown; all in tables/{t.name}.csv.")
+    return "\n".join(lines)
+
+
+def write_markdown(rep: Report, path: Path) -> Path:
+    out = [f"# {rep.title}", ""] + [f"- {m}" for m in rep.meta] + [""]
+    out += [f"> WARNING: {s}\n" for s in rep.skipped_records]
+    for t in rep.tables:
+        out += [f"## {t.title}", ""]
+        if t.note.strip():
+            out += [f"_{t.note.strip()}_", ""]
+        out += [md_table(t), ""]
+    if rep.plots:
+        out += ["## Plots", ""] + [f"![{n}](plots/{png.name})" for n, (png, _) in rep.plots.items()] + [""]
+    skipped = {**{f"table {k}": v for k, v in rep.skipped_tables.items()},
+               **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
+    if skipped:
+        out += ["## Not drawn (no data for them)", ""] + [f"- **{k}**: {v}" for k, v in skipped.items()]
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def write_csvs(tables: list[Table], tidy: pd.DataFrame, out: Path) -> list[Path]:
+    d = out / "tables"
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for t in tables:
+        p = d / f"{t.name}.csv"
+        t.frame.to_csv(p, index=False, quoting=csv.QUOTE_MINIMAL)
+        paths.append(p)
+    p = d / "tidy_runs.csv"  # every scalar column of every run, for your own analysis
+    tidy.drop(columns=[c for c in ("curve",) if c in tidy.columns]).to_csv(p, index=False)
+    paths.append(p)
+    return paths
