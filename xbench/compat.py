@@ -8,6 +8,7 @@ themselves. Add a rule as one function decorated with `@rule`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from xbench import models, parallel, runtimes
 from xbench.config import XBenchConfig
@@ -17,8 +18,8 @@ from xbench.precision import PRECISIONS
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
 MODALITIES = ("image", "tokens", "features")
-BENCH_MODES = ("throughput",)
-FAULT_KINDS = (None, "exception", "nan_loss", "sigterm")
+BENCH_MODES = ("throughput", "find_max_batch")
+FAULT_KINDS = (None, "exception", "nan_loss", "sigterm", "hang")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOGGERS = ("wandb", "none")
 
@@ -102,6 +103,30 @@ def data_source(cfg, facts):
     if cfg.data.source != "synthetic":
         return [f"data.source={cfg.data.source!r} is not available; allowed: synthetic"]
     return []
+
+
+@rule
+def data_path_exists(cfg, facts):
+    p = cfg.data.path
+    if p is not None and not Path(p).expanduser().exists():
+        return [f"data.path={p!r} does not exist (checked from {Path.cwd()}); give an existing file or "
+                "folder, or data.path=null for synthetic data"]
+    return []
+
+
+@rule
+def batch_search_fits_strategy(cfg, facts):
+    out = []
+    if cfg.bench.mode == "find_max_batch":
+        strategy = parallel.STRATEGIES.get(cfg.parallel.name)
+        if strategy is not None and strategy.multi_process:
+            out.append(f"bench.mode=find_max_batch runs its trials in one process; parallel "
+                       f"{cfg.parallel.name!r} starts several. Search with parallel=single (batch_size is per device)")
+        if cfg.bench.max_batch_limit < 1 or cfg.bench.max_batch_rtol < 0:
+            out.append("bench.max_batch_limit must be >= 1 and bench.max_batch_rtol >= 0")
+    if cfg.bench.stop_grace_s <= 0:
+        out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
+    return out
 
 
 @rule

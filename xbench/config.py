@@ -146,6 +146,12 @@ class BenchConfig:
     seed: int = 0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     interop_threads: int | None = None
+    # find_max_batch: doubling stops at this per-device batch; bisection stops within this relative gap
+    max_batch_limit: int = 65536
+    max_batch_rtol: float = 0.05
+    # After SIGINT/SIGTERM, a step that has not returned within this many seconds (a hung step) is
+    # abandoned: the record is written as interrupted and the process exits.
+    stop_grace_s: float = 30.0
 
 
 @dataclass
@@ -158,7 +164,7 @@ class StoreConfig:
 class FaultConfig:
     """Deliberate faults, for the fault drill and the tests. Off by default."""
 
-    kind: str | None = None  # exception | nan_loss | sigterm
+    kind: str | None = None  # exception | nan_loss | sigterm | hang
     at_step: int = 0  # counted over all steps (warm-up then timed)
     rank: int | None = None  # only this rank (None: every rank)
 
