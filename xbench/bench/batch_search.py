@@ -55,6 +55,7 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
     limit, rtol = cfg.bench.max_batch_limit, cfg.bench.max_batch_rtol
     trials: list[dict] = []
     t_start = time.perf_counter()
+    at_start = memory_figures(None if dev == "cpu" else dev)
 
     def trial(bs: int) -> bool:
         t0 = time.perf_counter()
@@ -117,5 +118,8 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
         "batch_search_limit_reached": hi is None,
         "batch_search_trials": trials,
         "batch_search_s": time.perf_counter() - t_start,
+        "host_vm_at_start_gib": at_start["host_vm_gib"],
+        "host_address_space_limit_gib": memory_figures()["host_address_space_limit_gib"],
+        **({"device_total_gib": at_start["device_total_gib"]} if "device_total_gib" in at_start else {}),
     }
 

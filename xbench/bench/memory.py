@@ -24,8 +24,10 @@ def _limit_gib(which: int) -> float | None:
 def memory_figures(device: str | None = None) -> dict:
     proc = psutil.Process()
     vm = psutil.virtual_memory()
+    mem = proc.memory_info()
     out = {
-        "host_rss_gib": proc.memory_info().rss / GIB,
+        "host_rss_gib": mem.rss / GIB,
+        "host_vm_gib": mem.vms / GIB,  # address space mapped: what an RLIMIT_AS cap counts
         "host_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,  # KiB on Linux
         "host_available_gib": vm.available / GIB,
         "host_total_gib": vm.total / GIB,

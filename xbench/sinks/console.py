@@ -57,6 +57,13 @@ SUMMARY_ROWS = (
     ("MFU", "mfu", ""),
     ("cost", "usd_per_million_samples", "USD per 1M samples"),
     ("loss first / last", ("loss_first", "loss_last"), ""),
+    # runs that did not end ok, and the batch search
+    ("largest batch that fits / fails", ("max_batch_size_per_device", "min_failing_batch_size_per_device"),
+     "per device"),
+    ("throughput before the stop", "throughput_samples_per_s_partial", "samples/s"),
+    ("diverged at step", "diverged_at_step", ""),
+    ("host RSS peak / available", ("host_peak_rss_gib", "host_available_gib"), "GiB"),
+    ("device memory peak / total", ("device_peak_allocated_gib", "device_total_gib"), "GiB"),
 )
 
 
