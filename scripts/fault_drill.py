@@ -53,6 +53,7 @@ class Row:
     observed: str = "?"
     complete: str = "no"  # yes | no | n/a (no record expected)
     detail: str = ""
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -539,19 +540,23 @@ def main() -> int:
         i, case = i_case
         tmp = base / f"{i:02d}-{case.__name__}"
         tmp.mkdir(parents=True, exist_ok=True)
+        t = time.monotonic()
         try:
-            return case(tmp)
+            rows = case(tmp)
         except Exception as e:  # a drill bug or a hang is a failed row, not a crashed drill
-            return [Row(case.__name__, "?", f"drill error: {type(e).__name__}", "no", str(e)[:100])]
+            rows = [Row(case.__name__, "?", f"drill error: {type(e).__name__}", "no", str(e)[:100])]
+        for r in rows:
+            r.seconds = time.monotonic() - t  # the whole case (a sweep gives several rows)
+        return rows
 
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         rows = [r for rs in pool.map(go, enumerate(cases)) for r in rs]
     w = max(len(r.fault) for r in rows)
-    print(f"\n{'fault':<{w}}  {'expected':<11} {'observed':<11} {'complete':<8} detail")
-    print("-" * (w + 45))
+    print(f"\n{'fault':<{w}}  {'expected':<11} {'observed':<11} {'complete':<8} {'case s':>6}  detail")
+    print("-" * (w + 53))
     for r in rows:
         mark = "" if r.ok else "   <-- MISMATCH"
-        print(f"{r.fault:<{w}}  {r.expected:<11} {r.observed:<11} {r.complete:<8} {r.detail}{mark}")
+        print(f"{r.fault:<{w}}  {r.expected:<11} {r.observed:<11} {r.complete:<8} {r.seconds:6.0f}  {r.detail}{mark}")
     bad = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(bad)}/{len(rows)} faults behaved as expected in {time.monotonic() - t0:.0f} s"
           + ("" if a.keep else f" (stores under {base})"))

@@ -23,8 +23,14 @@ from xbench.config import register_configs
 from xbench.hints import compose_hints, hint_for
 from xbench.platforms.detect import HostFacts
 from xbench.records.record import RunRecord
-from xbench.records.redact import (REDACTED, RedactingStream, argv_secret_values, is_secret_key, redact,
-                                   redact_argv)
+from xbench.records.redact import (
+    REDACTED,
+    RedactingStream,
+    argv_secret_values,
+    is_secret_key,
+    redact,
+    redact_argv,
+)
 from xbench.records.store import write_record
 
 CPU_HOST = HostFacts(cuda_devices=[], torch_xla=True, logical_cores=2, torch_version="2.9.0")
