@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -233,6 +234,8 @@ def oom_sweep(tmp: Path) -> list[Row]:
         r1.detail = (f"batch {m['batch_size_per_device']}, peak RSS {m['host_peak_rss_gib']:.2f} GiB, "
                      f"cap {m['host_address_space_limit_gib']:.1f} GiB")
     r2 = judge(Row("next sweep point after the OOM", "ok"), by.get(8), need=("throughput_samples_per_s",))
+    if r2.complete == "yes":
+        r2.detail = f"batch 8 ran after it: {by[8]['measurements']['throughput_samples_per_s']:.0f} samples/s"
     if p.returncode != 1:
         r2.complete, r2.detail = "no", f"sweep exit {p.returncode}, expected 1 (a point failed)"
     return [r1, r2]
@@ -559,7 +562,9 @@ def main() -> int:
         print(f"{r.fault:<{w}}  {r.expected:<11} {r.observed:<11} {r.complete:<8} {r.seconds:6.0f}  {r.detail}{mark}")
     bad = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(bad)}/{len(rows)} faults behaved as expected in {time.monotonic() - t0:.0f} s"
-          + ("" if a.keep else f" (stores under {base})"))
+          + (f" (stores kept under {base})" if a.keep else ""))
+    if not a.keep:
+        shutil.rmtree(base, ignore_errors=True)
     if a.json:
         a.json.write_text(json.dumps([{**r.__dict__, "ok": r.ok} for r in rows], indent=1))
     return 1 if bad else 0
