@@ -8,7 +8,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint bench report lock clean
+.PHONY: help install run test test-fast lint bench report drill lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ bench: $(STAMP)  ## harness overhead and report-scale benchmarks (prints ratios 
 
 report: $(STAMP)  ## tables and plots from ./results into ./report
 	$(VPY) -m xbench.report results --out report
+
+drill: $(STAMP)  ## fault drill: every fault against the real CLI, as a table (ARGS="--short" for the quick one)
+	PYTHON=$(VPY) scripts/fault_drill.sh $(ARGS)
 
 lock:  ## recompile requirements/dev.lock from requirements/dev.in
 	uv pip compile requirements/dev.in -o requirements/dev.lock --python-version 3.11 --python-platform x86_64-manylinux_2_28

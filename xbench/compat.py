@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from xbench import models, parallel, runtimes
 from xbench.config import XBenchConfig
@@ -20,9 +21,9 @@ from xbench.precision import PRECISIONS
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
 MODALITIES = ("image", "tokens", "features")
-BENCH_MODES = ("throughput", "train_to_target")
+BENCH_MODES = ("throughput", "train_to_target", "find_max_batch")
 GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "perplexity": "lm/mlm"}
-FAULT_KINDS = (None, "exception", "nan_loss", "sigterm")
+FAULT_KINDS = (None, "exception", "nan_loss", "sigterm", "hang")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOGGERS = ("wandb", "none")
 
@@ -166,6 +167,31 @@ def goal_is_valid(cfg, facts):
 @rule
 def price_is_valid(cfg, facts):
     return cost.problems(dataclasses.asdict(cfg.platform))
+
+
+@rule
+def data_path_exists(cfg, facts):
+    """A path given with synthetic data (real sources are checked, layout and all, by data_source)."""
+    p = cfg.data.path
+    if cfg.data.source == "synthetic" and p is not None and not Path(p).expanduser().exists():
+        return [f"data.path={p!r} does not exist (checked from {Path.cwd()}); give an existing file or "
+                "folder, or data.path=null for synthetic data"]
+    return []
+
+
+@rule
+def batch_search_fits_strategy(cfg, facts):
+    out = []
+    if cfg.bench.mode == "find_max_batch":
+        strategy = parallel.STRATEGIES.get(cfg.parallel.name)
+        if strategy is not None and strategy.multi_process:
+            out.append(f"bench.mode=find_max_batch runs its trials in one process; parallel "
+                       f"{cfg.parallel.name!r} starts several. Search with parallel=single (batch_size is per device)")
+        if cfg.bench.max_batch_limit < 1 or cfg.bench.max_batch_rtol < 0:
+            out.append("bench.max_batch_limit must be >= 1 and bench.max_batch_rtol >= 0")
+    if cfg.bench.stop_grace_s <= 0:
+        out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
+    return out
 
 
 @rule

@@ -170,6 +170,12 @@ class BenchConfig:
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     interop_threads: int | None = None
     util_interval_s: float = 0.1  # device/CPU utilisation sampling period during timed windows; 0 = off
+    # find_max_batch: doubling stops at this per-device batch; bisection stops within this relative gap
+    max_batch_limit: int = 65536
+    max_batch_rtol: float = 0.05
+    # After SIGINT/SIGTERM, a step that has not returned within this many seconds (a hung step) is
+    # abandoned: the record is written as interrupted and the process exits.
+    stop_grace_s: float = 30.0
 
 
 @dataclass
@@ -198,7 +204,7 @@ class StoreConfig:
 class FaultConfig:
     """Deliberate faults, for the fault drill and the tests. Off by default."""
 
-    kind: str | None = None  # exception | nan_loss | sigterm
+    kind: str | None = None  # exception | nan_loss | sigterm | hang
     at_step: int = 0  # counted over all steps (warm-up then timed)
     rank: int | None = None  # only this rank (None: every rank)
 

@@ -37,6 +37,14 @@ class StopRequested(Exception):
         self.partial = partial
 
 
+class Diverged(Exception):
+    """The loss became NaN or inf; `step` counts over all steps (warm-up, then timed)."""
+
+    def __init__(self, step: int, loss: float, phase: str | None = None):
+        super().__init__(f"loss became {loss} at step {step}" + (f" ({phase})" if phase else ""))
+        self.step, self.loss, self.phase = step, loss, phase
+
+
 @dataclass
 class StopFlag:
     """Set by a signal handler; the loop checks it once per step (one attribute read)."""
@@ -147,7 +155,9 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
         if stop.requested:
             h.sync()
             done = i + 1
-            raise StopRequested({"phase": "timed", "timed_steps": done, "window_s": perf_counter() - t0})
+            part = stamps[:done]
+            raise StopRequested({"phase": "timed", "timed_steps": done, "window_s": perf_counter() - t0,
+                                 "timed_step_times_s": [part[0] - t0] + [b - a for a, b in zip(part, part[1:])]})
     h.sync()
     t1 = perf_counter()
     if timer:

@@ -34,11 +34,7 @@ from xbench.precision import resolve
 
 INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
 
-
-class Diverged(Exception):
-    def __init__(self, step: int, loss: float):
-        super().__init__(f"loss became {loss} at step {step}")
-        self.step = step
+Diverged = loop.Diverged  # defined beside StopRequested (torch-free), kept here for callers
 
 
 @dataclass
@@ -91,15 +87,18 @@ def _inject_fault(step_fn, fault, rank: int):
                 os.kill(os.getpid(), signal.SIGTERM)
             if fault.kind == "nan_loss":
                 return step_fn(inputs * float("nan"), targets)
+            if fault.kind == "hang":  # a stuck step (hung collective, dead device): only a signal ends it
+                while True:
+                    time.sleep(3600)
         return step_fn(inputs, targets)
 
     return faulty
 
 
-def _check_finite(losses: list[float], first_step: int) -> None:
+def _check_finite(losses: list[float], first_step: int, phase: str) -> None:
     for i, v in enumerate(losses):
         if not math.isfinite(v):
-            raise Diverged(first_step + i, v)
+            raise Diverged(first_step + i, v, phase)
 
 
 def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
@@ -168,7 +167,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
 
     b = cfg.bench
     wu = loop.warmup(hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
-    _check_finite(wu.losses, 0)
+    _check_finite(wu.losses, 0, "warmup")
     startup_to_first_step_s = time.time() - psutil.Process().create_time() - (wu.time_s - wu.first_step_s)
     if not wu.stable:
         warnings.append(f"warm-up did not stabilise within {b.warmup_max_steps} steps (compilations or "
@@ -181,12 +180,24 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     gpus = (list(range(devices_per_rank)) if devices_per_rank > 1 else [runtime.device.index or 0]) if on_cuda else []
     sampler = UtilisationSampler(runtime.device.type, b.util_interval_s, gpus)
     sampler.start()  # its own thread, at a low rate; started and stopped outside the steps
-    for _ in range(b.repeats):
-        w = loop.timed_window(hooks, b.steps)
-        _check_finite(w.losses, wu.steps + sum(x.steps for x in windows))
-        windows.append(w)
-        if w.compiles_during:
-            warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+    try:
+        for _ in range(b.repeats):
+            w = loop.timed_window(hooks, b.steps)
+            _check_finite(w.losses, wu.steps + sum(x.steps for x in windows), "timed")
+            windows.append(w)
+            if w.compiles_during:
+                warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+    except loop.StopRequested as e:  # interrupted: keep what was measured before the signal
+        sampler.stop()
+        p = e.partial
+        p.update(warmup_steps=wu.steps, warmup_s=wu.time_s, first_step_s=wu.first_step_s,
+                 batch_size_per_device=cfg.data.batch_size, windows_completed=len(windows),
+                 window_s_completed=[x.wall_s for x in windows])
+        samples = cfg.data.batch_size * devices_per_rank * (sum(x.steps for x in windows) + p.get("timed_steps", 0))
+        seconds = sum(x.wall_s for x in windows) + p.get("window_s", 0.0)
+        if samples and seconds > 0:
+            p["throughput_samples_per_s_partial"] = samples / seconds
+        raise
     utilisation = sampler.stop()
 
     energy_figures = energy.stop()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from xbench.records.redact import is_secret_name, redact_argv, redact_text
+
 # CPU flags that change deep-learning speed (vector width, bf16/int8 dot products, AMX tiles).
 CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "avx_vnni")
@@ -26,16 +28,10 @@ ENV_ALLOW = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PJRT
              "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_BF16", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG",
              "TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_DEBUG", "USE_TORCH_XLA", "ACCELERATE_USE_CPU",
              "WORLD_SIZE", "LOCAL_WORLD_SIZE", "WANDB_MODE", "SLURM_JOB_ID", "TPU_NAME")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
-
-
-def is_secret_name(name: str) -> bool:
-    up = name.upper()
-    return any(w in up for w in SECRET_WORDS)
 
 
 def safe_environ() -> dict[str, str]:
-    return {k: os.environ[k] for k in ENV_ALLOW if k in os.environ and not is_secret_name(k)}
+    return {k: redact_text(os.environ[k]) for k in ENV_ALLOW if k in os.environ and not is_secret_name(k)}
 
 
 def cpu_info() -> dict:
@@ -93,5 +89,5 @@ def host_env() -> dict:
         "git": git_revision(),
         "packages": package_versions(),
         "environ": safe_environ(),
-        "argv": [a for a in sys.argv if not is_secret_name(a.split("=")[0])],
+        "argv": redact_argv(sys.argv),
     }

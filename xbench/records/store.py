@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xbench.records.record import RunRecord
+from xbench.records.redact import redact
 
 RECORD_FILE = "record.json"
 
@@ -68,7 +69,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def write_record(root: str | os.PathLike, record: RunRecord) -> Path:
     path = run_dir(root, record.run_id) / RECORD_FILE
-    text = json.dumps(_json_safe(record.to_dict()), indent=1, sort_keys=False, allow_nan=False, default=str)
+    # Last net for secrets: environment secret values never reach the disk, whatever field holds them.
+    text = json.dumps(_json_safe(redact(record.to_dict(), by_name=False)), indent=1, sort_keys=False, allow_nan=False, default=str)
     atomic_write_text(path, text)
     return path
 

@@ -64,6 +64,13 @@ SUMMARY_ROWS = (
     ("start-up / evaluation", ("startup_s", "eval_time_s"), "s"),
     ("cost to target train / wall", ("train_cost_to_target_usd", "cost_to_target_usd"), "USD"),
     ("resumes", "resumes", ""),
+    # runs that did not end ok, and the batch search
+    ("largest batch that fits / fails", ("max_batch_size_per_device", "min_failing_batch_size_per_device"),
+     "per device"),
+    ("throughput before the stop", "throughput_samples_per_s_partial", "samples/s"),
+    ("diverged at step", "diverged_at_step", ""),
+    ("host RSS peak / available", ("host_peak_rss_gib", "host_available_gib"), "GiB"),
+    ("device memory peak / total", ("device_peak_allocated_gib", "device_total_gib"), "GiB"),
 )
 
 

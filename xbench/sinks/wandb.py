@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
+import time
 from pathlib import Path
 
-from xbench.records.env import is_secret_name
 from xbench.records.record import RunRecord
+from xbench.records.redact import redact, redact_argv
 
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
@@ -49,13 +51,15 @@ def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
     return group, tags
 
 
-def scrub(obj):
-    """Drop anything whose key looks like a secret before it leaves the machine."""
-    if isinstance(obj, dict):
-        return {k: scrub(v) for k, v in obj.items() if not is_secret_name(str(k))}
-    if isinstance(obj, list):
-        return [scrub(v) for v in obj]
-    return obj
+@contextlib.contextmanager
+def redacted_argv():
+    """W&B copies sys.argv into the run's metadata ("args"): let it see the redacted command line."""
+    saved = sys.argv
+    sys.argv = redact_argv(saved)
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def flat_summary(record: RunRecord) -> dict:
@@ -71,11 +75,13 @@ class WandbSink:
     def __init__(self, wcfg: dict, say=print):
         self.wcfg = wcfg
         self.say = say
+        self.fallback_s: float | None = None  # seconds lost to an unreachable online service
 
     def publish(self, record: RunRecord, run_dir: Path) -> dict:
         """Log the record; return what to keep in record.artifacts (mode, run path, offline dir)."""
         try:
-            return self._publish(record, run_dir)
+            with redacted_argv():
+                return self._publish(record, run_dir)
         except Exception as e:  # W&B trouble never fails a run
             self.say(f"W&B: skipped ({type(e).__name__}: {e}); the local record is complete")
             return {"wandb_mode": "error", "wandb_error": f"{type(e).__name__}: {e}"}
@@ -94,7 +100,7 @@ class WandbSink:
         wdir.mkdir(parents=True, exist_ok=True)
         group, tags = group_and_tags(record, self.wcfg)
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
-                      group=group, tags=tags, name=record.run_id, config=scrub(record.config),
+                      group=group, tags=tags, name=record.run_id, config=redact(record.config),
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
         try:
@@ -111,7 +117,7 @@ class WandbSink:
                 if per_sample and row.get("step_time_s"):
                     row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
                 run.log(row, step=step)
-            run.summary.update(flat_summary(record))
+            run.summary.update(redact(flat_summary(record)))
             if record.status == "interrupted":
                 with contextlib.suppress(Exception):
                     run.mark_preempting()
@@ -121,6 +127,8 @@ class WandbSink:
             return {"wandb_mode": self.mode_used, "wandb_error": f"{type(e).__name__}: {e}"}
         out = {"wandb_mode": self.mode_used, "wandb_run_path": f"{run.entity}/{run.project}/{run.id}"
                if self.mode_used == "online" else None}
+        if self.fallback_s is not None:
+            out["wandb_online_fallback_s"] = round(self.fallback_s, 2)
         offline = sorted(wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
@@ -130,15 +138,19 @@ class WandbSink:
 
     def _init(self, wandb, mode: str, kwargs: dict):
         timeout = float(self.wcfg.get("init_timeout_s", 30))
+        # console="off": W&B would otherwise copy this process's console output into the run files.
         if mode == "online":
+            t0 = time.monotonic()
             try:
                 with contextlib.redirect_stderr(io.StringIO()):
-                    run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout), **kwargs)
+                    run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout, console="off"),
+                                     **kwargs)
                 self.mode_used = "online"
                 return run
             except Exception as e:
-                self.say(f"W&B: online init failed within {timeout:.0f} s ({type(e).__name__}); "
-                         "falling back to offline")
-        run = wandb.init(mode="offline", **kwargs)
+                self.fallback_s = time.monotonic() - t0
+                self.say(f"W&B: online init failed after {self.fallback_s:.1f} s (init_timeout_s={timeout:g}; "
+                         f"{type(e).__name__}); falling back to offline")
+        run = wandb.init(mode="offline", settings=wandb.Settings(console="off"), **kwargs)
         self.mode_used = "offline"
         return run

@@ -19,14 +19,16 @@ def _wandb_cli() -> list[str]:
 
 
 def read_offline_run(path: str | Path) -> dict:
-    """-> {"config", "group", "tags", "name", "history": [rows], "summary": {...}}"""
+    """-> {"config", "group", "tags", "name", "history": [rows], "summary": {...}, "exit_code",
+    "preempting" (the run was marked preempted: an interrupted record)}"""
     path = Path(path)
     files = [path] if path.suffix == ".wandb" else sorted(path.glob("**/run-*.wandb"))
     if not files:
         raise FileNotFoundError(f"no .wandb file under {path}")
     out = subprocess.run(_wandb_cli() + ["leet", "inspect", "--json", str(files[-1])],
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None}
+    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None,
+                 "exit_code": None, "preempting": False}
     for line in out.splitlines():
         if not line.startswith("{"):
             continue
@@ -42,5 +44,9 @@ def read_offline_run(path: str | Path) -> dict:
             run["history"].append(rec["history"]["item"])
         elif kind == "summary":
             run["summary"].update(rec["summary"].get("update", {}))
+        elif kind == "preempting":
+            run["preempting"] = True
+        elif kind == "exit":
+            run["exit_code"] = rec["exit"].get("exit_code", 0)
     run["config"].pop("_wandb", None)
     return run

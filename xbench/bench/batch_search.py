@@ -1,0 +1,125 @@
+"""`bench.mode=find_max_batch`: the largest per-device batch that trains without running out of memory.
+
+An explicit mode, never a fallback: a normal run that runs out of memory is recorded as `oom` with
+its batch size. The search starts at `data.batch_size`, doubles while trials fit (halves while they
+do not), then bisects between the largest fit and the smallest failure until they are within
+`bench.max_batch_rtol` of each other (or adjacent). Each trial is a short real run in this process
+(warm-up of at most 2 steps, then 1 timed step) followed by cleanup (garbage collection, CUDA cache
+release, peak statistics reset inside the next trial). On the CPU the trials run under
+`host_memory_guard`, so a batch too large for the host fails as an allocation error, not as swapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import sys
+import time
+
+from xbench.bench import loop
+from xbench.bench.memory import host_memory_guard, memory_figures
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Out-of-memory on any device: torch's OOM error, a failed host allocation, XLA's RESOURCE_EXHAUSTED."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(exc).lower()
+    return any(s in text for s in ("out of memory", "can't allocate memory", "cannot allocate memory",
+                                   "bad_alloc", "resource_exhausted"))
+
+
+def _trial_config(cfg, batch_size: int):
+    b = dataclasses.replace(cfg.bench, warmup_min_steps=1, warmup_max_steps=2, warmup_stable_steps=1,
+                            steps=1, repeats=1)
+    return dataclasses.replace(cfg, bench=b, data=dataclasses.replace(cfg.data, batch_size=batch_size))
+
+
+def _cleanup() -> None:
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
+    """Run the search; return the measurements for the record (the trials included)."""
+    from xbench.bench.worker import RankContext, run_rank
+    from xbench.platforms.detect import device_type
+
+    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    limit, rtol = cfg.bench.max_batch_limit, cfg.bench.max_batch_rtol
+    trials: list[dict] = []
+    t_start = time.perf_counter()
+    at_start = memory_figures(None if dev == "cpu" else dev)
+
+    def trial(bs: int) -> bool:
+        t0 = time.perf_counter()
+        row: dict = {"batch_size": bs}
+        try:
+            r = run_rank(_trial_config(cfg, bs), facts, RankContext(), stop=stop)
+            m = r.measurements
+            row.update(fits=True, step_time_s=m["step_time_s_median"],
+                       throughput_samples_per_s=bs / m["step_time_s_median"] if m["step_time_s_median"] else None,
+                       host_rss_gib=m.get("peak_host_rss_gib"),
+                       device_peak_allocated_gib=m.get("peak_device_allocated_gib"))
+        except Exception as e:
+            if not is_oom(e):
+                raise  # a real failure is not a search result
+            row.update(fits=False, error=f"{type(e).__name__}: {str(e)[:200]}",
+                       **{k: v for k, v in memory_figures(None if dev == "cpu" else dev).items()
+                          if k in ("host_rss_gib", "host_peak_rss_gib", "device_peak_allocated_gib",
+                                   "device_total_gib", "host_address_space_limit_gib")})
+        finally:
+            _cleanup()
+        row["seconds"] = time.perf_counter() - t0
+        trials.append(row)
+        say(f"find_max_batch: batch {bs} {'fits' if row['fits'] else 'does not fit'}")
+        return row["fits"]
+
+    guard = host_memory_guard() if dev == "cpu" else contextlib.nullcontext()
+    lo = hi = None  # largest batch that fitted, smallest that did not
+    try:
+        with guard:
+            bs = max(1, min(cfg.data.batch_size, limit))
+            if trial(bs):
+                lo = bs
+                while lo * 2 <= limit:
+                    if trial(lo * 2):
+                        lo *= 2
+                    else:
+                        hi = lo * 2
+                        break
+            else:
+                hi = bs
+                while hi > 1:
+                    if trial(hi // 2):
+                        lo = hi // 2
+                        break
+                    hi //= 2
+            while lo is not None and hi is not None and hi - lo > max(1, int(rtol * lo)):
+                mid = (lo + hi) // 2
+                if trial(mid):
+                    lo = mid
+                else:
+                    hi = mid
+    except loop.StopRequested as e:  # interrupted: the trials so far are the partial result
+        e.partial.update(phase="find_max_batch", batch_search_trials=trials)
+        raise
+    return {
+        "max_batch_size_per_device": lo,
+        "min_failing_batch_size_per_device": hi,
+        "batch_search_start": cfg.data.batch_size,
+        "batch_search_limit": limit,
+        "batch_search_limit_reached": hi is None,
+        "batch_search_trials": trials,
+        "batch_search_s": time.perf_counter() - t_start,
+        "host_vm_at_start_gib": at_start["host_vm_gib"],
+        "host_address_space_limit_gib": memory_figures()["host_address_space_limit_gib"],
+        **({"device_total_gib": at_start["device_total_gib"]} if "device_total_gib" in at_start else {}),
+    }
+

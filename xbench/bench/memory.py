@@ -1,0 +1,65 @@
+"""Memory figures for an out-of-memory record and for batch-size search trials, and the host guard.
+
+`memory_figures()` says what the process held when it failed: host RSS (now and peak), what the host
+still had available, the address-space cap if one is set, and on CUDA the allocator's figures and
+the device's free/total memory. torch is only consulted when it is already imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+
+import psutil
+
+GIB = 2**30
+
+
+def _limit_gib(which: int) -> float | None:
+    soft, _ = resource.getrlimit(which)
+    return None if soft == resource.RLIM_INFINITY else soft / GIB
+
+
+def memory_figures(device: str | None = None) -> dict:
+    proc = psutil.Process()
+    vm = psutil.virtual_memory()
+    mem = proc.memory_info()
+    out = {
+        "host_rss_gib": mem.rss / GIB,
+        "host_vm_gib": mem.vms / GIB,  # address space mapped: what an RLIMIT_AS cap counts
+        "host_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,  # KiB on Linux
+        "host_available_gib": vm.available / GIB,
+        "host_total_gib": vm.total / GIB,
+        "host_address_space_limit_gib": _limit_gib(resource.RLIMIT_AS),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):
+        with contextlib.suppress(Exception):  # figures only: never turn an OOM into another error
+            dev = torch.device(device or "cuda")
+            free, total = torch.cuda.mem_get_info(dev)
+            out.update(device_allocated_gib=torch.cuda.memory_allocated(dev) / GIB,
+                       device_reserved_gib=torch.cuda.memory_reserved(dev) / GIB,
+                       device_peak_allocated_gib=torch.cuda.max_memory_allocated(dev) / GIB,
+                       device_peak_reserved_gib=torch.cuda.max_memory_reserved(dev) / GIB,
+                       device_free_gib=free / GIB, device_total_gib=total / GIB)
+    return out
+
+
+@contextlib.contextmanager
+def host_memory_guard(fraction: float = 0.9):
+    """Cap this process's address space at what it maps now plus `fraction` of the host's available
+    memory, so that a too-large CPU trial fails with an allocation error (an OOM result) instead of
+    swapping the machine or waking the kernel's OOM killer. A tighter cap already in force is kept."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = psutil.Process().memory_info().vms + int(fraction * psutil.virtual_memory().available)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield soft
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield cap
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
