@@ -484,6 +484,33 @@ def concurrency(tmp: Path) -> list[Row]:
     return [row]
 
 
+DDP_TIMEOUT_S = 15
+
+
+def distributed_faults(tmp: Path) -> list[Row]:
+    """Two gloo ranks; rank 1 raises, or hangs, at its 3rd step. Either way the whole job ends within
+    a bound (the collective timeout plus the launcher's teardown) with the failure in the record."""
+    rows = []
+    for kind, label in (("exception", "rank 1 dies (DDP, 2 ranks)"), ("hang", "rank 1 hangs (DDP, 2 ranks)")):
+        store = tmp / kind
+        t0 = time.monotonic()
+        p = cli(store, *FAST, "parallel=ddp", "parallel.world_size=2", f"parallel.timeout_s={DDP_TIMEOUT_S}",
+                f"fault.kind={kind}", "fault.rank=1", "fault.at_step=2", timeout=300)
+        took = time.monotonic() - t0
+        rec, why = one_record(store)
+        bound = DDP_TIMEOUT_S + 120  # collective timeout + start-up and teardown of two ranks
+        problems = [] if p.returncode == 1 else [f"exit {p.returncode}"]
+        if took > bound:
+            problems.append(f"took {took:.0f} s > {bound} s")
+        if rec and not rec.get("ranks"):
+            problems.append("no per-rank failure in the record")
+        row = judge(Row(label, "failed", detail=why), rec, extra_problems=problems)
+        if row.complete == "yes":
+            row.detail = f"ended in {took:.0f} s (bound {bound} s): {(rec.get('reason') or '')[:60]}"
+        rows.append(row)
+    return rows
+
+
 def corrupt_store(tmp: Path) -> list[Row]:
     """A truncated record and a stray temp file in a store: readers skip them with a warning."""
     store = tmp / "s"
@@ -523,6 +550,7 @@ CASES = [  # (case, in --short)
     (wandb_outage, True),
     (secrets, True),
     (concurrency, True),
+    (distributed_faults, False),
     (corrupt_store, True),
 ]
 
