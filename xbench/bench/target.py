@@ -26,16 +26,10 @@ from pathlib import Path
 import psutil
 import torch
 
-from xbench import models, parallel, runtimes
 from xbench.bench import loop
 from xbench.bench.mlperf_log import LOG_FILE, MLPerfLog
-from xbench.bench.step import make_optimizer
-from xbench.bench.worker import Diverged, RankResult, _inject_fault, set_threads
+from xbench.bench.worker import Diverged, RankResult, build_workload, make_step, set_threads
 from xbench.launch import LaunchResult
-from xbench.models.flops import flops_per_sample
-from xbench.models.spec import InputSpec
-from xbench.platforms.detect import device_type
-from xbench.precision import resolve
 
 CHECKPOINT_FILE = "checkpoint.pt"
 HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "perplexity": False}
@@ -145,16 +139,8 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
     threads = set_threads(b)
     torch.manual_seed(b.seed)
 
-    runtime = runtimes.create(cfg.runtime, device_type(cfg.platform.device, cfg.runtime.name, facts), 0)
-    precision = resolve(cfg.precision.name, runtime.device.type)
-    spec = InputSpec.from_data(cfg.data)
-    entry = models.get(cfg.model.name)
-    flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))
-    model = models.build(cfg.model.name, spec, dict(cfg.model.options))
-    model = model.to(device=runtime.device, dtype=precision.param_dtype)
-    model = parallel.wrap(cfg.parallel, model, runtime.device)
-    model.train()
-    optimizer = make_optimizer(cfg.optim, model.parameters())
+    w = build_workload(cfg, facts)
+    runtime, precision, entry, model, optimizer, flops = w.runtime, w.precision, w.entry, w.model, w.optimizer, w.flops
 
     ckpt = load_checkpoint(run_dir) if cfg.resume else None
     if cfg.resume and ckpt is None:
@@ -173,9 +159,7 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
     attempt = p.resumes
     wall_before = p.wall_s  # earlier attempts, up to the checkpoint this one starts from
 
-    step = runtime.prepare(model, optimizer, entry.task, precision)
-    if cfg.fault.kind:
-        step = _inject_fault(step, cfg.fault, 0)
+    step = make_step(w, cfg)
 
     train, held_out = datasets(cfg, entry.task)
     dtype = precision.param_dtype

@@ -101,18 +101,27 @@ def _check_finite(losses: list[float], first_step: int, phase: str) -> None:
             raise Diverged(first_step + i, v, phase)
 
 
-def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
-             stop: loop.StopFlag | None = None) -> RankResult:
-    threads = set_threads(cfg.bench)
-    torch.manual_seed(cfg.bench.seed)
-    warnings: list[str] = threads_not_applied(cfg.bench, threads)
+@dataclass
+class Workload:
+    """What one rank trains, built in order; shared by the throughput worker and train-to-target."""
 
-    dev_type = device_type(cfg.platform.device, cfg.runtime.name, facts)
-    runtime = runtimes.create(cfg.runtime, dev_type, ctx.local_rank)
+    runtime: object
+    precision: object
+    spec: InputSpec
+    entry: object  # models.ModelEntry
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    flops: dict  # per sample: forward, train
+    params_count: int
+
+
+def build_workload(cfg: XBenchConfig, facts: HostFacts, local_rank: int = 0) -> Workload:
+    """runtime/device -> precision -> model (on the device, in the parameter dtype and memory format,
+    wrapped by the parallel strategy) -> optimizer. FLOPs are measured on the meta device first."""
+    runtime = runtimes.create(cfg.runtime, device_type(cfg.platform.device, cfg.runtime.name, facts), local_rank)
     precision = resolve(cfg.precision.name, runtime.device.type)
     spec = InputSpec.from_data(cfg.data)
     entry = models.get(cfg.model.name)
-
     flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))
     model = models.build(cfg.model.name, spec, dict(cfg.model.options))
     params_count = sum(p.numel() for p in model.parameters())
@@ -121,9 +130,25 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     model = parallel.wrap(cfg.parallel, model, runtime.device)
     model.train()
     optimizer = make_optimizer(cfg.optim, model.parameters())
-    step = runtime.prepare(model, optimizer, entry.task, precision)
-    if cfg.fault.kind:
-        step = _inject_fault(step, cfg.fault, ctx.rank)
+    return Workload(runtime, precision, spec, entry, model, optimizer, flops, params_count)
+
+
+def make_step(w: Workload, cfg: XBenchConfig, rank: int = 0):
+    """The runtime's step over the workload (after any checkpoint was loaded), with a fault if asked."""
+    step = w.runtime.prepare(w.model, w.optimizer, w.entry.task, w.precision)
+    return _inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step
+
+
+def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
+             stop: loop.StopFlag | None = None) -> RankResult:
+    threads = set_threads(cfg.bench)
+    torch.manual_seed(cfg.bench.seed)
+    warnings: list[str] = threads_not_applied(cfg.bench, threads)
+
+    w = build_workload(cfg, facts, ctx.local_rank)
+    runtime, precision, spec, entry, model = w.runtime, w.precision, w.spec, w.entry, w.model
+    flops, params_count = w.flops, w.params_count
+    step = make_step(w, cfg, ctx.rank)
 
     devices_per_rank = parallel.devices_per_rank(cfg.parallel)  # DataParallel: one process, N GPUs
 
