@@ -36,6 +36,9 @@ class StopRequested(Exception):
         super().__init__("stop requested")
         self.partial = partial
 
+    def __reduce__(self):  # picklable: it crosses from a launched process (launch/xla.py) to the parent
+        return StopRequested, (self.partial,)
+
 
 @dataclass
 class StopFlag:
