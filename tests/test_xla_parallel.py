@@ -17,7 +17,7 @@ from xbench import compat, launch, parallel
 from xbench.config import register_configs
 from xbench.platforms.detect import HostFacts
 
-TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "bench.threads=1", "optim.lr=0.05")
+TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "optim.lr=0.05")
 CPU_HOST = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version="2.9.0")
 
 
@@ -29,7 +29,8 @@ def _cfg(*overrides):
 
 
 def _start(store, *args, env=None):
-    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *FAST, *TINY, *args]
+    threads = () if any(a.startswith("bench.threads=") for a in args) else ("bench.threads=1",)
+    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *FAST, *TINY, *threads, *args]
     return subprocess.Popen(cmd, cwd=REPO, env=env or cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -127,3 +128,21 @@ def test_xla_mp_launcher_runs_one_replica_on_cpu(tmp_path):
     assert rec["status"] == "ok", rec["reason"]
     assert m["xla_world_size"] == 1 and m["xla_global_ordinal"] == 0 and m["compiles_timed"] == 0
     assert rec["series"]["loss"][-1] < rec["series"]["loss"][0]
+
+
+@pytest.mark.slow
+def test_accelerate_launches_2_cpu_processes_as_one_synchronised_job(tmp_path):
+    # 2 threads per rank: Accelerate would reset them to cores // ranks (1 here) if xbench did not keep them
+    _finish(_start(tmp_path, "parallel=accelerate", "parallel.world_size=2", "data.batch_size=16", "bench.threads=2"))
+    [rec] = records(tmp_path)  # one record, by rank 0
+    assert rec["status"] == "ok", rec["reason"]
+    m, ranks = rec["measurements"], rec["ranks"]
+    assert m["world_size"] == 2 and [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:  # no silent world of one: Accelerate and the process group both see 2 processes
+        assert r["accelerate_num_processes"] == 2 and r["process_group_world_size"] == 2
+        assert r["accelerate_distributed_type"] == "DistributedType.MULTI_CPU"
+        assert r["threads_intra"] == r["threads_intra_at_end"] == 2  # Accelerate did not reset bench.threads
+    assert len({r["params_sha256"] for r in ranks}) == 1  # different data per rank, identical replicas
+    assert m["global_batch_size"] == 32
+    common = max(r["window_s"][0] for r in ranks)
+    assert m["throughput_samples_per_s"] == pytest.approx(sum(r["samples_per_window"] for r in ranks) / common)

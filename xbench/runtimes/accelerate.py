@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from xbench.bench.step import make_train_step
 from xbench.runtimes.base import Runtime
 
@@ -27,7 +29,10 @@ class AccelerateRuntime(Runtime):
         from accelerate import Accelerator
 
         self.version = accelerate.__version__
+        threads = torch.get_num_threads()
         self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no")
+        # Multi-process on a CPU, Accelerate resets torch's threads when OMP_NUM_THREADS is unset: keep xbench's.
+        torch.set_num_threads(threads)
         if self.accelerator.device.type != self.device.type:
             raise RuntimeError(f"Accelerate chose device {self.accelerator.device}, xbench expects {self.device}")
         import torch.distributed as dist
@@ -44,4 +49,5 @@ class AccelerateRuntime(Runtime):
     def overhead(self) -> dict:
         return {"accelerate_version": self.version, "accelerate_device": str(self.accelerator.device),
                 "accelerate_distributed_type": str(self.accelerator.distributed_type),
-                "accelerate_num_processes": self.accelerator.num_processes}
+                "accelerate_num_processes": self.accelerator.num_processes,
+                "threads_intra_at_end": torch.get_num_threads()}
