@@ -23,6 +23,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -74,6 +75,18 @@ def _stop_on_signals():
     return flag
 
 
+@contextmanager
+def _reason_on_stop(flag):
+    """A stop in the launched process carries its signal's name back to the parent's record."""
+    from xbench.bench.loop import StopRequested
+
+    try:
+        yield
+    except StopRequested as e:
+        e.partial["stop_reason"] = flag.reason
+        raise
+
+
 # ---------- xla_spmd ----------
 
 def _spmd_process(cfg, facts, env: dict):
@@ -92,7 +105,8 @@ def _spmd_process(cfg, facts, env: dict):
         cfg = replace(cfg, parallel=replace(cfg.parallel, world_size=devices))
     process_index, process_count = rx.process()
     on_step = _progress(cfg, process_index)
-    result = run_rank(cfg, facts, RankContext(0, 1, 0), on_step=on_step, stop=stop)
+    with _reason_on_stop(stop):
+        result = run_rank(cfg, facts, RankContext(0, 1, 0), on_step=on_step, stop=stop)
     if hasattr(on_step, "close"):
         on_step.close()
     result.warnings = warnings + result.warnings
@@ -104,10 +118,16 @@ def _wait(future, stop):
     """The child's result; a stop asked of this process (SIGTERM to it alone) is passed on to the child."""
     import psutil
 
+    from xbench.bench.loop import StopRequested
+
     forwarded = False
     while True:
         try:
             return future.result(timeout=0.5)
+        except StopRequested as e:
+            if stop is not None:
+                stop.requested, stop.reason = True, stop.reason or e.partial.pop("stop_reason", None)
+            raise
         except FutureTimeout:
             if stop is not None and stop.requested and not forwarded:
                 for child in psutil.Process().children():
@@ -140,7 +160,9 @@ def _mp_process(index, cfg, facts, out_path: str):
                         f"replicas (one per chip): the run used {world} (measurements.world_size)")
         cfg = replace(cfg, parallel=replace(cfg.parallel, world_size=world))
     on_step = _progress(cfg, ordinal)
-    result = run_rank(cfg, facts, RankContext(ordinal, world, local), on_step=on_step, stop=_stop_on_signals())
+    stop = _stop_on_signals()
+    with _reason_on_stop(stop):
+        result = run_rank(cfg, facts, RankContext(ordinal, world, local), on_step=on_step, stop=stop)
     if hasattr(on_step, "close"):
         on_step.close()
     result.warnings = warnings + result.warnings
