@@ -130,7 +130,7 @@ def _wait(future, stop):
             raise
         except FutureTimeout:
             if stop is not None and stop.requested and not forwarded:
-                for child in psutil.Process().children():
+                for child in psutil.Process().children(recursive=True):  # the replicas stop themselves
                     child.send_signal(signal.SIGTERM)
                 forwarded = True
         except BrokenProcessPool as e:  # killed outright (OOM killer, a second signal, a crash in C++)
@@ -177,6 +177,8 @@ def _mp_process(index, cfg, facts, out_path: str):
 def _mp_parent(cfg, facts, out_path: str, env: dict):
     """The process torch_xla.launch runs in (the environment set before torch_xla is imported)."""
     os.environ.update(env)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the replicas handle stops and return their results
+        signal.signal(sig, signal.SIG_IGN)
     from xbench.runtimes import xla as rx
 
     rx.launch_processes(_mp_process, (cfg, facts, out_path), single_process=cfg.parallel.world_size == 1)
