@@ -146,3 +146,19 @@ def test_accelerate_launches_2_cpu_processes_as_one_synchronised_job(tmp_path):
     assert m["global_batch_size"] == 32
     common = max(r["window_s"][0] for r in ranks)
     assert m["throughput_samples_per_s"] == pytest.approx(sum(r["samples_per_window"] for r in ranks) / common)
+
+
+def test_warmup_ends_only_when_every_rank_agrees():
+    """A rank whose own step times settled must wait for the others (else DDP collectives fall out of step)."""
+    from xbench.bench import loop
+
+    votes = []
+
+    def others_ready_at_the_fourth_vote(ok):
+        votes.append(ok)
+        return ok and len(votes) >= 4  # this rank: stable from the first vote; the others: 3 votes later
+
+    h = loop.Hooks(step=lambda x, y: 0.0, next_batch=lambda: (None, None), sync=lambda: None,
+                   read_losses=lambda xs: [float(x) for x in xs], agree=others_ready_at_the_fourth_vote)
+    wu = loop.warmup(h, min_steps=2, max_steps=20, stable_steps=2, cv_tol=10.0)
+    assert wu.stable and wu.steps == 3 + 3 and votes == [True] * 4

@@ -60,6 +60,9 @@ class Hooks:
     make_timer: Callable[[int], object] | None = None  # steps -> device timer (CUDA events)
     on_step: Callable[[str, int], None] | None = None  # progress: (phase, step index)
     stop: StopFlag = field(default_factory=StopFlag)
+    # Multi-rank runs: True only when every rank says True (ranks must leave warm-up at the same step,
+    # or their collectives fall out of step and hang).
+    agree: Callable[[bool], bool] = lambda ok: ok
 
 
 @dataclass
@@ -117,7 +120,7 @@ def warmup(h: Hooks, min_steps: int, max_steps: int, stable_steps: int, cv_tol: 
         if n >= max(min_steps, stable_steps + 1):
             recent = times[-stable_steps:]
             flat = counts[-1] == counts[-stable_steps - 1]  # None == None on runtimes that never compile
-            if flat and cv(recent) <= cv_tol:
+            if h.agree(flat and cv(recent) <= cv_tol):
                 return WarmupResult(n, perf_counter() - start, times[0], times, h.read_losses(losses),
                                     counts[-1], True)
     return WarmupResult(len(times), perf_counter() - start, times[0], times, h.read_losses(losses),

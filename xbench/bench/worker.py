@@ -169,7 +169,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         step=step, next_batch=next_batch, sync=parallel.sync(cfg.parallel, runtime.sync), compile_count=runtime.compile_count,
         read_losses=runtime.read_losses,
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
-        on_step=on_step, stop=stop or loop.StopFlag(),
+        on_step=on_step, stop=stop or loop.StopFlag(), agree=parallel.agree(cfg.parallel, runtime.device),
     )
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)

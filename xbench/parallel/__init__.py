@@ -70,6 +70,12 @@ def rank_figures(cfg, model) -> dict:
     return mod.rank_figures(cfg, model) if mod and hasattr(mod, "rank_figures") else {}
 
 
+def agree(cfg, device):
+    """ok -> whether every rank says ok (the warm-up's exit decision); one rank: ok itself."""
+    mod = _module(cfg)
+    return mod.agree(cfg, device) if mod and hasattr(mod, "agree") else (lambda ok: ok)
+
+
 def place_batch(cfg, inputs, targets):
     """A batch as the strategy's devices take it (XLA SPMD: split over the mesh); else unchanged."""
     mod = _module(cfg)

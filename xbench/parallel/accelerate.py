@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from xbench.parallel.ddp import rank_figures, sync  # noqa: F401  (the same as DDP's)
+from xbench.parallel.ddp import agree, rank_figures, sync  # noqa: F401  (the same as DDP's)
 
 
 def wrap(cfg, model, device):

@@ -34,6 +34,10 @@ def wrap_optimizer(cfg, optimizer):
     return AllReduceOptimizer(optimizer)
 
 
+def agree(cfg, device):
+    return rx.all_replicas_agree
+
+
 def rank_figures(cfg, model) -> dict:
     ordinal, world, local = rx.replica()
     return {"params_sha256": params_sha256(model), "xla_world_size": world, "xla_global_ordinal": ordinal,

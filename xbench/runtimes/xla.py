@@ -198,6 +198,11 @@ def gather_bytes(tag: str, payload: bytes) -> list[bytes]:
     return list(xm.rendezvous(tag, payload))
 
 
+def all_replicas_agree(ok: bool) -> bool:
+    """True when every replica says True (out of graph: xm.rendezvous)."""
+    return all(b == b"1" for b in gather_bytes("xbench_agree", b"1" if ok else b"0"))
+
+
 def launch_processes(fn, args: tuple, single_process: bool) -> None:
     """torch_xla.launch: one process per local chip (TPU), or one process when `single_process`."""
     torch_xla.launch(fn, args=args, debug_single_process=single_process)
