@@ -162,3 +162,14 @@ def test_warmup_ends_only_when_every_rank_agrees():
                    read_losses=lambda xs: [float(x) for x in xs], agree=others_ready_at_the_fourth_vote)
     wu = loop.warmup(h, min_steps=2, max_steps=20, stable_steps=2, cv_tol=10.0)
     assert wu.stable and wu.steps == 3 + 3 and votes == [True] * 4
+
+
+@pytest.mark.slow
+def test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record(tmp_path):
+    """The stop crosses back from the launched SPMD process with what was measured and the signal's name."""
+    proc = _start(tmp_path, "parallel=xla_spmd", "data.batch_size=8", "bench.steps=20", "fault.kind=sigterm",
+                  "fault.at_step=8", env=cli_env(PJRT_DEVICE="CPU"))
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 130, out[-3000:]
+    [rec] = records(tmp_path)
+    assert rec["status"] == "interrupted" and rec["reason"] == "SIGTERM during timed", rec["reason"]
