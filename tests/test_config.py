@@ -83,3 +83,25 @@ def test_key_added_to_schema_node_is_rejected():
     cfg = OmegaConf.structured(XBenchConfig)
     with pytest.raises((ConfigAttributeError, ConfigKeyError)):
         cfg.bench.stepz = 3
+
+
+@pytest.mark.parametrize("name", _options("experiment"))
+def test_every_sweep_point_of_every_experiment_composes(name):
+    """`python -m xbench -m +experiment=NAME`: each point of its sweeper grid composes to a typed config."""
+    import itertools
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        params = compose(config_name="config", overrides=[f"+experiment={name}"],
+                         return_hydra_config=True).hydra.sweeper.params or {}
+    grid = [[f"{k}={v.strip()}" for v in str(vals).split(",")] for k, vals in params.items()]
+    for point in itertools.product(*grid):
+        cfg = _compose([f"+experiment={name}", *point])
+        assert isinstance(OmegaConf.to_object(cfg), XBenchConfig)
+        for override in point:  # the point's values are in force (a parallel option selecting its runtime too)
+            key, value = override.split("=", 1)
+            node = OmegaConf.select(cfg, key)
+            if key.startswith("+"):  # a package-global group (workload presets): no node of its own
+                continue
+            assert str(node.name if hasattr(node, "name") else node) == value, (name, override)

@@ -108,7 +108,7 @@ def _ddp_checks(rec: dict, world: int):
 
 @pytest.mark.slow
 def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(store):
-    p = run_cli("-m", *FAST, *TINY, "+experiment=scaling", store=store)
+    p = run_cli("-m", *FAST, *TINY, "+experiment=scaling", "parallel=ddp", store=store)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = {r["measurements"]["world_size"]: r for r in records(store)}
     assert sorted(recs) == [1, 2]  # one record per run, written by rank 0 only

@@ -8,6 +8,7 @@ themselves. Add a rule as one function decorated with `@rule`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -297,14 +298,14 @@ def parallel_fits_here(cfg, facts):
                        "comparison would be meaningless. Use parallel=single or parallel=ddp here")
         elif p.world_size < 2:
             out.append("parallel=dataparallel needs parallel.world_size >= 2 (GPUs); use parallel=single for one")
-    if parallel.get(p.name).multi_process:
+    if parallel.get(p.name).launcher == "torchrun":
         if p.backend not in ("auto", "gloo", "nccl"):
             out.append(f"parallel.backend={p.backend!r} is unknown; allowed: auto, gloo, nccl")
         if p.backend == "nccl" and dev != "cuda":
             out.append(f"parallel.backend=nccl needs CUDA GPUs; this run is on {dev}: use auto or gloo")
         if dev == "xla":
             out.append(f"parallel={p.name} runs torch.distributed over CPU/CUDA devices; for XLA devices use "
-                       "an XLA strategy (xla_spmd / xla_mp)")
+                       "an XLA strategy (parallel=xla_spmd, or parallel=xla_mp on TPU)")
         if p.timeout_s <= 0:
             out.append(f"parallel.timeout_s must be > 0 (a dead rank would hang the run), got {p.timeout_s}")
         if p.nnodes < 1 or p.world_size % p.nnodes:
@@ -318,4 +319,25 @@ def parallel_fits_here(cfg, facts):
         if dev == "cuda" and per_node > facts.cuda_count:
             out.append(f"parallel={p.name} with {per_node} processes per node needs {per_node} GPUs, "
                        f"{facts.cuda_count} visible")
+    return out
+
+
+@rule
+def xla_parallel_fits_here(cfg, facts):
+    """XLA strategies need an XLA runtime; the multi-process recipe needs TPU collectives (not PJRT CPU)."""
+    p, out = cfg.parallel, []
+    if p.name not in ("xla_spmd", "xla_mp"):
+        if p.name == "accelerate" and cfg.runtime.name != "accelerate":
+            out.append(f"parallel=accelerate runs Accelerate's prepare/backward in every rank, which is "
+                       f"runtime=accelerate (asked: runtime={cfg.runtime.name}); for plain DDP use parallel=ddp")
+        return out
+    if not cfg.runtime.name.startswith("xla"):
+        out.append(f"parallel={p.name} drives XLA devices: use runtime=xla or runtime=xla_compile "
+                   f"(asked: runtime={cfg.runtime.name})")
+    pjrt = os.environ.get("PJRT_DEVICE") or ("TPU" if facts.tpu_chips else "CPU")
+    if p.name == "xla_mp" and pjrt == "CPU" and p.world_size > 1:
+        out.append(f"parallel=xla_mp with {p.world_size} processes needs TPU (or GPU) collectives: on PJRT CPU "
+                   "torch-xla's multi-process collectives do not work (torch_xla.launch + xm.all_reduce abort "
+                   "after a rendezvous timeout), and this machine has no TPU. Use parallel=xla_spmd for XLA data "
+                   "parallelism over CPU devices, or run this on a TPU VM (docs/parallel.md gives the command)")
     return out

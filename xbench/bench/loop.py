@@ -36,6 +36,9 @@ class StopRequested(Exception):
         super().__init__("stop requested")
         self.partial = partial
 
+    def __reduce__(self):  # picklable: it crosses from a launched process (launch/xla.py) to the parent
+        return StopRequested, (self.partial,)
+
 
 class Diverged(Exception):
     """The loss became NaN or inf; `step` counts over all steps (warm-up, then timed)."""
@@ -43,6 +46,9 @@ class Diverged(Exception):
     def __init__(self, step: int, loss: float, phase: str | None = None):
         super().__init__(f"loss became {loss} at step {step}" + (f" ({phase})" if phase else ""))
         self.step, self.loss, self.phase = step, loss, phase
+
+    def __reduce__(self):  # picklable: it crosses from a launched process (launch/xla.py) to the parent
+        return Diverged, (self.step, self.loss, self.phase)
 
 
 @dataclass
@@ -65,6 +71,9 @@ class Hooks:
     make_timer: Callable[[int], object] | None = None  # steps -> device timer (CUDA events)
     on_step: Callable[[str, int], None] | None = None  # progress: (phase, step index)
     stop: StopFlag = field(default_factory=StopFlag)
+    # Multi-rank runs: True only when every rank says True (ranks must leave warm-up at the same step,
+    # or their collectives fall out of step and hang).
+    agree: Callable[[bool], bool] = lambda ok: ok
 
 
 @dataclass
@@ -122,7 +131,7 @@ def warmup(h: Hooks, min_steps: int, max_steps: int, stable_steps: int, cv_tol: 
         if n >= max(min_steps, stable_steps + 1):
             recent = times[-stable_steps:]
             flat = counts[-1] == counts[-stable_steps - 1]  # None == None on runtimes that never compile
-            if flat and cv(recent) <= cv_tol:
+            if h.agree(flat and cv(recent) <= cv_tol):
                 return WarmupResult(n, perf_counter() - start, times[0], times, h.read_losses(losses),
                                     counts[-1], True)
     return WarmupResult(len(times), perf_counter() - start, times[0], times, h.read_losses(losses),

@@ -13,7 +13,7 @@ import os
 import resource
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psutil
 import torch
@@ -129,7 +129,7 @@ def build_workload(cfg: XBenchConfig, facts: HostFacts, local_rank: int = 0) -> 
     model = model.to(device=runtime.device, dtype=precision.param_dtype, memory_format=memory_format)
     model = parallel.wrap(cfg.parallel, model, runtime.device)
     model.train()
-    optimizer = make_optimizer(cfg.optim, model.parameters())
+    optimizer = parallel.wrap_optimizer(cfg.parallel, make_optimizer(cfg.optim, model.parameters()))
     return Workload(runtime, precision, spec, entry, model, optimizer, flops, params_count)
 
 
@@ -163,7 +163,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         # Each rank gets its own data (seed + rank), as a data-parallel sampler would give it.
         pool = synthetic_pool(spec, cfg.data.batch_size * devices_per_rank, entry.task,
                               cfg.data.synthetic_batches, runtime.device, cfg.bench.seed + ctx.rank)
-        pool = [(prepare_inputs(x), y) for x, y in pool]
+        pool = [parallel.place_batch(cfg.parallel, prepare_inputs(x), y) for x, y in pool]
         cursor = [0]
         n_pool = len(pool)
 
@@ -177,15 +177,20 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         info = splits.info or {}
         data_info = {name: info[k] for k, name in (("train", "data_train_samples"), ("eval", "data_eval_samples"),
                                                     ("vocab", "data_vocab_size")) if k in info}
-        train_loader = feed.make_loader(splits.train, cfg.data, ctx.rank, ctx.world_size, cfg.bench.seed,
+        # A rank driving several devices (DataParallel, SPMD) takes batch_size per device in one batch.
+        rank_data = replace(cfg.data, batch_size=cfg.data.batch_size * devices_per_rank)
+        train_loader = feed.make_loader(splits.train, rank_data, ctx.rank, ctx.world_size, cfg.bench.seed,
                                         splits.collate)
-        next_batch = feed.device_feed(train_loader, runtime.device, prepare_inputs)
+        fetch = feed.device_feed(train_loader, runtime.device, prepare_inputs)
+
+        def next_batch():
+            return parallel.place_batch(cfg.parallel, *fetch())
 
     hooks = loop.Hooks(
         step=step, next_batch=next_batch, sync=parallel.sync(cfg.parallel, runtime.sync), compile_count=runtime.compile_count,
         read_losses=runtime.read_losses,
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
-        on_step=on_step, stop=stop or loop.StopFlag(),
+        on_step=on_step, stop=stop or loop.StopFlag(), agree=parallel.agree(cfg.parallel, runtime.device),
     )
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)

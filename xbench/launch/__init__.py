@@ -1,8 +1,9 @@
 """Launchers start the ranks a parallel strategy needs and gather their results; no model code here.
 
 inline: this process is the only rank. torchrun: one process per rank (launch/torchrun.py), started
-here through torchrun's launcher API or joined when already under torchrun. Chosen by the strategy's
-`launcher` field; a new launcher (e.g. `xla` for torch_xla.launch) is one more branch in `run`.
+here through torchrun's launcher API or joined when already under torchrun. xla: a fresh process for
+SPMD, or torch_xla.launch's processes (launch/xla.py). Chosen by the strategy's `launcher` field; a new
+launcher is one more branch in `run` and in `writes_record`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ class LaunchResult:
 
 def writes_record(cfg) -> bool:
     """False in a process whose run's record is written by another (a rank > 0, a node > 0)."""
-    if not parallel.get(cfg.parallel.name).multi_process:
+    strategy = parallel.get(cfg.parallel.name)
+    if strategy.launcher == "xla":  # a TPU pod slice: host 0's process
+        from xbench.launch.xla import writes_record as xla_writes
+
+        return xla_writes(cfg)
+    if not strategy.multi_process:
         return True
     from xbench.launch.torchrun import writes_record as torchrun_writes
 
@@ -42,4 +48,8 @@ def run(cfg, facts, on_step=None, stop=None) -> LaunchResult | None:
         from xbench.launch.torchrun import run_torchrun
 
         return run_torchrun(cfg, facts, on_step, stop)
+    if strategy.launcher == "xla":
+        from xbench.launch.xla import run_xla
+
+        return run_xla(cfg, facts, on_step, stop)
     raise ValueError(f"launcher {strategy.launcher!r} of strategy {strategy.name!r} is not available")

@@ -2,13 +2,12 @@
 
 A strategy is one registry line: the launcher that starts its ranks (`inline`: this process is the
 only rank; `torchrun`: one process per rank through torch.distributed's elastic launcher), whether
-one process drives several devices (`nn.DataParallel`, later XLA SPMD), and the module that wraps the
+one process drives several devices (`nn.DataParallel`, XLA SPMD), and the module that wraps the
 model for a rank. Data parallel throughout: every device sees `data.batch_size` samples a step.
 
-Add a strategy: a module with `wrap(cfg, model, device)` (and optionally `sync(cfg, device_sync)` and
-`rank_figures(cfg, model)`), one line in STRATEGIES, a `conf/parallel/<name>.yaml` and, where it
-cannot run everywhere, a compat rule. Planned next, on the same shape: `xla_spmd` (inline, devices in
-process), `xla_mp` (launcher `xla`: torch_xla.launch) and `accelerate` (launcher torchrun).
+Add a strategy: a module with `wrap(cfg, model, device)` (and optionally `sync(cfg, device_sync)`,
+`place_batch(cfg, inputs, targets)`, `wrap_optimizer(cfg, optimizer)` and `rank_figures(cfg, model)`),
+one line in STRATEGIES, a `conf/parallel/<name>.yaml` and, where it cannot run everywhere, a compat rule.
 """
 
 from __future__ import annotations
@@ -20,10 +19,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    launcher: str  # inline | torchrun (later: xla)
+    launcher: str  # inline | torchrun | xla (a fresh SPMD process, or torch_xla.launch)
     multi_process: bool  # one process per rank (its ranks must agree on one record writer)
     module: str | None = None  # module with wrap() / sync() / rank_figures(); None: model unchanged
-    devices_in_process: bool = False  # one process drives parallel.world_size devices (DataParallel)
+    devices_in_process: bool = False  # one process drives parallel.world_size devices (DataParallel, SPMD)
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -31,6 +30,9 @@ STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy("ddp", "torchrun", True, "xbench.parallel.ddp"),
     "dataparallel": Strategy("dataparallel", "inline", False, "xbench.parallel.dataparallel",
                              devices_in_process=True),
+    "xla_spmd": Strategy("xla_spmd", "xla", False, "xbench.parallel.xla_spmd", devices_in_process=True),
+    "xla_mp": Strategy("xla_mp", "xla", True, "xbench.parallel.xla_mp"),
+    "accelerate": Strategy("accelerate", "torchrun", True, "xbench.parallel.accelerate"),
 }
 
 
@@ -66,3 +68,21 @@ def rank_figures(cfg, model) -> dict:
     """Strategy-specific figures of one rank after training (e.g. a parameter checksum)."""
     mod = _module(cfg)
     return mod.rank_figures(cfg, model) if mod and hasattr(mod, "rank_figures") else {}
+
+
+def agree(cfg, device):
+    """ok -> whether every rank says ok (the warm-up's exit decision); one rank: ok itself."""
+    mod = _module(cfg)
+    return mod.agree(cfg, device) if mod and hasattr(mod, "agree") else (lambda ok: ok)
+
+
+def place_batch(cfg, inputs, targets):
+    """A batch as the strategy's devices take it (XLA SPMD: split over the mesh); else unchanged."""
+    mod = _module(cfg)
+    return mod.place_batch(cfg, inputs, targets) if mod and hasattr(mod, "place_batch") else (inputs, targets)
+
+
+def wrap_optimizer(cfg, optimizer):
+    """The optimizer the step calls (xla_mp: gradients all-reduced before stepping); else unchanged."""
+    mod = _module(cfg)
+    return mod.wrap_optimizer(cfg, optimizer) if mod and hasattr(mod, "wrap_optimizer") else optimizer

@@ -37,6 +37,18 @@ def sync(cfg, device_sync):
     return synced
 
 
+def agree(cfg, device):
+    """All ranks' verdict (MIN over a 0/1 flag): one rank's warm-up decision must not leave the others behind."""
+    flag_device = device if device.type == "cuda" else torch.device("cpu")  # NCCL: CUDA tensors; gloo: CPU
+
+    def all_agree(ok: bool) -> bool:
+        t = torch.tensor([int(ok)], device=flag_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t.item())
+
+    return all_agree
+
+
 def params_sha256(model) -> str:
     """Exact fingerprint of the parameters: equal on every rank iff the replicas are identical."""
     h = hashlib.sha256()

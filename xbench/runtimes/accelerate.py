@@ -1,6 +1,7 @@
 """The shared train step driven through HF Accelerate: `Accelerator.prepare` + `accelerator.backward`.
 
-Single process here (multi-process Accelerate is a parallel strategy's job). The precision policy is
+Under parallel=accelerate the ranks' process group already exists (torchrun launcher); the Accelerator
+joins it and `prepare` wraps the model in DDP (xbench/parallel/accelerate.py). The precision policy is
 xbench's own (autocast/scaler from xbench.precision, Accelerate's `mixed_precision="no"`), so the
 only difference from runtime=eager is Accelerate's wrapping: its overhead is what gets measured.
 
@@ -11,6 +12,8 @@ USE_TORCH_XLA=0 is set before the import, since this runtime is the CPU/CUDA pat
 from __future__ import annotations
 
 import os
+
+import torch
 
 from xbench.bench.step import make_train_step
 from xbench.runtimes.base import Runtime
@@ -26,9 +29,18 @@ class AccelerateRuntime(Runtime):
         from accelerate import Accelerator
 
         self.version = accelerate.__version__
+        threads = torch.get_num_threads()
         self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no")
+        # Multi-process on a CPU, Accelerate resets torch's threads when OMP_NUM_THREADS is unset: keep xbench's.
+        torch.set_num_threads(threads)
         if self.accelerator.device.type != self.device.type:
             raise RuntimeError(f"Accelerate chose device {self.accelerator.device}, xbench expects {self.device}")
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if self.accelerator.num_processes != world:  # a silent world of one would train unsynced copies
+            raise RuntimeError(f"Accelerate sees {self.accelerator.num_processes} process(es), the process "
+                               f"group has {world}")
 
     def prepare(self, model, optimizer, task: str, precision):
         model, optimizer = self.accelerator.prepare(model, optimizer)
@@ -36,4 +48,6 @@ class AccelerateRuntime(Runtime):
 
     def overhead(self) -> dict:
         return {"accelerate_version": self.version, "accelerate_device": str(self.accelerator.device),
-                "accelerate_distributed_type": str(self.accelerator.distributed_type)}
+                "accelerate_distributed_type": str(self.accelerator.distributed_type),
+                "accelerate_num_processes": self.accelerator.num_processes,
+                "threads_intra_at_end": torch.get_num_threads()}

@@ -135,3 +135,81 @@ class XlaCompileRuntime(XlaRuntime):
             return torch_xla.compile(make_train_step(model, optimizer, task, precision),
                                      full_graph=c.fullgraph, name="xbench_step")
         raise ValueError(f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: torch_xla, openxla")
+
+
+# ---- data parallelism over XLA devices (called by xbench.parallel.xla_spmd / xla_mp and launch.xla) ----
+
+def enable_spmd() -> int:
+    """Switch this process to SPMD (before any XLA tensor exists); returns the devices a mesh can span."""
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    return xr.global_runtime_device_count()
+
+
+def data_mesh():
+    """A 1-D mesh named `data` over every XLA device (all chips of all hosts on a pod slice)."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    n = xr.global_runtime_device_count()
+    return xs.Mesh(np.arange(n), (n,), ("data",))
+
+
+def shard_batch(t: torch.Tensor, mesh) -> torch.Tensor:
+    """Annotate `t` as split along dim 0 over the mesh (the other dims replicated); returns `t`."""
+    import torch_xla.distributed.spmd as xs
+
+    xs.mark_sharding(t, mesh, ("data",) + (None,) * (t.dim() - 1))
+    return t
+
+
+def sharding_spec(t: torch.Tensor) -> str:
+    """XLA's sharding annotation of a tensor ('' when replicated / unannotated): evidence for the record."""
+    return torch_xla._XLAC._get_xla_sharding_spec(t)
+
+
+def optimizer_step(optimizer) -> None:
+    """All-reduce (mean) the gradients over the replicas, then step: the multi-process recipe's step."""
+    xm.optimizer_step(optimizer)
+
+
+def replica() -> tuple[int, int, int]:
+    """(global ordinal, world size, local ordinal) of this process in a torch_xla.launch run."""
+    import torch_xla.runtime as xr
+
+    return xr.global_ordinal(), xr.world_size(), xr.local_ordinal()
+
+
+def process() -> tuple[int, int]:
+    """(index of this host's process, processes in all): > 1 on a multi-host pod slice."""
+    import torch_xla.runtime as xr
+
+    return xr.process_index(), xr.process_count()
+
+
+def gather_bytes(tag: str, payload: bytes) -> list[bytes]:
+    """Every replica's payload (index = global ordinal), out of graph (xm.rendezvous)."""
+    import torch_xla.runtime as xr
+
+    if xr.world_size() == 1:  # nothing to exchange (and no collective to compile)
+        return [payload]
+    return list(xm.rendezvous(tag, payload))
+
+
+def all_replicas_agree(ok: bool) -> bool:
+    """True when every replica says True (out of graph: xm.rendezvous)."""
+    return all(b == b"1" for b in gather_bytes("xbench_agree", b"1" if ok else b"0"))
+
+
+def launch_processes(fn, args: tuple, single_process: bool) -> None:
+    """torch_xla.launch: one process per local chip (TPU), or one process when `single_process`."""
+    torch_xla.launch(fn, args=args, debug_single_process=single_process)
+
+
+def tpu_worker_id() -> int:
+    """This host's index in a TPU slice (0 on a single-host VM), from the TPU environment / metadata."""
+    from torch_xla._internal import tpu
+
+    return tpu.worker_id()

@@ -1,0 +1,175 @@
+"""XLA and Accelerate data parallelism for real on this CPU: SPMD over 2 PJRT CPU devices (losses equal
+to one device on the same global batch), xla_mp's refusal on CPU and its launcher in one process, and
+Accelerate's multi-process launch over 2 gloo ranks (one world, identical replicas)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from tests.conftest import CONF, FAST, REPO, cli_env, records
+from xbench import compat, launch, parallel
+from xbench.config import register_configs
+from xbench.platforms.detect import HostFacts
+
+TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "optim.lr=0.05")
+CPU_HOST = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version="2.9.0")
+
+
+def _cfg(*overrides):
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return OmegaConf.to_object(compose(config_name="config", overrides=list(overrides)))
+
+
+def _start(store, *args, env=None):
+    threads = () if any(a.startswith("bench.threads=") for a in args) else ("bench.threads=1",)
+    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *FAST, *TINY, *threads, *args]
+    return subprocess.Popen(cmd, cwd=REPO, env=env or cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _finish(proc, timeout=400) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+# ---------- configs and compat (no device work) ----------
+
+def test_strategies_name_their_launchers_and_select_their_runtime():
+    assert parallel.get("xla_spmd").launcher == "xla" and not parallel.get("xla_spmd").multi_process
+    assert parallel.get("xla_mp").launcher == "xla" and parallel.get("xla_mp").multi_process
+    assert parallel.get("accelerate").launcher == "torchrun"
+    assert _cfg("parallel=xla_spmd").runtime.name == "xla"
+    assert _cfg("parallel=xla_mp").runtime.name == "xla"
+    assert _cfg("parallel=accelerate").runtime.name == "accelerate"
+    assert _cfg("parallel=xla_spmd", "runtime=xla_compile").runtime.name == "xla_compile"  # the user's wins
+
+
+def test_xla_environment_is_set_for_the_devices_asked(monkeypatch):
+    from xbench.launch.xla import xla_env
+
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    assert xla_env(_cfg("parallel=xla_spmd", "parallel.world_size=4")) == {"PJRT_DEVICE": "CPU",
+                                                                             "CPU_NUM_DEVICES": "4"}
+    assert xla_env(_cfg("parallel=xla_mp", "parallel.world_size=1")) == {"PJRT_DEVICE": "CPU"}
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")  # on a TPU the mesh spans the chips PJRT finds
+    assert xla_env(_cfg("parallel=xla_spmd")) == {"PJRT_DEVICE": "TPU"}
+
+
+def test_xla_mp_on_cpu_fails_before_work_with_the_reason(monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    [reason] = compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), CPU_HOST)
+    assert "collectives do not work" in reason and "PJRT CPU" in reason and "xla_spmd" in reason
+    assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=1"), CPU_HOST) == []  # nothing to reduce
+    on_tpu = HostFacts(torch_xla=True, logical_cores=96, torch_version="2.9.0", tpu_chips=4)
+    assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), on_tpu) == []
+
+
+@pytest.mark.parametrize("overrides,expect", [
+    (("parallel=xla_spmd", "runtime=eager"), "use runtime=xla or runtime=xla_compile"),
+    (("parallel=xla_mp", "runtime=compile"), "use runtime=xla or runtime=xla_compile"),
+    (("parallel=accelerate", "runtime=eager"), "which is runtime=accelerate"),
+    (("parallel=ddp", "runtime=xla"), "use an XLA strategy"),
+])
+def test_mismatched_strategy_and_runtime_say_why(overrides, expect, monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    reasons = compat.check(_cfg(*overrides), CPU_HOST)
+    assert any(expect in r for r in reasons), reasons
+
+
+def test_one_record_writer(monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    assert launch.writes_record(_cfg("parallel=xla_spmd"))  # off TPU: host 0 without asking torch_xla
+    assert launch.writes_record(_cfg("parallel=xla_mp"))
+
+
+# ---------- for real ----------
+
+@pytest.mark.slow
+def test_spmd_on_2_cpu_devices_trains_like_one_device_on_the_same_global_batch(tmp_path):
+    env = cli_env(PJRT_DEVICE="CPU")
+    env.pop("CPU_NUM_DEVICES", None)
+    procs = {"spmd": _start(tmp_path / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
+                            env=env),
+             "one": _start(tmp_path / "one", "runtime=xla", "data.batch_size=32", env=env)}
+    for p in procs.values():
+        _finish(p)
+    [spmd], [one] = records(tmp_path / "spmd"), records(tmp_path / "one")
+    assert spmd["status"] == "ok" and one["status"] == "ok", (spmd["reason"], one["reason"])
+    m = spmd["measurements"]
+    assert (m["devices"], m["devices_per_rank"], m["world_size"]) == (2, 2, 1)
+    assert m["global_batch_size"] == 32 == one["measurements"]["global_batch_size"]
+    assert m["xla_spmd_mesh_shape"] == [2] and m["xla_spmd_input_sharding"].startswith("{devices=[2,")
+    assert m["pjrt_device"] == "CPU" and m["compiles_timed"] == 0 and m["compiles_warmup"] >= 1
+    # global throughput: the whole global batch per step over the window
+    assert m["throughput_samples_per_s"] == pytest.approx(32 * m["timed_steps_per_window"] / m["window_s"][0])
+    a, b = spmd["series"]["loss"], one["series"]["loss"]
+    n = min(len(a), len(b))
+    assert n >= 6 and a[-1] < a[0]
+    # Same data, same initial weights: the same trajectory (float rounding of the sharded reduction aside).
+    assert a[:n] == pytest.approx(b[:n], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_xla_mp_launcher_runs_one_replica_on_cpu(tmp_path):
+    proc = _start(tmp_path, "parallel=xla_mp", "parallel.world_size=1", "data.batch_size=16",
+                  env=cli_env(PJRT_DEVICE="CPU"))
+    _finish(proc)
+    [rec] = records(tmp_path)
+    m = rec["measurements"]
+    assert rec["status"] == "ok", rec["reason"]
+    assert m["xla_world_size"] == 1 and m["xla_global_ordinal"] == 0 and m["compiles_timed"] == 0
+    assert rec["series"]["loss"][-1] < rec["series"]["loss"][0]
+
+
+@pytest.mark.slow
+def test_accelerate_launches_2_cpu_processes_as_one_synchronised_job(tmp_path):
+    # 2 threads per rank: Accelerate would reset them to cores // ranks (1 here) if xbench did not keep them
+    _finish(_start(tmp_path, "parallel=accelerate", "parallel.world_size=2", "data.batch_size=16", "bench.threads=2"))
+    [rec] = records(tmp_path)  # one record, by rank 0
+    assert rec["status"] == "ok", rec["reason"]
+    m, ranks = rec["measurements"], rec["ranks"]
+    assert m["world_size"] == 2 and [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:  # no silent world of one: Accelerate and the process group both see 2 processes
+        assert r["accelerate_num_processes"] == 2 and r["process_group_world_size"] == 2
+        assert r["accelerate_distributed_type"] == "DistributedType.MULTI_CPU"
+        assert r["threads_intra"] == r["threads_intra_at_end"] == 2  # Accelerate did not reset bench.threads
+    assert len({r["params_sha256"] for r in ranks}) == 1  # different data per rank, identical replicas
+    assert m["global_batch_size"] == 32
+    common = max(r["window_s"][0] for r in ranks)
+    assert m["throughput_samples_per_s"] == pytest.approx(sum(r["samples_per_window"] for r in ranks) / common)
+
+
+def test_warmup_ends_only_when_every_rank_agrees():
+    """A rank whose own step times settled must wait for the others (else DDP collectives fall out of step)."""
+    from xbench.bench import loop
+
+    votes = []
+
+    def others_ready_at_the_fourth_vote(ok):
+        votes.append(ok)
+        return ok and len(votes) >= 4  # this rank: stable from the first vote; the others: 3 votes later
+
+    h = loop.Hooks(step=lambda x, y: 0.0, next_batch=lambda: (None, None), sync=lambda: None,
+                   read_losses=lambda xs: [float(x) for x in xs], agree=others_ready_at_the_fourth_vote)
+    wu = loop.warmup(h, min_steps=2, max_steps=20, stable_steps=2, cv_tol=10.0)
+    assert wu.stable and wu.steps == 3 + 3 and votes == [True] * 4
+
+
+@pytest.mark.slow
+def test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record(tmp_path):
+    """The stop crosses back from the launched SPMD process with what was measured and the signal's name."""
+    proc = _start(tmp_path, "parallel=xla_spmd", "data.batch_size=8", "bench.steps=20", "fault.kind=sigterm",
+                  "fault.at_step=8", env=cli_env(PJRT_DEVICE="CPU"))
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 130, out[-3000:]
+    [rec] = records(tmp_path)
+    assert rec["status"] == "interrupted" and rec["reason"] == "SIGTERM during timed", rec["reason"]

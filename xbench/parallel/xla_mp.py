@@ -1,0 +1,44 @@
+"""torch-xla multi-process data parallelism: the classic TPU recipe (one process per chip, started by
+`torch_xla.launch`; gradients all-reduced by `xm.optimizer_step`). Launched by launch/xla.py.
+
+Its collectives do not work on PJRT CPU (multi-process rendezvous times out), so a compat rule stops
+it there with more than one process; one process on CPU runs the same code path with nothing to reduce.
+"""
+
+from __future__ import annotations
+
+from xbench.parallel.ddp import params_sha256
+from xbench.runtimes import xla as rx
+
+
+class AllReduceOptimizer:
+    """The optimizer as the step sees it: `step()` averages gradients over the replicas first."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step(self):
+        rx.optimizer_step(self.optimizer)
+
+    def __getattr__(self, name):  # zero_grad, param_groups, state, ...: the wrapped optimizer's
+        return getattr(self.optimizer, name)
+
+
+def wrap(cfg, model, device):
+    if device.type != "xla":
+        raise RuntimeError(f"parallel=xla_mp runs on XLA devices (runtime=xla / xla_compile), not {device}")
+    return model
+
+
+def wrap_optimizer(cfg, optimizer):
+    return AllReduceOptimizer(optimizer)
+
+
+def agree(cfg, device):
+    return rx.all_replicas_agree
+
+
+def rank_figures(cfg, model) -> dict:
+    ordinal, world, local = rx.replica()
+    return {"params_sha256": params_sha256(model), "xla_world_size": world, "xla_global_ordinal": ordinal,
+            "xla_local_ordinal": local}
