@@ -133,12 +133,30 @@ def compare(runtime: str, a) -> dict:
     return out
 
 
+def harness_cost_us(steps: int = 100_000) -> float:
+    """The loop's own cost per step: a timed window over a step that does no work (median of 3)."""
+    from xbench.bench import loop
+
+    t = torch.zeros(1)
+    pool, cursor = [(t, t)] * 4, [0]
+
+    def next_batch():
+        i = cursor[0]
+        cursor[0] = i + 1
+        return pool[i % 4]
+
+    hooks = loop.Hooks(step=lambda x, y: t, next_batch=next_batch, sync=lambda: None,
+                       read_losses=lambda losses: [0.0] * len(losses))
+    return statistics.median(loop.timed_window(hooks, steps).wall_s / steps * 1e6 for _ in range(3))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runtime", choices=("eager", "xla", "both"), default="both")
     ap.add_argument("--quick", action="store_true", help="short run (tests): 2 rounds of 10 steps")
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=100)
+    # Windows of ~1 s or more: shorter ones (100 steps of 2 ms) measured the machine's noise, not the loop.
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both sides")
@@ -156,6 +174,8 @@ def main() -> None:
         preload_xla("xla")  # the XLA device must exist before the first (eager) backward in this process
     print(f"xbench loop vs hand loop: mlp hidden={a.hidden}, batch {a.batch}, {a.steps} timed steps, "
           f"{a.rounds} rounds, {a.threads} thread(s)")
+    print(f"harness cost: {harness_cost_us(10_000 if a.quick else 100_000):.2f} us per step "
+          "(a timed window over a step that does nothing)", flush=True)
     for name in names:
         r = compare(name, a)
         print(f"{name:6s} ratio xbench/hand {r['ratio_median']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f})"
