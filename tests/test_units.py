@@ -51,6 +51,7 @@ def test_global_throughput_sums_ranks_over_the_common_window():
     assert m["throughput_samples_per_s"] == statistics.median([512.0, 320.0])
     assert (m["world_size"], m["devices"], m["global_batch_size"]) == (2, 2, 64)
     assert m["window_s_total"] == 3.25 and m["peak_host_rss_gib"] == 2.0
+    assert m["samples_per_window"] == 640  # the run's, not rank 0's 320
     assert m["noisy"] is True  # 512 vs 320 samples/s across windows
 
 

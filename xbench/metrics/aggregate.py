@@ -31,6 +31,7 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
         "world_size": len(ranks),
         "devices": devices,
         "global_batch_size": sum(r["samples_per_step"] for r in ranks),
+        "samples_per_window": samples,  # all ranks: the run-level figure throughput is computed from
         "window_s": common,
         "window_s_total": window_total,
         "throughput_samples_per_s": statistics.median(per_window),
