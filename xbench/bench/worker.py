@@ -145,10 +145,10 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     torch.manual_seed(cfg.bench.seed)
     warnings: list[str] = threads_not_applied(cfg.bench, threads)
 
-    w = build_workload(cfg, facts, ctx.local_rank)
-    runtime, precision, spec, entry, model = w.runtime, w.precision, w.spec, w.entry, w.model
-    flops, params_count = w.flops, w.params_count
-    step = make_step(w, cfg, ctx.rank)
+    work = build_workload(cfg, facts, ctx.local_rank)
+    runtime, precision, spec, entry, model = work.runtime, work.precision, work.spec, work.entry, work.model
+    flops, params_count = work.flops, work.params_count
+    step = make_step(work, cfg, ctx.rank)
 
     devices_per_rank = parallel.devices_per_rank(cfg.parallel)  # DataParallel: one process, N GPUs
 
