@@ -40,6 +40,13 @@ BERT_GPU = ["model=bert_base", "data=synthetic_wikipedia", "data.batch_size=64",
 BERT_DRY = ["model=bert_tiny", "data=synthetic_wikipedia", "data.batch_size=4", "data.seq_len=32",
             "precision=amp_bf16"]
 CV_MAX = 0.01
+# The harness against a hand-written loop on the GPU (scripts/bench_overhead.py; goal >= 0.99): a
+# ResNet-50 step (device-bound, the studies' case) and a small MLP (dispatch-bound: the harness's
+# per-step Python cost is the largest share there). Dry run: the eager CPU case, quick.
+OVERHEAD_GPU = [("resnet50 amp_bf16", ["--runtime", "cuda", "--model", "resnet50", "--precision", "amp_bf16",
+                                       "--batch", "256", "--steps", "20", "--pairs", "6"]),
+                ("mlp fp32", ["--runtime", "cuda", "--model", "mlp", "--steps", "500", "--pairs", "10"])]
+OVERHEAD_DRY = [("mlp fp32 (cpu)", ["--runtime", "eager", "--quick"])]
 
 
 def run_row(name: str, overrides: list[str], store: Path, timeout_s: float) -> dict:
@@ -57,6 +64,21 @@ def run_row(name: str, overrides: list[str], store: Path, timeout_s: float) -> d
     rec = json.loads(recs[-1].read_text()) if recs else {"status": "no record", "reason": log[-300:]}
     rec["_wall_s"] = time.time() - t0
     return rec
+
+
+def run_overhead(name: str, args: list[str], out: Path, timeout_s: float) -> dict:
+    """One bench_overhead.py comparison in its own process; its RESULT line, or why there is none."""
+    cmd = [sys.executable, "scripts/bench_overhead.py", *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        log = p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        log = f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
+        log = log if isinstance(log, str) else log.decode(errors="replace")
+    slug = "".join(c if c.isalnum() else "_" for c in name)
+    (out / f"overhead_{slug}.log").write_text(log)
+    results = [line[len("RESULT "):] for line in log.splitlines() if line.startswith("RESULT ")]
+    return json.loads(results[-1]) if results else {"error": log.strip().splitlines()[-1][:160] if log.strip() else "no output"}
 
 
 def row_figures(rec: dict) -> dict:
@@ -97,9 +119,9 @@ def main() -> int:
           f"torch {torch.__version__}, records under {store}", flush=True)
 
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - {r[0] for r in ROWS} - {"bert amp_bf16"}
+    unknown = only - {r[0] for r in ROWS} - {"bert amp_bf16", "overhead"}
     if unknown:
-        ap.error(f"unknown row(s) {sorted(unknown)}; rows: {[r[0] for r in ROWS] + ['bert amp_bf16']}")
+        ap.error(f"unknown row(s) {sorted(unknown)}; rows: {[r[0] for r in ROWS] + ['bert amp_bf16', 'overhead']}")
     table = []
     for name, overrides, target, needs_cuda, slow_on_cpu in ROWS:
         if only and name not in only:
@@ -116,6 +138,12 @@ def main() -> int:
         print("device_check: running bert amp_bf16 ...", flush=True)
         table.append(("bert amp_bf16", row_figures(run_row("bert amp_bf16", [*bert_common, *bert], store, timeout_s)),
                       None))
+
+    overhead = []
+    if not only or "overhead" in only:
+        for name, args_ in (OVERHEAD_GPU if gpu else OVERHEAD_DRY):
+            print(f"device_check: overhead, {name} ...", flush=True)
+            overhead.append((name, run_overhead(name, args_, Path(args.out), timeout_s)))
 
     by = {n: f for n, f, _ in table}
     single, ddp = by.get("single (ddp baseline)", {}), by.get("ddp world_size=1", {})
@@ -135,6 +163,15 @@ def main() -> int:
                      f"{fmt(f.get('mfu'), '.1%'):>6} {fmt(f.get('mem_gib'), '.1f'):>8} {fmt(f.get('compile_s'), '.1f'):>9}")
     if single.get("tp") and ddp.get("tp"):
         lines.append(f"DDP(world 1) / single throughput: {ddp['tp'] / single['tp']:.4f}")
+    for name, r in overhead:
+        if "error" in r:
+            lines.append(f"overhead xbench/hand, {name}: no result ({r['error']})")
+            failures += 1
+            continue
+        lo, hi = r["ratio_ci95"]
+        lines.append(f"overhead xbench/hand, {name}: {r['ratio_median']:.4f} (95% CI {lo:.4f}-{hi:.4f}, "
+                     f"{r['pairs']} pairs) goal >= {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")
+        failures += int(gpu and not r["goal_met"])
     for name, f, _ in table:
         if f.get("status") not in ("ok", "skipped") and f.get("reason"):
             lines.append(f"  {name}: {str(f['reason'])[:160]}")

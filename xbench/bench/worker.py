@@ -139,15 +139,28 @@ def make_step(w: Workload, cfg: XBenchConfig, rank: int = 0):
     return _inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step
 
 
-def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
-             stop: loop.StopFlag | None = None) -> RankResult:
+@dataclass
+class PreparedRank:
+    """Everything built before the first step: what the loop runs (`hooks`) and what the record needs."""
+
+    work: Workload
+    hooks: loop.Hooks
+    threads: dict  # thread counts in force
+    warnings: list[str]
+    data_info: dict
+    devices_per_rank: int
+
+
+def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
+                 stop: loop.StopFlag | None = None) -> PreparedRank:
+    """threads -> seed -> workload -> step -> data -> the loop's hooks. Also used as is by
+    scripts/bench_overhead.py, so the harness it measures is exactly this one."""
     threads = set_threads(cfg.bench)
     torch.manual_seed(cfg.bench.seed)
     warnings: list[str] = threads_not_applied(cfg.bench, threads)
 
     work = build_workload(cfg, facts, ctx.local_rank)
-    runtime, precision, spec, entry, model = work.runtime, work.precision, work.spec, work.entry, work.model
-    flops, params_count = work.flops, work.params_count
+    runtime, precision, spec, entry = work.runtime, work.precision, work.spec, work.entry
     step = make_step(work, cfg, ctx.rank)
 
     devices_per_rank = parallel.devices_per_rank(cfg.parallel)  # DataParallel: one process, N GPUs
@@ -194,6 +207,23 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     )
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
+    return PreparedRank(work, hooks, threads, warnings, data_info, devices_per_rank)
+
+
+def utilisation_sampler(cfg: XBenchConfig, p: PreparedRank) -> UtilisationSampler:
+    """The sampler that runs beside the timed windows (every GPU a DataParallel rank drives)."""
+    dev = p.work.runtime.device
+    on_cuda = dev.type == "cuda"
+    gpus = (list(range(p.devices_per_rank)) if p.devices_per_rank > 1 else [dev.index or 0]) if on_cuda else []
+    return UtilisationSampler(dev.type, cfg.bench.util_interval_s, gpus)
+
+
+def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
+             stop: loop.StopFlag | None = None) -> RankResult:
+    p = prepare_rank(cfg, facts, ctx, on_step, stop)
+    work, hooks, threads, warnings, data_info = p.work, p.hooks, p.threads, p.warnings, p.data_info
+    runtime, precision, model = work.runtime, work.precision, work.model
+    flops, params_count, devices_per_rank = work.flops, work.params_count, p.devices_per_rank
 
     b = cfg.bench
     wu = loop.warmup(hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
@@ -206,9 +236,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     energy = EnergyMeter(runtime.device.type, runtime.device.index or 0)
     energy.start()
     windows = []
-    on_cuda = runtime.device.type == "cuda"  # DataParallel: every GPU it drives; else this rank's own
-    gpus = (list(range(devices_per_rank)) if devices_per_rank > 1 else [runtime.device.index or 0]) if on_cuda else []
-    sampler = UtilisationSampler(runtime.device.type, b.util_interval_s, gpus)
+    sampler = utilisation_sampler(cfg, p)
     sampler.start()  # its own thread, at a low rate; started and stopped outside the steps
     try:
         for _ in range(b.repeats):
@@ -281,9 +309,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         **utilisation,
         **parallel.rank_figures(cfg.parallel, model),
     }
-    if runtime.device.type == "cuda":
-        m["peak_device_allocated_gib"] = torch.cuda.max_memory_allocated(runtime.device) / 2**30
-        m["peak_device_reserved_gib"] = torch.cuda.max_memory_reserved(runtime.device) / 2**30
+    m.update(runtime.memory())
 
     if "energy_j" in m:
         m["energy_j_per_sample"] = m["energy_j"] / (samples_per_step * b.steps * b.repeats)

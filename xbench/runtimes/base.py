@@ -45,3 +45,11 @@ class Runtime:
     def overhead(self) -> dict:
         """Runtime-specific overhead figures for the record (compile time, tracing time, ...)."""
         return {}
+
+    def memory(self) -> dict:
+        """Peak device memory of the run so far. On the CPU the device's memory is the host's: the
+        worker records peak_host_rss_gib for every run."""
+        if self.device.type != "cuda":
+            return {}
+        return {"peak_device_allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30,
+                "peak_device_reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30}

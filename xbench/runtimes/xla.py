@@ -105,6 +105,18 @@ class XlaRuntime(Runtime):
         # One transfer per loss, already materialised by the step's sync: no new graph is traced.
         return [float(x.cpu()) for x in losses]
 
+    def memory(self) -> dict:
+        """XLA's allocator figures (TPU, GPU); PJRT's CPU client has none, and the record says so."""
+        try:
+            info = xm.get_memory_info(self.device)
+        except RuntimeError as e:  # XLA:CPU: "UNIMPLEMENTED: GetAllocatorStats is not supported"
+            return {"device_memory_unavailable": f"{os.environ.get('PJRT_DEVICE')}: {str(e).splitlines()[0][:160]}"}
+        out = {"device_memory_used_gib": info["bytes_used"] / 2**30,
+               "device_memory_limit_gib": info["bytes_limit"] / 2**30}
+        if "peak_bytes_used" in info:
+            out["peak_device_used_gib"] = info["peak_bytes_used"] / 2**30
+        return out
+
     def overhead(self) -> dict:
         c, e = _metric("CompileTime"), _metric("ExecuteTime")
         return {
