@@ -301,14 +301,21 @@ def test_wandb_without_credentials_writes_the_definition(fixture_store, tmp_path
 
 
 @pytest.mark.slow
-def test_report_of_a_real_sweep_has_one_row_per_run(store, tmp_path):
-    p = run_cli("-m", *FAST, "data.batch_size=8,16", store=store)
+def test_report_of_a_real_interleaved_sweep_has_one_row_per_run_and_groups_rounds(store, tmp_path):
+    """`bench.round` first: the two batch sizes run interleaved (8, 16, 8, 16), and the report folds
+    the rounds of one configuration into one throughput row with a spread across runs."""
+    p = run_cli("-m", *FAST, "bench.round=0,1", "data.batch_size=8,16", store=store)
     assert p.returncode == 0, p.stderr[-3000:]
+    done = sorted(store.glob("*/record.json"), key=lambda f: f.stat().st_mtime_ns)  # the order runs ended
+    order = [(r["config"]["bench"]["round"], r["config"]["data"]["batch_size"])
+             for r in (json.loads(f.read_text()) for f in done)]
+    assert order == [(0, 8), (0, 16), (1, 8), (1, 16)]
     out = tmp_path / "report"
     p = run_report_without_torch(store, "--out", out, "--no-progress")
     assert p.returncode == 0, p.stderr[-3000:]
     runs = read_csv(out / "tables" / "runs.csv")
-    assert sorted(int(r["global batch"]) for r in runs) == [8, 16]
+    assert sorted(int(r["global batch"]) for r in runs) == [8, 8, 16, 16]
     tp = read_csv(out / "tables" / "throughput.csv")
     assert len(tp) == 2 and all(float(r["throughput median [samples/s]"]) > 0 for r in tp)
+    assert all(r["runs"] == "2" and r["spread"] == "2 runs min-max" for r in tp), tp
     assert (out / "plots" / "throughput_vs_batch.png").is_file()

@@ -176,6 +176,9 @@ class BenchConfig:
     # After SIGINT/SIGTERM, a step that has not returned within this many seconds (a hung step) is
     # abandoned: the record is written as interrupted and the process exits.
     stop_grace_s: float = 30.0
+    # A label, not a setting: `-m bench.round=0,1,2 runtime=eager,compile` runs the modes interleaved
+    # (Hydra varies the last override fastest), and the report groups the rounds into one row.
+    round: int = 0
 
 
 @dataclass
