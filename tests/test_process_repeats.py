@@ -141,3 +141,17 @@ def test_cli_refuses_bad_process_repeats_with_a_record(store):
     assert "bench.process_repeats must be a positive whole number" in by_n[0]["reason"]
     assert "bench.process_repeats=2 applies to bench.mode=throughput only" in by_n[2]["reason"]
     assert "'train_to_target'" in by_n[2]["reason"]
+
+
+def test_report_spread_of_a_single_run_is_the_processes_ci():
+    from xbench.records.record import RunRecord
+    from xbench.report.frame import to_frame
+    from xbench.report.tables import Rows, spread
+
+    procs = [[_rank(0, [w, w], samples=320)] for w in (1.0, 0.5, 0.8)]  # 320, 640, 400 samples/s
+    m = across_processes(procs, noisy_cv=1.0)
+    rec = RunRecord(run_id="r1", experiment=None, config={"model": {"name": "mlp"}}, status="ok",
+                    measurements=m)
+    lo, hi, cv, src = spread(Rows.of(to_frame([rec])))
+    assert [lo, hi] == pytest.approx(m["throughput_process_ci95_samples_per_s"])
+    assert cv == pytest.approx(m["throughput_process_cv"]) and src == "3 processes ci95"
