@@ -155,3 +155,14 @@ def test_report_spread_of_a_single_run_is_the_processes_ci():
     lo, hi, cv, src = spread(Rows.of(to_frame([rec])))
     assert [lo, hi] == pytest.approx(m["throughput_process_ci95_samples_per_s"])
     assert cv == pytest.approx(m["throughput_process_cv"]) and src == "3 processes ci95"
+
+
+@pytest.mark.slow
+def test_cli_sigterm_in_a_repeat_process_leaves_an_interrupted_record(store):
+    """The stop crosses back from the repeat's fresh process with the signal's name and the repeat."""
+    p = run_cli(*FAST, "model=mlp", "data=synthetic_mnist", "data.batch_size=8", "bench.process_repeats=2",
+                "fault.kind=sigterm", "fault.at_step=4", store=store)
+    assert p.returncode == 130, p.stderr[-3000:]
+    [rec] = records(store)
+    assert rec["status"] == "interrupted" and rec["reason"].startswith("SIGTERM during"), rec["reason"]
+    assert rec["measurements"]["process_repeat"] == 1

@@ -58,6 +58,8 @@ def run_repeated(cfg, facts, on_step=None, stop=None) -> RepeatedResult | None:
     fresh = parallel.get(cfg.parallel.name).launcher == "inline"
     results = []
     for i in range(n):
+        if stop is not None and stop.requested:  # asked between two repeats: start no new process
+            raise StopRequested({"phase": "between process repeats", "process_repeat": i + 1})
         try:
             res = _in_fresh_process(one, facts, stop) if fresh else launch.run(one, facts, on_step, stop)
         except StopRequested as e:
