@@ -172,6 +172,10 @@ def run(dcfg: DictConfig):
 
                 result = run_to_target(cfg, facts, local.run_dir(record), on_step=progress, stop=stop)
                 record.artifacts.update(result.artifacts)
+            elif b.process_repeats > 1:  # the whole run again in fresh processes (launch/repeat.py)
+                from xbench.launch.repeat import run_repeated
+
+                result = run_repeated(cfg, facts, on_step=progress, stop=stop)
             else:
                 result = launch.run(cfg, facts, on_step=progress, stop=stop)
         progress.close()
@@ -183,18 +187,20 @@ def run(dcfg: DictConfig):
             else:
                 record.finish("ok")
         else:
-            from xbench.metrics.aggregate import aggregate
+            from xbench.metrics.aggregate import across_processes, aggregate, noisy_spread
             from xbench.metrics.derived import derive
             from xbench.metrics.gates import record_gates
 
             ranks = [r.measurements for r in result.ranks]
             record.measurements = aggregate(ranks, b.noisy_cv) if b.mode != "train_to_target" else ranks[0]
+            if getattr(result, "processes", None):  # bench.process_repeats > 1: windows of every process
+                record.measurements = across_processes(result.processes, b.noisy_cv)
             record.series = result.ranks[0].series
             record.ranks = ranks if len(ranks) > 1 else []
             record.warnings += result.warnings
             if record.measurements.get("noisy"):
                 record.warnings.append(f"noisy: spread above bench.noisy_cv={b.noisy_cv} "
-                                       "(see throughput_cv / step_time_cv)")
+                                       f"({noisy_spread(record.measurements, b.noisy_cv)})")
             if b.self_check:
                 record.warnings += _self_check(cfg, facts, record.measurements, progress, stop)
             record.derived = derive(record.measurements, resolved, baseline=_baseline(cfg))
@@ -278,7 +284,12 @@ def _run_ranks_only(cfg: XBenchConfig) -> None:
     reasons = compat.check(cfg, facts)
     if reasons:  # rank 0 records the reasons; this rank just does not start
         raise SystemExit(1)
-    launch.run(cfg, facts)
+    if cfg.bench.process_repeats > 1:  # node > 0 joins every repeat of node 0
+        from xbench.launch.repeat import run_repeated
+
+        run_repeated(cfg, facts)
+    else:
+        launch.run(cfg, facts)
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")

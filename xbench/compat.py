@@ -63,6 +63,25 @@ def positive_numbers(cfg, facts):
 
 
 @rule
+def process_repeats_fit(cfg, facts):
+    """Whole-process repeats re-run a throughput measurement; the launcher must start the processes."""
+    n = cfg.bench.process_repeats
+    if n < 1:
+        return [f"bench.process_repeats must be a positive whole number (1: one process, no repeat), got {n}"]
+    if n == 1:
+        return []
+    if cfg.bench.mode != "throughput":
+        return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
+                "(use bench.process_repeats=1 with train_to_target and find_max_batch)"]
+    from xbench.launch.torchrun import under_torchrun
+
+    if under_torchrun():
+        return [f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench parallel=... "
+                "without the torchrun command): processes torchrun started cannot be started again"]
+    return []
+
+
+@rule
 def known_names(cfg, facts):
     out = []
     if cfg.bench.mode not in BENCH_MODES:

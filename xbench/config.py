@@ -164,6 +164,9 @@ class BenchConfig:
     warmup_cv_tol: float = 0.15
     steps: int = 30  # timed steps per window
     repeats: int = 1  # timed windows; median and spread over them
+    # Whole-process repeats: the run (warm-up + `repeats` windows) N times, each in a fresh process;
+    # the spread across processes shows run-to-run variance a window repeat cannot see (throughput mode).
+    process_repeats: int = 1
     noisy_cv: float = 0.05  # a coefficient of variation above this flags the result noisy
     self_check: bool = False  # also measure at half the batch; flag throughput that falls as the batch grows
     seed: int = 0

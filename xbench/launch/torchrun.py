@@ -93,6 +93,7 @@ def rank_main(cfg, facts, on_step=None, stop=None):
         "threads_policy": threads_policy,
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "hostname": os.uname().nodename,
+        "pid": os.getpid(),
     })
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(result, gathered, dst=0)

@@ -21,14 +21,12 @@ import pickle
 import signal
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 
 from xbench.launch import LaunchResult
+from xbench.launch.child import progress, reason_on_stop, stop_on_signals, wait
 from xbench.runtimes import default_pjrt_device
 
 
@@ -53,40 +51,6 @@ def writes_record(cfg) -> bool:
     return host_index() == 0
 
 
-def _progress(cfg, rank: int):
-    if rank != 0 or not cfg.logger.progress:
-        return None
-    from xbench.sinks.console import Progress
-
-    return Progress(cfg.bench.warmup_max_steps, cfg.bench.steps * cfg.bench.repeats, enabled=True)
-
-
-def _stop_on_signals():
-    """SIGINT/SIGTERM in a launched process: stop after the step and hand back what was measured."""
-    from xbench.bench.loop import StopFlag
-
-    flag = StopFlag()
-
-    def handle(signum, frame):
-        flag.requested, flag.reason = True, signal.Signals(signum).name
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handle)
-    return flag
-
-
-@contextmanager
-def _reason_on_stop(flag):
-    """A stop in the launched process carries its signal's name back to the parent's record."""
-    from xbench.bench.loop import StopRequested
-
-    try:
-        yield
-    except StopRequested as e:
-        e.partial["stop_reason"] = flag.reason
-        raise
-
-
 # ---------- xla_spmd ----------
 
 def _spmd_process(cfg, facts, env: dict):
@@ -95,7 +59,7 @@ def _spmd_process(cfg, facts, env: dict):
     from xbench.bench.worker import RankContext, run_rank
     from xbench.runtimes import xla as rx
 
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     devices = rx.enable_spmd()
     warnings = []
     if devices != cfg.parallel.world_size:
@@ -104,43 +68,20 @@ def _spmd_process(cfg, facts, env: dict):
                         f"XLA devices ({env['PJRT_DEVICE']}): the run used {devices} (measurements.devices)")
         cfg = replace(cfg, parallel=replace(cfg.parallel, world_size=devices))
     process_index, process_count = rx.process()
-    on_step = _progress(cfg, process_index)
-    with _reason_on_stop(stop):
+    on_step = progress(cfg, process_index)
+    with reason_on_stop(stop):
         result = run_rank(cfg, facts, RankContext(0, 1, 0), on_step=on_step, stop=stop)
     if hasattr(on_step, "close"):
         on_step.close()
     result.warnings = warnings + result.warnings
-    result.measurements.update({"xla_process_index": process_index, "xla_process_count": process_count})
+    result.measurements.update({"xla_process_index": process_index, "xla_process_count": process_count,
+                                "pid": os.getpid()})
     return result, process_index
-
-
-def _wait(future, stop):
-    """The child's result; a stop asked of this process (SIGTERM to it alone) is passed on to the child."""
-    import psutil
-
-    from xbench.bench.loop import StopRequested
-
-    forwarded = False
-    while True:
-        try:
-            return future.result(timeout=0.5)
-        except StopRequested as e:
-            if stop is not None:
-                stop.requested, stop.reason = True, stop.reason or e.partial.pop("stop_reason", None)
-            raise
-        except FutureTimeout:
-            if stop is not None and stop.requested and not forwarded:
-                for child in psutil.Process().children(recursive=True):  # the replicas stop themselves
-                    child.send_signal(signal.SIGTERM)
-                forwarded = True
-        except BrokenProcessPool as e:  # killed outright (OOM killer, a second signal, a crash in C++)
-            raise RuntimeError("the XLA process died without a result (killed, or a crash in native code); "
-                               "see the console output above") from e
 
 
 def _run_spmd(cfg, facts, stop) -> LaunchResult | None:
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        result, process_index = _wait(pool.submit(_spmd_process, cfg, facts, xla_env(cfg)), stop)
+        result, process_index = wait(pool.submit(_spmd_process, cfg, facts, xla_env(cfg)), stop, "the XLA process")
     if process_index != 0:  # another host of a pod slice: host 0 holds the record
         return None
     return LaunchResult([result], list(result.warnings))
@@ -159,14 +100,14 @@ def _mp_process(index, cfg, facts, out_path: str):
         warnings.append(f"parallel.world_size={cfg.parallel.world_size}, but torch_xla.launch started {world} "
                         f"replicas (one per chip): the run used {world} (measurements.world_size)")
         cfg = replace(cfg, parallel=replace(cfg.parallel, world_size=world))
-    on_step = _progress(cfg, ordinal)
-    stop = _stop_on_signals()
-    with _reason_on_stop(stop):
+    on_step = progress(cfg, ordinal)
+    stop = stop_on_signals()
+    with reason_on_stop(stop):
         result = run_rank(cfg, facts, RankContext(ordinal, world, local), on_step=on_step, stop=stop)
     if hasattr(on_step, "close"):
         on_step.close()
     result.warnings = warnings + result.warnings
-    result.measurements.update({"local_rank": local, "hostname": os.uname().nodename})
+    result.measurements.update({"local_rank": local, "hostname": os.uname().nodename, "pid": os.getpid()})
     gathered = [pickle.loads(b) for b in rx.gather_bytes("xbench_results", pickle.dumps(result))]
     if ordinal == 0:  # atomic: the parent reads a whole file or none
         tmp = Path(out_path + ".tmp")
@@ -189,7 +130,7 @@ def _run_mp(cfg, facts, stop) -> LaunchResult | None:
         out = str(Path(tmp) / "ranks.pkl")
         # torch_xla.launch needs an uninitialised XLA runtime in its process: a fresh one, as for SPMD.
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            _wait(pool.submit(_mp_parent, cfg, facts, out, xla_env(cfg)), stop)
+            wait(pool.submit(_mp_parent, cfg, facts, out, xla_env(cfg)), stop, "the XLA process")
         if not Path(out).exists():  # ordinal 0 lives on another host of the slice
             return None
         gathered = pickle.loads(Path(out).read_bytes())

@@ -12,7 +12,7 @@ import statistics
 from xbench.metrics.stats import summarize
 
 # Figures that describe one rank only; the run-level view drops them (they stay under `ranks`).
-_PER_RANK = ("rank", "device", "window_s", "data_wait_s", "peak_host_rss_gib")
+_PER_RANK = ("rank", "device", "window_s", "data_wait_s", "peak_host_rss_gib", "pid")
 
 
 def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
@@ -45,3 +45,53 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
     spread = m["throughput_cv"] if m["throughput_cv"] is not None else r0.get("step_time_cv")
     m["noisy"] = bool(spread is not None and spread > noisy_cv)
     return m
+
+
+# ---------- whole-process repeats (bench.process_repeats) ----------
+
+def merge_processes(per_process: list[list[dict]]) -> list[dict]:
+    """Per rank: every process's timed windows in one `window_s` list (process 1's first), the rest of
+    the figures from the first process. `samples_per_window` is the same in every process (same config)."""
+    if not per_process or not per_process[0]:
+        raise ValueError("no process reported any measurement")
+    sizes = {len(ranks) for ranks in per_process}
+    if len(sizes) > 1:
+        raise ValueError(f"process repeats ran different numbers of ranks: {sorted(sizes)}")
+    merged = []
+    for i, r0 in enumerate(per_process[0]):
+        m = dict(r0)
+        m["window_s"] = [w for ranks in per_process for w in ranks[i]["window_s"]]
+        merged.append(m)
+    return merged
+
+
+def across_processes(per_process: list[list[dict]], noisy_cv: float = 0.05) -> dict:
+    """Run-level measurements of N whole-process repeats: aggregate() over all windows of all processes
+    (median, CV, CI over windows), plus one global throughput per process and their spread. Noisy when
+    the windows' spread or the processes' spread is above `noisy_cv`."""
+    m = aggregate(merge_processes(per_process), noisy_cv)
+    tps = [aggregate(ranks, noisy_cv)["throughput_samples_per_s"] for ranks in per_process]
+    s = summarize(tps)
+    several = len(tps) > 1
+    m.update({
+        "process_repeats": len(tps),
+        "throughput_samples_per_s_processes": tps,
+        "throughput_process_median_samples_per_s": s["median"],
+        "throughput_process_mean_samples_per_s": s["mean"],
+        "throughput_process_olympic_mean_samples_per_s": s["olympic_mean"],
+        "throughput_process_ci95_samples_per_s": [s["ci95_low"], s["ci95_high"]] if several else None,
+        "throughput_process_cv": s["cv"] if several else None,
+        "process_pids": [ranks[0].get("pid") for ranks in per_process],
+    })
+    if m["throughput_process_cv"] is not None and m["throughput_process_cv"] > noisy_cv:
+        m["noisy"] = True
+    return m
+
+
+def noisy_spread(m: dict, noisy_cv: float) -> str:
+    """Which spread put a run above `noisy_cv` (for the warning), e.g. 'throughput_process_cv=0.081'."""
+    above = [f"{k}={m[k]:.3g}" for k in ("throughput_process_cv", "throughput_cv")
+             if m.get(k) is not None and m[k] > noisy_cv]
+    if not above and m.get("throughput_cv") is None and m.get("step_time_cv") is not None:
+        above = [f"step_time_cv={m['step_time_cv']:.3g}"]
+    return ", ".join(above) or "see throughput_cv / step_time_cv"

@@ -114,6 +114,9 @@ def flatten(rec: RunRecord) -> dict:
     ci = m.get("throughput_ci95_samples_per_s")
     if isinstance(ci, list) and len(ci) == 2:
         row["throughput_ci95_low_samples_per_s"], row["throughput_ci95_high_samples_per_s"] = ci
+    ci = m.get("throughput_process_ci95_samples_per_s")  # bench.process_repeats > 1
+    if isinstance(ci, list) and len(ci) == 2:
+        row["throughput_process_ci95_low_samples_per_s"], row["throughput_process_ci95_high_samples_per_s"] = ci
     row["warnings"] = "; ".join(rec.warnings or []) or None
     row["n_warnings"] = len(rec.warnings or [])
     row["noisy"] = bool(m.get("noisy"))

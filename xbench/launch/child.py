@@ -1,0 +1,72 @@
+"""Helpers for a run that goes on in a fresh spawned process (xla launcher, whole-process repeats).
+
+The parent waits on the child's future and passes a stop on to it; the child draws its own progress
+bar (callbacks cannot be pickled) and turns SIGINT/SIGTERM into a stop after the step. Errors,
+interruptions and divergence come back as the same exceptions (pickled).
+"""
+
+from __future__ import annotations
+
+import signal
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+
+
+def progress(cfg, rank: int = 0):
+    """The child's own progress bar (rank 0 only, when progress is on)."""
+    if rank != 0 or not cfg.logger.progress:
+        return None
+    from xbench.sinks.console import Progress
+
+    return Progress(cfg.bench.warmup_max_steps, cfg.bench.steps * cfg.bench.repeats, enabled=True)
+
+
+def stop_on_signals():
+    """SIGINT/SIGTERM in a launched process: stop after the step and hand back what was measured."""
+    from xbench.bench.loop import StopFlag
+
+    flag = StopFlag()
+
+    def handle(signum, frame):
+        flag.requested, flag.reason = True, signal.Signals(signum).name
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handle)
+    return flag
+
+
+@contextmanager
+def reason_on_stop(flag):
+    """A stop in the launched process carries its signal's name back to the parent's record."""
+    from xbench.bench.loop import StopRequested
+
+    try:
+        yield
+    except StopRequested as e:
+        e.partial["stop_reason"] = flag.reason
+        raise
+
+
+def wait(future, stop, what: str = "the launched process"):
+    """The child's result; a stop asked of this process (SIGTERM to it alone) is passed on to the child."""
+    import psutil
+
+    from xbench.bench.loop import StopRequested
+
+    forwarded = False
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except StopRequested as e:
+            if stop is not None:
+                stop.requested, stop.reason = True, stop.reason or e.partial.pop("stop_reason", None)
+            raise
+        except FutureTimeout:
+            if stop is not None and stop.requested and not forwarded:
+                for child in psutil.Process().children(recursive=True):  # the children stop themselves
+                    child.send_signal(signal.SIGTERM)
+                forwarded = True
+        except BrokenProcessPool as e:  # killed outright (OOM killer, a second signal, a crash in C++)
+            raise RuntimeError(f"{what} died without a result (killed, or a crash in native code); "
+                               "see the console output above") from e
