@@ -136,7 +136,10 @@ def hand_side(runtime: str, a) -> Side:
     bf16 = a.precision == "amp_bf16"
 
     def step(x, y):
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+        if bf16:
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y)
+        else:  # the fp32 loop a user writes has no autocast context at all
             loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,9 @@ def write_fixture_store(root) -> Path:
         R("f-noisy", throughput=900, platform="cpu", batch_size=8, experiment="fx_fail",
           measurements={"noisy": True, "step_time_cv": 0.2},
           warnings=["noisy: spread above bench.noisy_cv=0.05 (see throughput_cv / step_time_cv)"]),
+        # Two rounds of one configuration, each steady on its own, 26% apart from each other.
+        R("r-round0", throughput=1000, platform="cpu", batch_size=16, experiment="fx_rounds"),
+        R("r-round1", throughput=1300, platform="cpu", batch_size=16, experiment="fx_rounds"),
     ]
     for r in recs:
         write_record(root, r)
@@ -116,7 +120,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device():
 
 def test_corrupt_record_is_skipped_with_a_warning_naming_it(fixture_store):
     loaded = load([fixture_store], progress=False)
-    assert len(loaded.frame) == 23
+    assert len(loaded.frame) == 25
     [msg] = loaded.skipped
     assert "corrupt-run/record.json" in msg
 
@@ -200,6 +204,17 @@ def test_failed_runs_and_noisy_are_shown_not_dropped(fixture_store):
     assert len(runs) == 4 and "SIGTERM during timed" in set(runs["reason"])
 
 
+def test_repeated_runs_that_disagree_are_noisy_across_runs(fixture_store):
+    tp = _tables(fixture_store, ["experiment=fx_rounds"])[0]["throughput"]
+    [row] = tp.to_dict("records")
+    assert row["runs"] == 2 and row["throughput median [samples/s]"] == pytest.approx(1150)
+    assert row["CV [%]"] == pytest.approx(100 * statistics.stdev([1000, 1300]) / 1150)  # 18.4% > 5%
+    assert row["noisy"] == "NOISY (across runs)"
+    # Two repeated runs within 3% of each other (CV 2%) stay clean.
+    gpu = _tables(fixture_store, ["experiment=fx_batch", "platform=gpu", "batch_size_per_device=32"])[0]["throughput"]
+    assert gpu["runs"].tolist() == [2] and ("noisy" not in gpu or gpu["noisy"].isna().all())  # no value: no column
+
+
 def test_overhead_and_efficiency_tables(fixture_store):
     t, _ = _tables(fixture_store, ["experiment=fx_batch", "platform=cpu", "pricing_model=on_demand"])
     o = t["overhead"]
@@ -268,7 +283,7 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     rows = read_csv(out / "tables" / "throughput.csv")
     assert any(r["throughput median [samples/s]"] == "6900.0" for r in rows)
     tidy = read_csv(out / "tables" / "tidy_runs.csv")
-    assert len(tidy) == 23
+    assert len(tidy) == 25
 
 
 def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):

@@ -95,6 +95,7 @@ def flatten(rec: RunRecord) -> dict:
         "pricing_model": platform.get("pricing_model") if platform.get("price") else None,  # unpriced: none
         "accelerator": platform.get("accelerator"),
         "bench_mode": bench.get("mode"),
+        "noisy_cv": bench.get("noisy_cv"),  # the run's own bound; the report applies it across runs too
         "batch_size_per_device": data.get("batch_size"),
         "threads": m.get("threads_intra", bench.get("threads")),
         "cpu_model": ((rec.env or {}).get("cpu") or {}).get("model"),

@@ -223,8 +223,18 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).dropna(axis=1, how="all")
 
 
-def noisy(rows: Rows) -> str | None:
-    return "NOISY" if any(r.get("noisy") for r in rows) else None
+NOISY_CV_DEFAULT = 0.05  # bench.noisy_cv's default, for records that do not carry it
+
+
+def noisy(rows: Rows, cv_across_runs: float | None = None) -> str | None:
+    """NOISY when a run flagged itself, or when repeated runs of one configuration spread more than
+    the runs' own bound (bench.noisy_cv) from each other: every run steady, the machine not."""
+    if any(r.get("noisy") for r in rows):
+        return "NOISY"
+    bound = min((r["noisy_cv"] for r in rows if r.get("noisy_cv") is not None), default=NOISY_CV_DEFAULT)
+    if cv_across_runs is not None and not missing(cv_across_runs) and cv_across_runs > bound:
+        return "NOISY (across runs)"
+    return None
 
 
 @table("throughput")
@@ -247,7 +257,7 @@ def throughput_table(rows: Rows, ctx: Context) -> Table:
             "CV [%]": cv * 100 if cv is not None and not missing(cv) else None,
             "per device [samples/s]": ok.median("throughput_per_device_samples_per_s"),
             "step time median [s]": ok.median("step_time_s_median"),
-            "noisy": noisy(sub),
+            "noisy": noisy(sub, cv if src.endswith("runs min-max") else None),
             "reason": reasons(sub),
             "warnings": _join_unique(sub.col("warnings")),
         })
