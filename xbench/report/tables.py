@@ -257,7 +257,7 @@ def throughput_table(rows: Rows, ctx: Context) -> Table:
             "CV [%]": cv * 100 if cv is not None and not missing(cv) else None,
             "per device [samples/s]": ok.median("throughput_per_device_samples_per_s"),
             "step time median [s]": ok.median("step_time_s_median"),
-            "noisy": noisy(sub, cv if src.endswith("runs min-max") else None),
+            "noisy": noisy(sub, cv if len(ok.nums(TP)) >= 2 else None),  # spread() gave the across-run CV
             "reason": reasons(sub),
             "warnings": _join_unique(sub.col("warnings")),
         })
