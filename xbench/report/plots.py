@@ -108,6 +108,11 @@ def _styles_for(names) -> dict:
     return {n: next(cyc) for n in names}
 
 
+def _label_styles(rows: Rows, names: list[str]) -> dict:
+    """A (colour, marker) per configuration label, the same in every panel of one figure."""
+    return _styles_for(sorted({label(k, names) for k, _ in groups(rows, names)}))
+
+
 def _integer_ticks(ax, xs) -> None:
     """Ticks at the values that were run (batch sizes, threads); log2 spacing when they span 8x."""
     xs = sorted({float(x) for x in xs if x and x > 0})
@@ -131,7 +136,7 @@ def throughput_vs_batch(rows: Rows, ctx: Context):
     if all(len(set(sub.col("global_batch_size"))) < 2 for _, sub in workloads(ok)):
         raise NoData("no workload was run at two or more global batch sizes (the throughput table has them)")
     names = label_keys(ok)
-    styles = _styles_for(sorted({label(k, names) for k, _ in groups(ok, names)}))
+    styles = _label_styles(ok, names)
     wl = workloads(ok)
     fig, cells = facets(len(wl))
     for (title, sub), [ax] in zip(wl, cells):
@@ -242,7 +247,7 @@ def _accuracy(rows: Rows, x: str, xlabel: str, title: str):
         series = "train_time_s" if x == "time_s" else x
         raise NoData(f"no record has an evaluation curve (series of the goal metric with {series})")
     names = label_keys(rows)
-    styles = _styles_for(sorted({label(k, names) for k, _ in groups(rows, names)}))
+    styles = _label_styles(rows, names)
     wl = workloads(rows)
     fig, cells = facets(len(wl))
     for (wtitle, sub), [ax] in zip(wl, cells):
@@ -313,7 +318,7 @@ def normalised(rows: Rows, ctx: Context):
     wl = workloads(n)
     panels = [("time_rel", "time relative to baseline [x]")] + (
         [("cost_rel", "cost relative to baseline [x]")] if n.has("cost_rel") else [])
-    styles = _styles_for(sorted({label(k, names) for k, _ in groups(n, names)}))
+    styles = _label_styles(n, names)
     ncats = max(len(groups(sub, names)) for _, sub in wl)
     h = 3.0 if by_threads else max(2.0, 0.35 * ncats + 1.0)
     fig, cells = facets(len(wl), rows_per=len(panels), h=h, w=4.6 if by_threads else 5.5)
