@@ -326,20 +326,29 @@ def sigint_timed(tmp: Path) -> list[Row]:
     return [row]
 
 
+def hang_args(at_step: int, *extra: str) -> list[str]:
+    """The CLI overrides of a run whose step `at_step` hangs (no progress bar: its output is watched)."""
+    return [a for a in FAST if not a.startswith("logger.progress=")] + ["fault.kind=hang", f"fault.at_step={at_step}",
+                                                                       *extra]
+
+
+def sigterm_until_exit(w: Watched) -> tuple[int, float]:
+    """SIGTERM to the run, then its exit status and the seconds it took to exit."""
+    t0 = time.monotonic()
+    w.p.send_signal(signal.SIGTERM)
+    rc = w.finish(60)
+    return rc, time.monotonic() - t0
+
+
 def second_signal(tmp: Path) -> list[Row]:
     """A step that hangs; SIGTERM once (the run waits for the step), then again: it exits at once."""
     store = tmp / "s"
-    args = [a for a in FAST if not a.startswith("logger.progress=")] + [
-        "fault.kind=hang", f"fault.at_step={WARMUP_STEPS + 1}", "bench.stop_grace_s=600"]
-    w = Watched(store, *args)
+    w = Watched(store, *hang_args(WARMUP_STEPS + 1, "bench.stop_grace_s=600"))
     started = w.wait_for("timed steps")
     time.sleep(0.5)
     w.p.send_signal(signal.SIGTERM)
     got_first = w.wait_for("SIGTERM received", 60)
-    t0 = time.monotonic()
-    w.p.send_signal(signal.SIGTERM)
-    rc = w.finish(60)
-    dt = time.monotonic() - t0
+    rc, dt = sigterm_until_exit(w)
     rec, why = one_record(store)
     extra = [x for x, bad in (("the timed window never started", not started),
                               ("no message after the first signal", not got_first),
@@ -356,15 +365,10 @@ def second_signal(tmp: Path) -> list[Row]:
 def hung_step_grace(tmp: Path) -> list[Row]:
     """A hung step and ONE SIGTERM: after bench.stop_grace_s the record is written and the run exits."""
     store = tmp / "s"
-    args = [a for a in FAST if not a.startswith("logger.progress=")] + [
-        "fault.kind=hang", "fault.at_step=1", "bench.stop_grace_s=2"]
-    w = Watched(store, *args)
+    w = Watched(store, *hang_args(1, "bench.stop_grace_s=2"))
     started = w.wait_for("warm-up")
     time.sleep(0.5)
-    t0 = time.monotonic()
-    w.p.send_signal(signal.SIGTERM)
-    rc = w.finish(60)
-    dt = time.monotonic() - t0
+    rc, dt = sigterm_until_exit(w)
     rec, why = one_record(store)
     extra = [x for x, bad in (("warm-up never started", not started), (f"exit {rc}, expected 143", rc != 143),
                               (f"took {dt:.1f} s, grace is 2 s", not 1.5 < dt < 15)) if bad]
@@ -377,8 +381,7 @@ def hung_step_grace(tmp: Path) -> list[Row]:
 def killed(tmp: Path) -> list[Row]:
     """SIGKILL cannot be caught: the record written at start stays, readable, status running."""
     store = tmp / "s"
-    args = [a for a in FAST if not a.startswith("logger.progress=")] + ["fault.kind=hang", "fault.at_step=1"]
-    w = Watched(store, *args)
+    w = Watched(store, *hang_args(1))
     w.wait_for("warm-up")
     w.p.kill()
     w.finish(60)
