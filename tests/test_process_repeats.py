@@ -35,6 +35,25 @@ def test_merge_concatenates_windows_per_rank_and_keeps_the_first_process_figures
         merge_processes([a, b[:1]])
 
 
+def test_figures_counted_over_windows_cover_every_process():
+    """Two identical processes: the wait share and the steady step time are those of one process
+    (they were halved and doubled when `data_wait_s` and `repeats` came from the first process only)."""
+    from xbench.metrics.derived import derive
+    from xbench.metrics.overhead import steady_step_s
+
+    def proc(pid):
+        r = _rank(0, [1.0, 1.0], pid=pid)
+        r.update(data_wait_s=1.0, repeats=2, timed_steps_per_window=10, xla_trace_s_median=0.05)
+        return [r]
+
+    one = aggregate(proc(1))
+    both = across_processes([proc(1), proc(2)])
+    assert both["repeats"] == 4  # windows in the run: 2 processes x 2
+    assert one["data_wait_fraction"] == both["data_wait_fraction"] == pytest.approx(0.5)
+    assert steady_step_s(one) == steady_step_s(both) == pytest.approx(0.1)  # 2 s / 20 steps, 4 s / 40 steps
+    assert derive(both, {})["host_overhead_fraction"] == pytest.approx(0.5)  # 0.05 s of a 0.1-s step
+
+
 def test_across_processes_against_hand_computed_values():
     # Process A: common windows [1.25, 2.0] -> 1280 samples / w = [1024, 640], median 832.
     # Process B: common windows [0.5, 1.0] -> [2560, 1280], median 1920.

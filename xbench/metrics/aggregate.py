@@ -50,8 +50,9 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
 # ---------- whole-process repeats (bench.process_repeats) ----------
 
 def merge_processes(per_process: list[list[dict]]) -> list[dict]:
-    """Per rank: every process's timed windows in one `window_s` list (process 1's first), the rest of
-    the figures from the first process. `samples_per_window` is the same in every process (same config)."""
+    """Per rank: every process's timed windows in one `window_s` list (process 1's first), with the
+    figures that count over windows made to match it (`repeats` = windows merged, `data_wait_s` summed);
+    the rest from the first process. `samples_per_window` is the same in every process (same config)."""
     if not per_process or not per_process[0]:
         raise ValueError("no process reported any measurement")
     sizes = {len(ranks) for ranks in per_process}
@@ -61,6 +62,8 @@ def merge_processes(per_process: list[list[dict]]) -> list[dict]:
     for i, r0 in enumerate(per_process[0]):
         m = dict(r0)
         m["window_s"] = [w for ranks in per_process for w in ranks[i]["window_s"]]
+        m["repeats"] = len(m["window_s"])  # steady step time = window_s_total / (steps x repeats)
+        m["data_wait_s"] = sum(ranks[i]["data_wait_s"] for ranks in per_process)
         merged.append(m)
     return merged
 

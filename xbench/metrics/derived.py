@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from xbench.metrics.cost import currency, price_per_hour, run_cost
+from xbench.metrics.overhead import steady_step_s
 
 DERIVED: list[Callable[[dict, dict], dict]] = []
 
@@ -94,11 +95,10 @@ def cost(m: dict, cfg: dict) -> dict:
 def host_overhead(m: dict, cfg: dict) -> dict:
     """Share of a steady step the host spends tracing it (XLA: the step body before the sync), over
     the steady step's wall time. Eager has no such figure yet (see docs/runtimes.md)."""
-    total, steps, reps = m.get("window_s_total"), m.get("timed_steps_per_window"), m.get("repeats")
-    host = m.get("xla_trace_s_median")
-    if host is None or not (total and steps and reps):
+    host, step_s = m.get("xla_trace_s_median"), steady_step_s(m)
+    if host is None or not step_s:
         return {}
-    return {"host_overhead_fraction": host / (total / (steps * reps)), "host_overhead_source": "xla_tracing"}
+    return {"host_overhead_fraction": host / step_s, "host_overhead_source": "xla_tracing"}
 
 
 @derived
