@@ -192,9 +192,12 @@ def run(dcfg: DictConfig):
             from xbench.metrics.gates import record_gates
 
             ranks = [r.measurements for r in result.ranks]
-            record.measurements = aggregate(ranks, b.noisy_cv) if b.mode != "train_to_target" else ranks[0]
-            if getattr(result, "processes", None):  # bench.process_repeats > 1: windows of every process
+            if b.mode == "train_to_target":
+                record.measurements = ranks[0]
+            elif getattr(result, "processes", None):  # bench.process_repeats > 1: windows of every process
                 record.measurements = across_processes(result.processes, b.noisy_cv)
+            else:
+                record.measurements = aggregate(ranks, b.noisy_cv)
             record.series = result.ranks[0].series
             record.ranks = ranks if len(ranks) > 1 else []
             record.warnings += result.warnings

@@ -145,8 +145,8 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
     timer = h.make_timer(steps) if h.make_timer else None
     step, next_batch, on_step, stop = h.step, h.next_batch, h.on_step, h.stop
     wait = 0.0
-    c0 = h.compile_count()
     h.sync()
+    c0 = h.compile_count()  # after the edge sync: what it compiles (work traced before) is not the window's
     t0 = perf_counter()
     if timer:
         timer.start()
