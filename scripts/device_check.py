@@ -49,17 +49,33 @@ OVERHEAD_GPU = [("resnet50 amp_bf16", ["--runtime", "cuda", "--model", "resnet50
 OVERHEAD_DRY = [("mlp fp32 (cpu)", ["--runtime", "eager", "--quick"])]
 
 
-def run_row(name: str, overrides: list[str], store: Path, timeout_s: float) -> dict:
-    slug = "".join(c if c.isalnum() else "_" for c in name)
-    row_store = store / slug
-    cmd = [sys.executable, "-m", "xbench", f"store.root={row_store}", *overrides]
-    t0 = time.time()
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _text(out) -> str:
+    """A subprocess stream as text: TimeoutExpired carries bytes even under text=True."""
+    if out is None:
+        return ""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out
+
+
+def run_logged(cmd: list[str], timeout_s: float, log_file: Path) -> str:
+    """Run one command with a time limit; its output (all of it, also on a timeout) goes to log_file."""
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         log = p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
-        log = f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
-    (store / f"{slug}.log").write_text(log if isinstance(log, str) else log.decode(errors="replace"))
+        log = f"timed out after {timeout_s:.0f} s\n{_text(e.stdout)}{_text(e.stderr)}"
+    log_file.write_text(log)
+    return log
+
+
+def run_row(name: str, overrides: list[str], store: Path, timeout_s: float) -> dict:
+    row_store = store / slug(name)
+    t0 = time.time()
+    log = run_logged([sys.executable, "-m", "xbench", f"store.root={row_store}", *overrides], timeout_s,
+                     store / f"{slug(name)}.log")
     recs = sorted(row_store.glob("*/record.json"))
     rec = json.loads(recs[-1].read_text()) if recs else {"status": "no record", "reason": log[-300:]}
     rec["_wall_s"] = time.time() - t0
@@ -68,15 +84,8 @@ def run_row(name: str, overrides: list[str], store: Path, timeout_s: float) -> d
 
 def run_overhead(name: str, args: list[str], out: Path, timeout_s: float) -> dict:
     """One bench_overhead.py comparison in its own process; its RESULT line, or why there is none."""
-    cmd = [sys.executable, "scripts/bench_overhead.py", *args]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        log = p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        log = f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
-        log = log if isinstance(log, str) else log.decode(errors="replace")
-    slug = "".join(c if c.isalnum() else "_" for c in name)
-    (out / f"overhead_{slug}.log").write_text(log)
+    log = run_logged([sys.executable, "scripts/bench_overhead.py", *args], timeout_s,
+                     out / f"overhead_{slug(name)}.log")
     results = [line[len("RESULT "):] for line in log.splitlines() if line.startswith("RESULT ")]
     return json.loads(results[-1]) if results else {"error": log.strip().splitlines()[-1][:160] if log.strip() else "no output"}
 
