@@ -122,3 +122,21 @@ def test_train_to_target_needs_real_data_and_a_target(store):
     assert p.returncode == 1
     [rec] = records(store)
     assert "needs goal.target" in rec["reason"] and "needs a real data set" in rec["reason"]
+
+
+def test_inputs_take_the_parameter_dtype_but_token_ids_stay_integers():
+    """Throughput runs and train-to-target share one input format (target.py cast token ids to bf16,
+    which an embedding refuses)."""
+    import torch
+
+    from xbench.bench.worker import input_format
+    from xbench.precision import resolve
+
+    bf16, fp32 = resolve("bf16", "cpu"), resolve("fp32", "cpu")
+    ids = torch.randint(0, 50, (4, 16))
+    assert input_format(ids, bf16, False).dtype == torch.int64
+    images = torch.randn(4, 3, 8, 8)
+    assert input_format(images, bf16, False).dtype == torch.bfloat16
+    nhwc = input_format(images, fp32, True)
+    assert nhwc.dtype == torch.float32 and nhwc.is_contiguous(memory_format=torch.channels_last)
+    assert not images.is_contiguous(memory_format=torch.channels_last)

@@ -21,6 +21,11 @@ def _limit_gib(which: int) -> float | None:
     return None if soft == resource.RLIM_INFINITY else soft / GIB
 
 
+def peak_host_rss_gib() -> float:
+    """The process's peak resident set so far (ru_maxrss: KiB on Linux), not the current one."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
 def memory_figures(device: str | None = None) -> dict:
     proc = psutil.Process()
     vm = psutil.virtual_memory()
@@ -28,7 +33,7 @@ def memory_figures(device: str | None = None) -> dict:
     out = {
         "host_rss_gib": mem.rss / GIB,
         "host_vm_gib": mem.vms / GIB,  # address space mapped: what an RLIMIT_AS cap counts
-        "host_peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,  # KiB on Linux
+        "host_peak_rss_gib": peak_host_rss_gib(),
         "host_available_gib": vm.available / GIB,
         "host_total_gib": vm.total / GIB,
         "host_address_space_limit_gib": _limit_gib(resource.RLIMIT_AS),

@@ -27,8 +27,16 @@ import psutil
 import torch
 
 from xbench.bench import loop
+from xbench.bench.memory import peak_host_rss_gib
 from xbench.bench.mlperf_log import LOG_FILE, MLPerfLog
-from xbench.bench.worker import Diverged, RankResult, build_workload, make_step, set_threads
+from xbench.bench.worker import (
+    RankResult,
+    build_workload,
+    check_finite,
+    input_format,
+    make_step,
+    set_threads,
+)
 from xbench.launch import LaunchResult
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -162,11 +170,9 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
     step = make_step(w, cfg)
 
     train, held_out = datasets(cfg, entry.task)
-    dtype = precision.param_dtype
     x_tr, y_tr = (t.to(runtime.device) for t in train.tensors)
     x_ev, y_ev = (t.to(runtime.device) for t in held_out.tensors)
-    if dtype != torch.float32:
-        x_tr, x_ev = x_tr.to(dtype), x_ev.to(dtype)
+    x_tr, x_ev = (input_format(x, precision, cfg.model.channels_last) for x in (x_tr, x_ev))
     bs = cfg.data.batch_size
     steps_per_epoch = len(x_tr) // bs  # the last partial batch is dropped: one shape, no recompiles
     if steps_per_epoch < 1:
@@ -196,9 +202,7 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
         p.train_time_s += loop.perf_counter() - seg_start
         vals = runtime.read_losses(losses)
         losses.clear()
-        for i, v in enumerate(vals):
-            if not math.isfinite(v):
-                raise Diverged(p.step - len(vals) + i, v)
+        check_finite(vals, p.step - len(vals), "train")
         return sum(vals) / len(vals) if vals else float("nan")
 
     def do_eval(train_loss: float) -> bool:
@@ -288,7 +292,7 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
         "batch_size_per_device": bs,
         "global_batch_size": bs,
         "samples_per_step": bs,
-        "params_count": sum(t.numel() for t in model.parameters()),
+        "params_count": w.params_count,
         "flops_per_sample_forward": flops["forward"],
         "flops_per_sample_train": flops["train"],
         "compute_dtype": precision.compute_dtype,
@@ -317,7 +321,7 @@ def run_to_target(cfg, facts, run_dir: Path, on_step=None, stop: loop.StopFlag |
         "steps_per_epoch": steps_per_epoch,
         # Training throughput over the whole training time: epoch-level work (shuffles) included.
         "throughput_samples_per_s": p.samples / p.train_time_s if p.train_time_s > 0 else None,
-        "peak_host_rss_gib": psutil.Process().memory_info().rss / 2**30,
+        "peak_host_rss_gib": peak_host_rss_gib(),
     }
     artifacts = {"mlperf_log": LOG_FILE}
     if (run_dir / CHECKPOINT_FILE).is_file():

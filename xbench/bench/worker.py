@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import resource
 import signal
 import time
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ import torch
 
 from xbench import models, parallel, runtimes
 from xbench.bench import loop
+from xbench.bench.memory import peak_host_rss_gib
 from xbench.bench.step import make_optimizer
 from xbench.bench.utilisation import UtilisationSampler
 from xbench.config import XBenchConfig
@@ -95,10 +95,18 @@ def _inject_fault(step_fn, fault, rank: int):
     return faulty
 
 
-def _check_finite(losses: list[float], first_step: int, phase: str) -> None:
+def check_finite(losses: list[float], first_step: int, phase: str) -> None:
     for i, v in enumerate(losses):
         if not math.isfinite(v):
             raise Diverged(first_step + i, v, phase)
+
+
+def input_format(x: torch.Tensor, precision, channels_last: bool) -> torch.Tensor:
+    """Model-side input format, applied once on the device: floating inputs in the parameter dtype
+    (token ids stay integers), NHWC for channels_last."""
+    if precision.param_dtype != torch.float32 and x.is_floating_point():
+        x = x.to(precision.param_dtype)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
 @dataclass
@@ -166,10 +174,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=
     devices_per_rank = parallel.devices_per_rank(cfg.parallel)  # DataParallel: one process, N GPUs
 
     def prepare_inputs(x):
-        # Model-side input format, applied once on the device: parameter dtype, NHWC for channels_last.
-        if precision.param_dtype != torch.float32 and x.is_floating_point():
-            x = x.to(precision.param_dtype)
-        return x.contiguous(memory_format=torch.channels_last) if cfg.model.channels_last else x
+        return input_format(x, precision, cfg.model.channels_last)
 
     data_info = {}
     if cfg.data.source == "synthetic":
@@ -227,7 +232,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
 
     b = cfg.bench
     wu = loop.warmup(hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
-    _check_finite(wu.losses, 0, "warmup")
+    check_finite(wu.losses, 0, "warmup")
     startup_to_first_step_s = time.time() - psutil.Process().create_time() - (wu.time_s - wu.first_step_s)
     if not wu.stable:
         warnings.append(f"warm-up did not stabilise within {b.warmup_max_steps} steps (compilations or "
@@ -241,7 +246,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
     try:
         for _ in range(b.repeats):
             w = loop.timed_window(hooks, b.steps)
-            _check_finite(w.losses, wu.steps + sum(x.steps for x in windows), "timed")
+            check_finite(w.losses, wu.steps + sum(x.steps for x in windows), "timed")
             windows.append(w)
             if w.compiles_during:
                 warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
@@ -302,8 +307,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         **data_info,
         "loss_first": wu.losses[0],
         "loss_last": windows[-1].losses[-1],
-        # ru_maxrss is the process's peak resident set (KiB on Linux), not the current one.
-        "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "peak_host_rss_gib": peak_host_rss_gib(),
         **energy_figures,
         **runtime.overhead(),
         **utilisation,
