@@ -8,7 +8,6 @@ themselves. Add a rule as one function decorated with `@rule`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -353,7 +352,7 @@ def xla_parallel_fits_here(cfg, facts):
     if not cfg.runtime.name.startswith("xla"):
         out.append(f"parallel={p.name} drives XLA devices: use runtime=xla or runtime=xla_compile "
                    f"(asked: runtime={cfg.runtime.name})")
-    pjrt = os.environ.get("PJRT_DEVICE") or ("TPU" if facts.tpu_chips else "CPU")
+    pjrt = runtimes.default_pjrt_device(facts.tpu_chips)
     if p.name == "xla_mp" and pjrt == "CPU" and p.world_size > 1:
         out.append(f"parallel=xla_mp with {p.world_size} processes needs TPU (or GPU) collectives: on PJRT CPU "
                    "torch-xla's multi-process collectives do not work (torch_xla.launch + xm.all_reduce abort "

@@ -30,16 +30,19 @@ def create(cfg, device_type: str, local_rank: int = 0):
     return getattr(importlib.import_module(module), cls)(cfg, device_type, local_rank)
 
 
-def default_pjrt_device() -> str:
+def default_pjrt_device(tpu_chips: int | None = None) -> str:
     """PJRT device torch-xla will use: $PJRT_DEVICE, else TPU on a TPU VM (accelerator device nodes
-    present), else CPU. A GPU through PJRT needs PJRT_DEVICE=CUDA set explicitly. No torch_xla import."""
+    present; `tpu_chips` when the caller already counted them), else CPU. A GPU through PJRT needs
+    PJRT_DEVICE=CUDA set explicitly. No torch_xla import."""
     import os
 
     if os.environ.get("PJRT_DEVICE"):
         return os.environ["PJRT_DEVICE"]
-    from xbench.platforms.detect import tpu_chips
+    if tpu_chips is None:
+        from xbench.platforms.detect import tpu_chips as count
 
-    return "TPU" if tpu_chips() else "CPU"
+        tpu_chips = count()
+    return "TPU" if tpu_chips else "CPU"
 
 
 def preload_xla(mentions: str) -> None:
