@@ -165,3 +165,19 @@ def test_cost_cli_reprices_stored_records_without_torch(tmp_path):
     assert row["train_cost_to_target_usd"] == pytest.approx(5.60)  # 2 h exactly: two hours
     assert row["cost_to_target_usd"] == pytest.approx(8.40)  # 2 h 1 min 40 s: three started hours
     assert row["usd_per_million_samples"] == pytest.approx(2.80 / 3600 / 2000 * 1e6)
+
+
+def test_cost_cli_baseline_is_repriced_with_its_currency(tmp_path, capsys):
+    """Records priced in EUR, re-priced as a USD platform, against one of them: the baseline's cost is
+    in the new currency too, so the normalised cost is there (it was dropped as a currency mismatch)."""
+    from xbench.cost import main
+
+    for rid, tp in (("base", 1000.0), ("fast", 2000.0)):
+        rec = RunRecord(run_id=rid, config={"bench": {"mode": "throughput"}, "platform": load_platform("hetzner_ex51_gpu")})
+        rec.measurements = {"throughput_samples_per_s": tp, "window_s_total": 1.0}
+        rec.finish("ok")
+        write_record(tmp_path, rec)
+    assert main([str(tmp_path), "--platform", "aws_p3_2xlarge", "--baseline", "base", "--json"]) == 0
+    rows = {r["run_id"]: r for r in (json.loads(line) for line in capsys.readouterr().out.splitlines())}
+    assert rows["fast"]["normalised_cost"] == pytest.approx(0.5)  # same price, twice the throughput
+    assert rows["fast"]["normalised_time"] == pytest.approx(0.5)

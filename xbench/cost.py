@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from xbench.metrics.cost import currency
 from xbench.metrics.derived import derive
 from xbench.records.store import find_run, load_records, read_record
 
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     baseline = None
     if a.baseline:
         base = read_record(find_run(a.baseline, a.store)).to_dict()
-        baseline = {**base, "derived": reprice(base, platform)}
+        # The baseline re-priced the same way, config included: normalise reads its currency there.
+        baseline = {**base, "config": {**base["config"], "platform": platform}, "derived": reprice(base, platform)}
     rows = []
     for rec in load_records(a.store):
         if rec.status != "ok":
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"xbench.cost: no ok records under {a.store}", file=sys.stderr)
         return 1
-    cur = (platform.get("price") or [{}])[0].get("currency", "USD").lower()
+    cur = currency(platform).lower()
     cols = ["run_id", "throughput_samples_per_s", f"{cur}_per_hour", f"{cur}_per_million_samples",
             f"window_cost_{cur}", "epochs_to_target", "train_time_to_target_s", f"train_cost_to_target_{cur}",
             f"cost_to_target_{cur}", "normalised_time", "normalised_cost"]
