@@ -215,6 +215,27 @@ def test_repeated_runs_that_disagree_are_noisy_across_runs(fixture_store):
     assert gpu["runs"].tolist() == [2] and ("noisy" not in gpu or gpu["noisy"].isna().all())  # no value: no column
 
 
+def test_cost_figures_in_another_currency_are_shown_in_it(tmp_path):
+    """A platform priced in EUR (hetzner, leadergpu): its cost-to-target figures are named *_eur, and
+    the table, the plot and the console summary find them (they looked for *_usd only)."""
+    from xbench.report.plots import build_plots
+    from xbench.sinks.console import summary
+
+    rec = fake_record("eur", throughput=500, platform="hetzner", usd_per_hour=0.5, currency="EUR",
+                      mode="train_to_target", experiment="fx_eur", series=CURVE,
+                      measurements={**TARGET, "train_time_to_target_s": 100.0, "wall_time_to_target_s": 110.0})
+    assert rec.derived["train_cost_to_target_eur"] > 0 and "train_cost_to_target_usd" not in rec.derived
+    write_record(tmp_path, rec)
+    t, _ = _tables(tmp_path)
+    [row] = t["to_target"].to_dict("records")
+    assert row["training cost to target [EUR]"] == pytest.approx(rec.derived["train_cost_to_target_eur"])
+    df = load([tmp_path], progress=False).frame
+    made, skipped = build_plots(df, Context(), tmp_path / "plots")
+    assert "cost_to_target" in made, skipped.get("cost_to_target")
+    text = summary(rec, tmp_path / "record.json")
+    assert "EUR per 1M samples" in text and "cost to target train / wall" in text and "USD" not in text
+
+
 def test_overhead_and_efficiency_tables(fixture_store):
     t, _ = _tables(fixture_store, ["experiment=fx_batch", "platform=cpu", "pricing_model=on_demand"])
     o = t["overhead"]

@@ -25,9 +25,9 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
                 parallel: str = "single", devices: int = 1, batch_size: int = 32, threads: int | None = None,
                 status: str = "ok", reason: str | None = None, experiment: str | None = "FAKE",
                 measurements: dict | None = None, series: dict | None = None,
-                warnings: list[str] | None = None, mode: str = "throughput") -> RunRecord:
+                warnings: list[str] | None = None, mode: str = "throughput", currency: str = "USD") -> RunRecord:
     """One record as the CLI would write it, with the given (fake) figures."""
-    price = [{"name": platform, "amount": usd_per_hour, "currency": "USD", "unit": "hour", "per": "machine",
+    price = [{"name": platform, "amount": usd_per_hour, "currency": currency, "unit": "hour", "per": "machine",
               "count": 1}] if usd_per_hour else []
     config = {
         "model": {"name": model}, "data": {"name": data, "batch_size": batch_size, "dataset_size": 60000},

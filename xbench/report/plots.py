@@ -233,12 +233,14 @@ def samples_per_dollar(rows: Rows, ctx: Context):
 
 @plot("cost_to_target")
 def cost_to_target(rows: Rows, ctx: Context):
-    col = next((c for c in ("train_cost_to_target_usd", "cost_to_target_usd") if rows.ok(c)), None)
+    cur = currency(rows) or "usd"
+    names = (f"train_cost_to_target_{cur}", f"cost_to_target_{cur}")
+    col = next((c for c in names if rows.ok(c)), None)
     if col is None:
-        raise NoData("no ok record has train_cost_to_target_usd / cost_to_target_usd")
+        raise NoData(f"no ok record has {names[0]} / {names[1]}")
     hue = "pricing_model" if len(set(rows.col("pricing_model"))) > 1 else None
     what = "training time only" if col.startswith("train_") else "wall time, incl. evaluation"
-    return _bar_plot(rows, col, hue, f"Cost to reach the quality target ({what})", "cost to target [USD]")
+    return _bar_plot(rows, col, hue, f"Cost to reach the quality target ({what})", f"cost to target [{cur.upper()}]")
 
 
 def _accuracy(rows: Rows, x: str, xlabel: str, title: str):

@@ -31,8 +31,8 @@ TP = "throughput_samples_per_s"
 TO_TARGET = (("target_status", "target status"), ("train_time_to_target_s", "training time to target [s]"),
              ("wall_time_to_target_s", "wall time to target [s]"), ("time_to_target_s", "time to target [s]"),
              ("epochs_to_target", "epochs to target"), ("samples_to_target", "samples to target"),
-             ("train_cost_to_target_usd", "training cost to target [USD]"),
-             ("cost_to_target_usd", "wall cost to target [USD]"), ("metric_final", "final metric"))
+             ("train_cost_to_target_{cur}", "training cost to target [{CUR}]"),
+             ("cost_to_target_{cur}", "wall cost to target [{CUR}]"), ("metric_final", "final metric"))
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing"}
 
@@ -297,10 +297,12 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
 
 @table("to_target")
 def to_target_table(rows: Rows, ctx: Context) -> Table:
-    cols = [(c, label) for c, label in TO_TARGET if rows.has(c)]
+    cur = currency(rows) or "usd"  # cost columns are named after the records' currency (derived.py)
+    cols = [(c.format(cur=cur), label.format(CUR=cur.upper())) for c, label in TO_TARGET]
+    cols = [(c, label) for c, label in cols if rows.has(c)]
     if not any(c != "target_status" for c, _ in cols):
         raise NoData("no train-to-target figures (train_time_to_target_s, epochs_to_target, "
-                     "train_cost_to_target_usd) in these records")
+                     f"train_cost_to_target_{cur}) in these records")
     sub_rows = Rows(r for r in rows if any(r.get(c) is not None for c, _ in cols)
                     or r.get("bench_mode") == "train_to_target")
     show = varying_keys(sub_rows) or ["platform"]

@@ -27,9 +27,9 @@ MAX_NAMED_RUNS = 200  # above this, select by the config filters only
 PANELS = [
     ("scatter", "Throughput vs batch size per device", "throughput_samples_per_s", "data.batch_size"),
     ("bar", "Throughput [samples/s]", "throughput_samples_per_s", None),
-    ("bar", "Throughput per price [samples/s per USD/hour]", "samples_per_s_per_usd_per_hour", None),
-    ("bar", "Cost [USD per 1M samples]", "usd_per_million_samples", None),
-    ("bar", "Cost to target [USD]", "cost_to_target_usd", None),
+    ("bar", "Throughput per price [samples/s per {CUR}/hour]", "samples_per_s_per_{cur}_per_hour", None),
+    ("bar", "Cost [{CUR} per 1M samples]", "{cur}_per_million_samples", None),
+    ("bar", "Cost to target [{CUR}]", "cost_to_target_{cur}", None),
     ("bar", "Time to target [s]", "time_to_target_s", None),
     ("bar", "Steady step time [s]", "step_time_s_median", None),
     ("bar", "First step [s]", "first_step_s", None),
@@ -40,6 +40,9 @@ PANELS = [
 
 def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str | None, title: str) -> dict:
     from xbench.report.frame import parse_query
+    from xbench.report.tables import Rows, currency
+
+    cur = currency(Rows.of(df)) or "usd"  # cost metrics are named after the records' currency
 
     clauses = []
     for f in filters:
@@ -56,7 +59,8 @@ def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str |
         "project": project,
         "entity": entity,
         "runset": {"name": "xbench runs", "filters": " and ".join(clauses), "groupby": ["config.platform.name"]},
-        "panels": [{"kind": k, "title": t, "y": y, "x": x} for k, t, y, x in PANELS],
+        "panels": [{"kind": k, "title": t.format(CUR=cur.upper()), "y": y.format(cur=cur), "x": x}
+                   for k, t, y, x in PANELS],
     }
 
 

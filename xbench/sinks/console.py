@@ -6,6 +6,7 @@ import sys
 
 from tqdm import tqdm
 
+from xbench.metrics.cost import currency
 from xbench.records.record import RunRecord
 
 
@@ -56,13 +57,13 @@ SUMMARY_ROWS = (
     ("threads intra / inter-op", ("threads_intra", "threads_interop"), ""),
     ("achieved", "achieved_tflops", "TFLOP/s"),
     ("MFU", "mfu", ""),
-    ("cost", "usd_per_million_samples", "USD per 1M samples"),
+    ("cost", "{cur}_per_million_samples", "{CUR} per 1M samples"),
     ("loss first / last", ("loss_first", "loss_last"), ""),
     ("target reached", ("target_reached", "target_status"), ""),
     ("epochs to target", "epochs_to_target", ""),
     ("time to target train / wall", ("train_time_to_target_s", "wall_time_to_target_s"), "s"),
     ("start-up / evaluation", ("startup_s", "eval_time_s"), "s"),
-    ("cost to target train / wall", ("train_cost_to_target_usd", "cost_to_target_usd"), "USD"),
+    ("cost to target train / wall", ("train_cost_to_target_{cur}", "cost_to_target_{cur}"), "{CUR}"),
     ("resumes", "resumes", ""),
     # runs that did not end ok, and the batch search
     ("largest batch that fits / fails", ("max_batch_size_per_device", "min_failing_batch_size_per_device"),
@@ -84,8 +85,10 @@ def summary(record: RunRecord, path) -> str:
             f"batch={c.get('data', {}).get('batch_size')}/device")
     lines = [head, what]
     values = {**record.measurements, **record.derived}
+    cur = currency(c.get("platform") or {}).lower()  # cost figures are named after it (metrics/derived.py)
     for label, keys, unit in SUMMARY_ROWS:
-        keys = keys if isinstance(keys, tuple) else (keys,)
+        keys = tuple(k.format(cur=cur) for k in (keys if isinstance(keys, tuple) else (keys,)))
+        unit = unit.format(CUR=cur.upper())
         if all(values.get(k) is None for k in keys):
             continue
         shown = " / ".join(_fmt(values.get(k)) for k in keys)
