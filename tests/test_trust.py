@@ -92,3 +92,22 @@ def test_self_check_measures_two_batch_sizes_and_energy_is_accounted_for(store):
     assert len(m["self_check_throughput_samples_per_s"]) == 2 and min(m["self_check_throughput_samples_per_s"]) > 0
     assert ("energy_j" in m) != ("energy_unavailable" in m)  # either measured or the reason why not
     assert m["peak_host_rss_gib"] > 0.1
+
+
+def test_run_energy_counts_each_counter_once_and_every_sample():
+    """NVML meters each rank's own GPUs (the run's energy is the sum); RAPL is the host's packages,
+    read by every rank (one reading). J/sample divides by every rank's samples in every window."""
+    from xbench.metrics.aggregate import across_processes, aggregate
+
+    def rank(i, joules, source):
+        return {"rank": i, "device": "x", "window_s": [1.0, 1.0], "samples_per_window": 100, "samples_per_step": 10,
+                "data_wait_s": 0.0, "peak_host_rss_gib": 1.0, "energy_j": joules, "energy_source": source}
+
+    gpu = aggregate([rank(0, 30.0, "nvml"), rank(1, 50.0, "nvml")])
+    assert gpu["energy_j"] == 80.0 and gpu["energy_j_per_sample"] == pytest.approx(80.0 / 400)
+    cpu = aggregate([rank(0, 60.0, "rapl (CPU packages)"), rank(1, 61.0, "rapl (CPU packages)")])
+    assert cpu["energy_j"] == 61.0 and cpu["energy_j_per_sample"] == pytest.approx(61.0 / 400)
+    two = across_processes([[rank(0, 30.0, "nvml")], [rank(0, 34.0, "nvml")]])
+    assert two["energy_j"] == 64.0 and two["energy_j_per_sample"] == pytest.approx(64.0 / 400)
+    unmetered = {k: v for k, v in rank(0, 1.0, "nvml").items() if not k.startswith("energy")}
+    assert "energy_j_per_sample" not in aggregate([rank(0, 1.0, "nvml"), unmetered])  # one rank had no counter

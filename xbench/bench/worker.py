@@ -215,12 +215,17 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=
     return PreparedRank(work, hooks, threads, warnings, data_info, devices_per_rank)
 
 
-def utilisation_sampler(cfg: XBenchConfig, p: PreparedRank) -> UtilisationSampler:
-    """The sampler that runs beside the timed windows (every GPU a DataParallel rank drives)."""
+def rank_gpus(p: PreparedRank) -> list[int]:
+    """The GPUs this rank drives: all of them under DataParallel, else its own; none off CUDA."""
     dev = p.work.runtime.device
-    on_cuda = dev.type == "cuda"
-    gpus = (list(range(p.devices_per_rank)) if p.devices_per_rank > 1 else [dev.index or 0]) if on_cuda else []
-    return UtilisationSampler(dev.type, cfg.bench.util_interval_s, gpus)
+    if dev.type != "cuda":
+        return []
+    return list(range(p.devices_per_rank)) if p.devices_per_rank > 1 else [dev.index or 0]
+
+
+def utilisation_sampler(cfg: XBenchConfig, p: PreparedRank) -> UtilisationSampler:
+    """The sampler that runs beside the timed windows."""
+    return UtilisationSampler(p.work.runtime.device.type, cfg.bench.util_interval_s, rank_gpus(p))
 
 
 def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None,
@@ -238,7 +243,7 @@ def run_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, on_step=None
         warnings.append(f"warm-up did not stabilise within {b.warmup_max_steps} steps (compilations or "
                         f"step times still changing); the timed windows may include them")
 
-    energy = EnergyMeter(runtime.device.type, runtime.device.index or 0)
+    energy = EnergyMeter(runtime.device.type, rank_gpus(p))
     energy.start()
     windows = []
     sampler = utilisation_sampler(cfg, p)

@@ -41,6 +41,12 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
         "data_wait_fraction": max(r["data_wait_s"] for r in ranks) / window_total if window_total else None,
         "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
     })
+    energy = [r.get("energy_j") for r in ranks]
+    if all(e is not None for e in energy):
+        # NVML: each rank meters its own GPUs, so the run's energy is their sum. RAPL: every rank reads
+        # the same host's packages (one host), so it is one reading, not world_size of them.
+        m["energy_j"] = sum(energy) if r0.get("energy_source") == "nvml" else max(energy)
+        m["energy_j_per_sample"] = m["energy_j"] / (samples * repeats)  # every rank's samples, every window
     # Noisy: spread across repeated windows, or across steps when there is a single window.
     spread = m["throughput_cv"] if m["throughput_cv"] is not None else r0.get("step_time_cv")
     m["noisy"] = bool(spread is not None and spread > noisy_cv)
@@ -51,7 +57,8 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
 
 def merge_processes(per_process: list[list[dict]]) -> list[dict]:
     """Per rank: every process's timed windows in one `window_s` list (process 1's first), with the
-    figures that count over windows made to match it (`repeats` = windows merged, `data_wait_s` summed);
+    figures that count over windows made to match it (`repeats` = windows merged, `data_wait_s` and
+    `energy_j` summed);
     the rest from the first process. `samples_per_window` is the same in every process (same config)."""
     if not per_process or not per_process[0]:
         raise ValueError("no process reported any measurement")
@@ -64,6 +71,8 @@ def merge_processes(per_process: list[list[dict]]) -> list[dict]:
         m["window_s"] = [w for ranks in per_process for w in ranks[i]["window_s"]]
         m["repeats"] = len(m["window_s"])  # steady step time = window_s_total / (steps x repeats)
         m["data_wait_s"] = sum(ranks[i]["data_wait_s"] for ranks in per_process)
+        if all(ranks[i].get("energy_j") is not None for ranks in per_process):
+            m["energy_j"] = sum(ranks[i]["energy_j"] for ranks in per_process)  # metered over its windows
         merged.append(m)
     return merged
 

@@ -19,8 +19,9 @@ def _rapl_packages() -> list[Path]:
 class EnergyMeter:
     """start() ... stop() -> {"energy_j": J, "energy_source": ...} or {"energy_unavailable": reason}."""
 
-    def __init__(self, device_type: str, device_index: int = 0):
-        self.device_type, self.device_index = device_type, device_index
+    def __init__(self, device_type: str, cuda_indices: list[int] | None = None):
+        # Every GPU the rank drives (DataParallel: several), so J/sample divides like for like.
+        self.device_type, self.cuda_indices = device_type, cuda_indices or [0]
         self.reason = None
         self._read = self._choose()
         self._start = None
@@ -31,10 +32,11 @@ class EnergyMeter:
                 import pynvml
 
                 pynvml.nvmlInit()
-                handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
-                pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # raises where unsupported
+                handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.cuda_indices]
+                for h in handles:
+                    pynvml.nvmlDeviceGetTotalEnergyConsumption(h)  # raises where unsupported
                 self.source = "nvml"
-                return lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3  # mJ -> J
+                return lambda: sum(pynvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles) / 1e3  # mJ -> J
             except Exception as e:
                 self.reason = f"NVML total energy not readable: {type(e).__name__}: {e}"
                 return None
