@@ -43,14 +43,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from xbench.report.frame import apply_filters, load, parse_query
+    from xbench.report.frame import apply_filters, load
     from xbench.report.tables import Context, build_tables
 
     t0 = time.perf_counter()
     try:
         loaded = load(args.stores, progress=not args.no_progress)
         df = apply_filters(loaded.frame, args.filter)
-        ctx = Context(baseline=parse_query(args.baseline) if args.baseline else None, baseline_text=args.baseline)
+        ctx = Context.with_baseline(args.baseline)
     except (FileNotFoundError, ValueError) as e:
         print(f"xbench.report: {e}", file=sys.stderr)
         return 2

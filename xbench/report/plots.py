@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402  (build_plots takes the tidy frame)
 
 from xbench.report.tables import (  # noqa: E402
+    SCALING_WORKLOAD,
     TP,
     Context,
     NoData,
@@ -285,9 +286,8 @@ def scaling(rows: Rows, ctx: Context):
     s = Rows.of(scaling_rows(rows))
     if not s:
         raise NoData("no workload was run at two or more device counts")
-    keys = ["model", "data", "platform", "runtime", "precision", "batch_size_per_device"]
     wl = [(f"{k['model']} on {k['data']}\n{k['platform']}, {k['runtime']}, {k['precision']}, "
-           f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, keys)]
+           f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, SCALING_WORKLOAD)]
     styles = _styles_for(sorted({str(v) for v in s.col("parallel")}))
     fig, cells = facets(len(wl), rows_per=2, h=3.0)
     for (title, sub), (ax_t, ax_e) in zip(wl, cells):

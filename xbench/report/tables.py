@@ -119,10 +119,6 @@ class Rows(list):
         return self._cols
 
 
-def present(rows: Rows, col: str) -> bool:
-    return Rows.of(rows).has(col)
-
-
 def currency(rows: Rows) -> str | None:
     """The currency the records' cost figures are in (usd preferred), or None without prices."""
     found = {m.group(1) for c in Rows.of(rows).columns() if (m := re.fullmatch(r"samples_per_s_per_([a-z]+)_per_hour", c))}
