@@ -12,7 +12,7 @@ on this 2-core VM: +-20% from one 2-s window to the next, for identical work).
 
 - xbench side: `worker.prepare_rank` (the real worker's hooks: the runtime's step, the data pool, the
   syncs), `loop.warmup`, and `loop.timed_window` with the utilisation sampler running beside each
-  window, exactly as `run_rank` runs them.
+  window, exactly as the throughput mode runs them.
 - hand side: the textbook loop. Its model is written out here for mlp (the parameter counts are
   checked against xbench's) and is torchvision's for resnet50; XLA: `torch_xla.sync()` per step and
   one `xm.wait_device_ops()` at the window's end; CUDA: one `torch.cuda.synchronize()` there.
@@ -81,20 +81,20 @@ def overrides(runtime: str, a) -> list[str]:
 
 
 def xbench_side(runtime: str, a) -> Side:
-    """The real worker's hooks, warmed up by the real warm-up rule; each window as run_rank runs it."""
+    """The real worker's hooks, warmed up by the real warm-up rule; each window as the throughput mode runs it."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from xbench.__main__ import config_dir
     from xbench.bench import loop
-    from xbench.bench.worker import RankContext, prepare_rank, utilisation_sampler
-    from xbench.config import register_configs
+    from xbench.bench.worker import prepare_rank, utilisation_sampler
+    from xbench.config import config_dir, register_configs
+    from xbench.launch.inline import context
     from xbench.platforms.detect import host_facts
 
     register_configs()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides(runtime, a)))
-    p = prepare_rank(cfg, host_facts(), RankContext())
+    p = prepare_rank(cfg, host_facts(), context(cfg))
     b = cfg.bench
     wu = loop.warmup(p.hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
 

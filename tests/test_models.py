@@ -10,13 +10,13 @@ import pytest
 import torch
 import yaml
 
-from xbench.bench.step import make_train_step
+from xbench.bench.flops import flops_per_sample
+from xbench.data.spec import InputSpec
 from xbench.data.synthetic import MASK_TOKEN_ID, make_batch
 from xbench.models import build, get, names
-from xbench.models.flops import flops_per_sample
-from xbench.models.spec import InputSpec
 from xbench.models.text import LSTM
 from xbench.precision import resolve
+from xbench.training.step import make_train_step
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -2,7 +2,13 @@
 
 `check(cfg, facts)` returns human-readable reasons (empty list: good to go). Each reason says what
 was asked, what is wrong and what is allowed, so that the failed record and the console explain
-themselves. Add a rule as one function decorated with `@rule`.
+themselves. Every reason is collected, never only the first.
+
+Where the rules live: the plugins own theirs (a runtime's `rules` classmethod in runtimes/, a
+strategy's in parallel/, a mode's in modes/), and `plugin_rules` below asks the ones the config names;
+the packages a runtime or strategy needs come from its registry line and are checked from the host's
+facts first (its module may import them). What concerns no single plugin (numbers, names, model and
+data, the platform and its price, precision, threads) is one `@rule` function here.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench import models, parallel, runtimes
+from xbench import launch, models, modes, parallel, runtimes
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.metrics import cost
@@ -21,8 +27,6 @@ from xbench.precision import PRECISIONS
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
 MODALITIES = ("image", "tokens", "features")
-BENCH_MODES = ("throughput", "train_to_target", "find_max_batch")
-GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "perplexity": "lm/mlm"}
 FAULT_KINDS = (None, "exception", "nan_loss", "sigterm", "hang")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOGGERS = ("wandb", "none")
@@ -58,12 +62,14 @@ def positive_numbers(cfg, facts):
                    f"({cfg.bench.warmup_max_steps})")
     if cfg.optim.lr <= 0:
         out.append(f"optim.lr must be > 0, got {cfg.optim.lr}")
+    if cfg.bench.stop_grace_s <= 0:
+        out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
     return out
 
 
 @rule
 def process_repeats_fit(cfg, facts):
-    """Whole-process repeats re-run a throughput measurement; the launcher must start the processes."""
+    """Whole-process repeats re-run a throughput measurement; xbench must be free to start the processes."""
     n = cfg.bench.process_repeats
     if n < 1:
         return [f"bench.process_repeats must be a positive whole number (1: one process, no repeat), got {n}"]
@@ -72,9 +78,7 @@ def process_repeats_fit(cfg, facts):
     if cfg.bench.mode != "throughput":
         return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
                 "(use bench.process_repeats=1 with train_to_target and find_max_batch)"]
-    from xbench.launch.torchrun import under_torchrun
-
-    if under_torchrun():
+    if launch.under_torchrun():
         return [f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench parallel=... "
                 "without the torchrun command): processes torchrun started cannot be started again"]
     return []
@@ -83,8 +87,8 @@ def process_repeats_fit(cfg, facts):
 @rule
 def known_names(cfg, facts):
     out = []
-    if cfg.bench.mode not in BENCH_MODES:
-        out.append(f"bench.mode={cfg.bench.mode!r} is not available; allowed: {', '.join(BENCH_MODES)}")
+    if cfg.bench.mode not in modes.MODES:
+        out.append(f"bench.mode={cfg.bench.mode!r} is not available; allowed: {', '.join(modes.MODES)}")
     if cfg.runtime.name not in runtimes.RUNTIMES:
         out.append(f"runtime {cfg.runtime.name!r} is unknown; allowed: {', '.join(runtimes.RUNTIMES)}")
     if cfg.parallel.name not in parallel.STRATEGIES:
@@ -149,41 +153,6 @@ def data_source(cfg, facts):
 
 
 @rule
-def goal_is_valid(cfg, facts):
-    """train_to_target needs real data, a target, a metric the model's task has, and one device."""
-    g, out = cfg.goal, []
-    if cfg.resume and cfg.bench.mode != "train_to_target":
-        out.append(f"resume={cfg.resume!r} applies to bench.mode=train_to_target runs only")
-    if cfg.bench.mode != "train_to_target":
-        return out
-    if g.metric not in GOAL_METRICS:
-        out.append(f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(GOAL_METRICS)}")
-    else:
-        try:
-            task = models.get(cfg.model.name).task
-        except KeyError:
-            task = None
-        if task and task not in GOAL_METRICS[g.metric].split("/"):
-            out.append(f"goal.metric={g.metric} needs a {GOAL_METRICS[g.metric]} model; {cfg.model.name!r} is {task}")
-    if g.target is None:
-        out.append("bench.mode=train_to_target needs goal.target (e.g. goal.target=0.95 for 95% top-1)")
-    elif g.metric in ("top1", "accuracy", "top5") and not 0 < g.target <= 1:
-        out.append(f"goal.target={g.target} for {g.metric} must be a fraction in (0, 1] (0.95, not 95)")
-    if cfg.data.source == "synthetic":
-        out.append("bench.mode=train_to_target needs a real data set (e.g. data=digits); synthetic data has "
-                   "no accuracy to reach")
-    if cfg.parallel.name != "single":
-        out.append(f"bench.mode=train_to_target runs on one device for now (parallel=single), not {cfg.parallel.name!r}")
-    for label, v, low in (("goal.max_epochs", g.max_epochs, 1), ("goal.eval_every_steps", g.eval_every_steps, 0),
-                          ("goal.checkpoint_every_evals", g.checkpoint_every_evals, 0)):
-        if v < low:
-            out.append(f"{label} must be >= {low}, got {v}")
-    if g.max_time_s is not None and g.max_time_s <= 0:
-        out.append(f"goal.max_time_s must be > 0 or null, got {g.max_time_s}")
-    return out
-
-
-@rule
 def price_is_valid(cfg, facts):
     return cost.problems(dataclasses.asdict(cfg.platform))
 
@@ -196,21 +165,6 @@ def data_path_exists(cfg, facts):
         return [f"data.path={p!r} does not exist (checked from {Path.cwd()}); give an existing file or "
                 "folder, or data.path=null for synthetic data"]
     return []
-
-
-@rule
-def batch_search_fits_strategy(cfg, facts):
-    out = []
-    if cfg.bench.mode == "find_max_batch":
-        strategy = parallel.STRATEGIES.get(cfg.parallel.name)
-        if strategy is not None and strategy.multi_process:
-            out.append(f"bench.mode=find_max_batch runs its trials in one process; parallel "
-                       f"{cfg.parallel.name!r} starts several. Search with parallel=single (batch_size is per device)")
-        if cfg.bench.max_batch_limit < 1 or cfg.bench.max_batch_rtol < 0:
-            out.append("bench.max_batch_limit must be >= 1 and bench.max_batch_rtol >= 0")
-    if cfg.bench.stop_grace_s <= 0:
-        out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
-    return out
 
 
 @rule
@@ -237,49 +191,6 @@ def platform_is_here(cfg, facts):
 
 
 @rule
-def runtime_available(cfg, facts):
-    name = cfg.runtime.name
-    if name.startswith("xla") and not facts.torch_xla:
-        return [f"runtime {name!r} needs torch-xla, which is not installed here "
-                "(pip install torch-xla matching torch; other runtimes work without it)"]
-    if name == "accelerate" and not facts.accelerate:
-        return ["runtime 'accelerate' needs HF Accelerate, which is not installed here (pip install accelerate)"]
-    return []
-
-
-@rule
-def runtime_options(cfg, facts):
-    """torch.compile / XLA compile options that exist, and devices each runtime can drive."""
-    r, out = cfg.runtime, []
-    if r.name == "compile":
-        from xbench.runtimes.compiled import MODES, TARGETS
-
-        backends = _dynamo_backends()
-        if r.backend.startswith("openxla"):
-            out.append(f"runtime compile: backend {r.backend!r} runs on XLA devices; use runtime=xla_openxla "
-                       "(runtime name xla_compile, backend openxla)")
-        elif r.backend not in backends:
-            out.append(f"runtime compile: backend {r.backend!r} is unknown to torch.compile; "
-                       f"allowed: {', '.join(backends)}")
-        if r.mode not in MODES:
-            out.append(f"runtime compile: mode {r.mode!r} is unknown; allowed: {', '.join(m for m in MODES if m)}")
-        if r.target not in TARGETS:
-            out.append(f"runtime compile: target {r.target!r} is unknown; allowed: {', '.join(TARGETS)}")
-    if r.name == "xla_compile" and r.backend not in runtimes.XLA_COMPILE_BACKENDS:
-        out.append(f"runtime xla_compile: backend {r.backend!r} is unknown; allowed: {', '.join(runtimes.XLA_COMPILE_BACKENDS)}")
-    if cfg.platform.device == "xla" and not r.name.startswith("xla"):
-        out.append(f"platform {cfg.platform.name!r} is an XLA device, which only runtime=xla or "
-                   f"runtime=xla_compile can drive (asked: runtime={r.name})")
-    return out  # a TPU platform on a machine without TPU chips: see platform_is_here
-
-
-def _dynamo_backends() -> list[str]:
-    import torch._dynamo
-
-    return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor", "eager", "aot_eager"})
-
-
-@rule
 def precision_fits_device(cfg, facts):
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     name = cfg.precision.name
@@ -300,62 +211,30 @@ def threads_in_range(cfg, facts):
     return []
 
 
-@rule
-def parallel_fits_here(cfg, facts):
-    """Strategies that need hardware or settings this config does not give, said before any work."""
-    p, out = cfg.parallel, []
-    if p.name not in parallel.STRATEGIES:
-        return []  # known_names says so
-    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
-    if p.name == "dataparallel":
-        if dev != "cuda" or facts.cuda_count < max(2, p.world_size):
-            out.append(f"parallel=dataparallel measures nn.DataParallel over {max(2, p.world_size)} CUDA GPUs "
-                       f"in one process, but this run has {facts.cuda_count if dev == 'cuda' else 0} "
-                       f"(device {dev}). Without at least 2 GPUs it would silently run one device under "
-                       "another name (nn.DataParallel without CUDA just calls the module), so the "
-                       "comparison would be meaningless. Use parallel=single or parallel=ddp here")
-        elif p.world_size < 2:
-            out.append("parallel=dataparallel needs parallel.world_size >= 2 (GPUs); use parallel=single for one")
-    if parallel.get(p.name).launcher == "torchrun":
-        if p.backend not in ("auto", "gloo", "nccl"):
-            out.append(f"parallel.backend={p.backend!r} is unknown; allowed: auto, gloo, nccl")
-        if p.backend == "nccl" and dev != "cuda":
-            out.append(f"parallel.backend=nccl needs CUDA GPUs; this run is on {dev}: use auto or gloo")
-        if dev == "xla":
-            out.append(f"parallel={p.name} runs torch.distributed over CPU/CUDA devices; for XLA devices use "
-                       "an XLA strategy (parallel=xla_spmd, or parallel=xla_mp on TPU)")
-        if p.timeout_s <= 0:
-            out.append(f"parallel.timeout_s must be > 0 (a dead rank would hang the run), got {p.timeout_s}")
-        if p.nnodes < 1 or p.world_size % p.nnodes:
-            out.append(f"parallel.world_size={p.world_size} must be a multiple of parallel.nnodes={p.nnodes} "
-                       "(processes in all = nodes x processes per node)")
-        if p.nnodes > 1 and not p.rdzv_endpoint:
-            out.append("parallel.nnodes > 1 needs parallel.rdzv_endpoint=host:port of node 0")
-        if not 0 <= p.node_rank < max(1, p.nnodes):
-            out.append(f"parallel.node_rank={p.node_rank} must be in 0..{p.nnodes - 1}")
-        per_node = p.world_size // max(1, p.nnodes)
-        if dev == "cuda" and per_node > facts.cuda_count:
-            out.append(f"parallel={p.name} with {per_node} processes per node needs {per_node} GPUs, "
-                       f"{facts.cuda_count} visible")
+# What a missing optional package is called and how to get it.
+PACKAGES = {"torch_xla": ("torch-xla", "pip install torch-xla matching torch; other runtimes work without it"),
+            "accelerate": ("HF Accelerate", "pip install accelerate")}
+
+
+def _missing(what: str, requires: tuple[str, ...], facts: HostFacts) -> list[str]:
+    out = []
+    for pkg in requires:
+        if not getattr(facts, pkg, False):
+            name, how = PACKAGES[pkg]
+            out.append(f"{what} needs {name}, which is not installed here ({how})")
     return out
 
 
 @rule
-def xla_parallel_fits_here(cfg, facts):
-    """XLA strategies need an XLA runtime; the multi-process recipe needs TPU collectives (not PJRT CPU)."""
-    p, out = cfg.parallel, []
-    if p.name not in ("xla_spmd", "xla_mp"):
-        if p.name == "accelerate" and cfg.runtime.name != "accelerate":
-            out.append(f"parallel=accelerate runs Accelerate's prepare/backward in every rank, which is "
-                       f"runtime=accelerate (asked: runtime={cfg.runtime.name}); for plain DDP use parallel=ddp")
-        return out
-    if not cfg.runtime.name.startswith("xla"):
-        out.append(f"parallel={p.name} drives XLA devices: use runtime=xla or runtime=xla_compile "
-                   f"(asked: runtime={cfg.runtime.name})")
-    pjrt = runtimes.default_pjrt_device(facts.tpu_chips)
-    if p.name == "xla_mp" and pjrt == "CPU" and p.world_size > 1:
-        out.append(f"parallel=xla_mp with {p.world_size} processes needs TPU (or GPU) collectives: on PJRT CPU "
-                   "torch-xla's multi-process collectives do not work (torch_xla.launch + xm.all_reduce abort "
-                   "after a rendezvous timeout), and this machine has no TPU. Use parallel=xla_spmd for XLA data "
-                   "parallelism over CPU devices, or run this on a TPU VM (docs/parallel.md gives the command)")
+def plugin_rules(cfg, facts):
+    """The rules of the runtime, strategy and mode the config names (unknown names: see known_names)."""
+    out, dev = [], device_type(cfg.platform.device, cfg.runtime.name, facts)
+    if cfg.runtime.name in runtimes.RUNTIMES:
+        missing = _missing(f"runtime {cfg.runtime.name!r}", runtimes.requires(cfg.runtime.name), facts)
+        out += missing or runtimes.runtime_class(cfg.runtime.name).rules(cfg, facts, dev)
+    if cfg.parallel.name in parallel.STRATEGIES:
+        missing = _missing(f"parallel={cfg.parallel.name}", parallel.get(cfg.parallel.name).requires, facts)
+        out += missing or parallel.strategy_class(cfg.parallel.name).rules(cfg, facts, dev)
+    if cfg.bench.mode in modes.MODES:
+        out += modes.get(cfg.bench.mode).rules(cfg, facts)
     return out

@@ -10,6 +10,7 @@ Units: `batch_size` is per device; times end in `_s`; prices say per what (`per:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -236,6 +237,13 @@ class XBenchConfig:
     # Which stored records time and cost are compared with in a study (metrics/scaling.py, the report):
     # config paths -> values, e.g. {platform: {name: gpu_t4}}; the newest ok match wins; empty = none.
     baseline_query: dict[str, Any] = field(default_factory=dict)
+
+
+def config_dir() -> str:
+    """conf/ inside the installed package (wheel), else the checkout's top-level conf/ (editable)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if packaged.is_dir() else here.parent / "conf")
 
 
 def register_configs() -> None:

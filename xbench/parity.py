@@ -21,8 +21,7 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
-from xbench.__main__ import config_dir, run
-from xbench.config import register_configs
+from xbench.config import config_dir, register_configs
 
 
 def _split(values: list[str]) -> list[str]:
@@ -33,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from xbench.metrics.parity import compare_losses, tolerance
     from xbench.records.record import RunRecord
     from xbench.records.store import new_run_id
+    from xbench.runner import run
     from xbench.sinks.local import LocalSink
 
     ap = argparse.ArgumentParser(prog="python -m xbench.parity", description=__doc__.split("\n\n")[1])

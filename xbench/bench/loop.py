@@ -26,37 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from xbench.rank import StopFlag, StopRequested
+
 perf_counter = time.perf_counter
-
-
-class StopRequested(Exception):
-    """Raised inside the loop when a signal asked the run to stop; carries what was measured so far."""
-
-    def __init__(self, partial: dict):
-        super().__init__("stop requested")
-        self.partial = partial
-
-    def __reduce__(self):  # picklable: it crosses from a launched process (launch/xla.py) to the parent
-        return StopRequested, (self.partial,)
-
-
-class Diverged(Exception):
-    """The loss became NaN or inf; `step` counts over all steps (warm-up, then timed)."""
-
-    def __init__(self, step: int, loss: float, phase: str | None = None):
-        super().__init__(f"loss became {loss} at step {step}" + (f" ({phase})" if phase else ""))
-        self.step, self.loss, self.phase = step, loss, phase
-
-    def __reduce__(self):  # picklable: it crosses from a launched process (launch/xla.py) to the parent
-        return Diverged, (self.step, self.loss, self.phase)
-
-
-@dataclass
-class StopFlag:
-    """Set by a signal handler; the loop checks it once per step (one attribute read)."""
-
-    requested: bool = False
-    reason: str = ""
 
 
 @dataclass

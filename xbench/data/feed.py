@@ -12,16 +12,20 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 
-def make_loader(dataset, data, rank: int, world_size: int, seed: int, collate=None) -> DataLoader:
+def make_loader(dataset, data, rank: int, world_size: int, seed: int, collate=None,
+                batch_size: int | None = None) -> DataLoader:
+    """`batch_size`: samples per batch of this rank (default `data.batch_size`; a rank driving several
+    devices takes one batch for all of them)."""
+    batch_size = batch_size or data.batch_size
     if world_size > 1:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
                                      drop_last=True)
     else:
         sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-    if len(dataset) // world_size < data.batch_size:
+    if len(dataset) // world_size < batch_size:
         raise ValueError(f"data set {data.path} has {len(dataset)} training samples, fewer than one batch of "
-                         f"{data.batch_size} per rank over {world_size} rank(s)")
-    return DataLoader(dataset, batch_size=data.batch_size, sampler=sampler, drop_last=True,  # fixed shapes
+                         f"{batch_size} per rank over {world_size} rank(s)")
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,  # fixed shapes
                       num_workers=data.num_workers, pin_memory=data.pin_memory, collate_fn=collate,
                       persistent_workers=data.num_workers > 0)
 

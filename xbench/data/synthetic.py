@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from xbench.models.spec import InputSpec
+from xbench.data.spec import InputSpec
 
 
 def make_batch(spec: InputSpec, batch_size: int, task: str, device, generator):

@@ -1,55 +1,54 @@
-"""Launchers start the ranks a parallel strategy needs and gather their results; no model code here.
+"""Launchers start the ranks a parallel strategy needs, run the work they are handed on every rank,
+and gather the ranks' results. They know how to start ranks, never what a rank does.
 
-inline: this process is the only rank. torchrun: one process per rank (launch/torchrun.py), started
-here through torchrun's launcher API or joined when already under torchrun. xla: a fresh process for
-SPMD, or torch_xla.launch's processes (launch/xla.py). Chosen by the strategy's `launcher` field; a new
-launcher is one more branch in `run` and in `writes_record`.
+`run(cfg, work, facts)` picks the launcher named by the strategy's registry line:
+- inline: this process is the only rank (or, with `fresh=True`, one freshly spawned process);
+- torchrun: one process per rank through torch.distributed's elastic launcher, or joined when the
+  `torchrun` command already started this process as a rank (launch/torchrun.py);
+- xla: a fresh process for SPMD, or torch_xla.launch's processes on a TPU (launch/xla.py).
+
+`work` is a picklable callable `work(ctx, on_step, stop) -> RankResult` (a mode's rank work) with a
+`progress()` method that makes the bar a launched rank 0 draws itself. Every launcher runs a rank
+through `preamble.run_rank`, so the rank's facts, warnings and progress are handled once.
+Add a launcher: a module with `launch(cfg, work, facts, on_step, stop, fresh)` and a line in LAUNCHERS.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib
+import os
 
 from xbench import parallel
+from xbench.launch.torchrun import under_torchrun
+from xbench.rank import LaunchResult
+
+LAUNCHERS = {
+    "inline": "xbench.launch.inline:launch",
+    "torchrun": "xbench.launch.torchrun:launch",
+    "xla": "xbench.launch.xla:launch",
+}
 
 
-@dataclass
-class LaunchResult:
-    ranks: list  # RankResult per rank, rank 0 first
-    warnings: list[str] = field(default_factory=list)
+def launcher(cfg) -> str:
+    return parallel.get(cfg.parallel.name).launcher
 
 
 def writes_record(cfg) -> bool:
-    """False in a process whose run's record is written by another (a rank > 0, a node > 0)."""
-    strategy = parallel.get(cfg.parallel.name)
-    if strategy.launcher == "xla":  # a TPU pod slice: host 0's process
-        from xbench.launch.xla import writes_record as xla_writes
+    """False in a process whose run's record is written by another: a rank > 0 under the torchrun
+    command, a node > 0 of a multi-node run, a host > 0 of a TPU pod slice."""
+    if under_torchrun():
+        return int(os.environ.get("RANK", "0")) == 0
+    if launcher(cfg) == "xla":
+        from xbench.launch.xla import host_index
 
-        return xla_writes(cfg)
-    if not strategy.multi_process:
-        return True
-    from xbench.launch.torchrun import writes_record as torchrun_writes
-
-    return torchrun_writes(cfg)
+        return host_index() == 0
+    return cfg.parallel.node_rank == 0
 
 
-def run(cfg, facts, on_step=None, stop=None) -> LaunchResult | None:
-    """Every rank's results (rank 0 first), or None in a process that does not write the record."""
-    strategy = parallel.get(cfg.parallel.name)
-    if strategy.launcher == "inline":
-        from xbench.launch.inline import run_inline
+def run(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
+    """Every rank's results (rank 0 first), or None in a process that does not write the record.
 
-        result = run_inline(cfg, facts, on_step, stop)
-        if strategy.name == "single" and cfg.parallel.world_size != 1:
-            result.warnings.append(f"parallel.world_size={cfg.parallel.world_size} is ignored by "
-                                   "parallel=single (one device)")
-        return result
-    if strategy.launcher == "torchrun":
-        from xbench.launch.torchrun import run_torchrun
-
-        return run_torchrun(cfg, facts, on_step, stop)
-    if strategy.launcher == "xla":
-        from xbench.launch.xla import run_xla
-
-        return run_xla(cfg, facts, on_step, stop)
-    raise ValueError(f"launcher {strategy.launcher!r} of strategy {strategy.name!r} is not available")
+    `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats); the other
+    launchers start fresh processes anyway."""
+    module, fn = LAUNCHERS[launcher(cfg)].split(":")
+    return getattr(importlib.import_module(module), fn)(cfg, work, facts, on_step, stop, fresh)

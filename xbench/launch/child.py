@@ -1,4 +1,4 @@
-"""Helpers for a run that goes on in a fresh spawned process (xla launcher, whole-process repeats).
+"""Helpers for work that goes on in a fresh spawned process (xla launcher, whole-process repeats).
 
 The parent waits on the child's future and passes a stop on to it; the child draws its own progress
 bar (callbacks cannot be pickled) and turns SIGINT/SIGTERM into a stop after the step. Errors,
@@ -8,24 +8,17 @@ interruptions and divergence come back as the same exceptions (pickled).
 from __future__ import annotations
 
 import signal
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from multiprocessing import get_context
+
+from xbench.rank import StopFlag, StopRequested
 
 
-def progress(cfg, rank: int = 0):
-    """The child's own progress bar (rank 0 only, when progress is on)."""
-    if rank != 0 or not cfg.logger.progress:
-        return None
-    from xbench.sinks.console import Progress
-
-    return Progress(cfg.bench.warmup_max_steps, cfg.bench.steps * cfg.bench.repeats, enabled=True)
-
-
-def stop_on_signals():
+def stop_on_signals() -> StopFlag:
     """SIGINT/SIGTERM in a launched process: stop after the step and hand back what was measured."""
-    from xbench.bench.loop import StopFlag
-
     flag = StopFlag()
 
     def handle(signum, frame):
@@ -37,10 +30,8 @@ def stop_on_signals():
 
 
 @contextmanager
-def reason_on_stop(flag):
+def reason_on_stop(flag: StopFlag):
     """A stop in the launched process carries its signal's name back to the parent's record."""
-    from xbench.bench.loop import StopRequested
-
     try:
         yield
     except StopRequested as e:
@@ -52,8 +43,6 @@ def wait(future, stop, what: str = "the launched process"):
     """The child's result; a stop asked of this process (SIGTERM to it alone) is passed on to the child."""
     import psutil
 
-    from xbench.bench.loop import StopRequested
-
     forwarded = False
     while True:
         try:
@@ -64,9 +53,15 @@ def wait(future, stop, what: str = "the launched process"):
             raise
         except FutureTimeout:
             if stop is not None and stop.requested and not forwarded:
-                for child in psutil.Process().children(recursive=True):  # the children stop themselves
-                    child.send_signal(signal.SIGTERM)
+                for proc in psutil.Process().children(recursive=True):  # the children stop themselves
+                    proc.send_signal(signal.SIGTERM)
                 forwarded = True
         except BrokenProcessPool as e:  # killed outright (OOM killer, a second signal, a crash in C++)
             raise RuntimeError(f"{what} died without a result (killed, or a crash in native code); "
                                "see the console output above") from e
+
+
+def in_fresh_process(fn, args: tuple, stop, what: str):
+    """fn(*args) in a freshly spawned interpreter (a one-worker pool), waited for as `wait` does."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return wait(pool.submit(fn, *args), stop, what)

@@ -1,11 +1,35 @@
-"""Run the only rank in this process."""
+"""The only rank, in this process (or, `fresh`, in one freshly spawned process)."""
 
 from __future__ import annotations
 
-from xbench.bench.worker import RankContext, run_rank
-from xbench.launch import LaunchResult
+from xbench import parallel
+from xbench.launch import child
+from xbench.launch.preamble import run_rank, threads_asked
+from xbench.rank import LaunchResult, RankContext
 
 
-def run_inline(cfg, facts, on_step=None, stop=None) -> LaunchResult:
-    result = run_rank(cfg, facts, RankContext(0, 1, 0), on_step=on_step, stop=stop)
-    return LaunchResult(ranks=[result], warnings=list(result.warnings))
+def context(cfg) -> RankContext:
+    info = parallel.get(cfg.parallel.name)
+    devices = cfg.parallel.world_size if info.devices_in_process else 1  # DataParallel: one process, N GPUs
+    warnings = ()
+    if not info.devices_in_process and cfg.parallel.world_size != 1:
+        warnings = (f"parallel.world_size={cfg.parallel.world_size} is ignored by parallel={cfg.parallel.name} "
+                    "(one device)",)
+    return RankContext(devices_per_rank=devices, **threads_asked(cfg),
+                       warnings=warnings)
+
+
+def _fresh_rank(work, ctx):
+    """Entry point of the fresh process (module level: picklable)."""
+    stop = child.stop_on_signals()
+    with child.reason_on_stop(stop):
+        return run_rank(work, ctx, None, stop)
+
+
+def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult:
+    ctx = context(cfg)
+    if fresh:
+        result = child.in_fresh_process(_fresh_rank, (work, ctx), stop, "the fresh process of this run")
+    else:
+        result = run_rank(work, ctx, on_step, stop)
+    return LaunchResult.of([result])

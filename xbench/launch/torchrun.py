@@ -8,7 +8,8 @@ Two ways in, one code path per rank (`rank_main`):
 - `torchrun --nproc_per_node=N -m xbench parallel=ddp`: every process is a rank already (detected from
   the environment torchrun sets). Rank 0 runs __main__'s record path; the others only run their rank.
 
-Every rank runs bench.worker.run_rank; the RankResults are gathered to rank 0 with gather_object.
+Every rank runs the work it was handed (launch/preamble.run_rank); the RankResults are gathered to
+rank 0 with gather_object.
 Collectives time out after parallel.timeout_s, so a dead rank ends the run instead of hanging it.
 """
 
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 
-from xbench.launch import LaunchResult
+from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
+from xbench.rank import LaunchResult, RankContext, StopRequested
 
 
 class RankFailed(Exception):
@@ -37,73 +38,45 @@ def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "WORLD_SIZE" in env)
 
 
-def writes_record(cfg) -> bool:
-    """Whether this process writes the run's one record: global rank 0 under torchrun, node 0 otherwise."""
-    if under_torchrun():
-        return int(os.environ.get("RANK", "0")) == 0
-    return cfg.parallel.node_rank == 0
-
-
-def _threads_for_rank(cfg, dev_type: str, local_world: int):
+def _threads_for_rank(cfg, dev_type: str, local_world: int) -> dict:
     """Fair CPU timings: without bench.threads, each rank gets its share of the cores (torchrun itself
     would set OMP_NUM_THREADS=1; torch's default would oversubscribe)."""
     if cfg.bench.threads is not None or dev_type != "cpu":
-        return cfg, "bench.threads" if cfg.bench.threads is not None else "torch default"
+        return threads_asked(cfg)
     share = max(1, (os.cpu_count() or 1) // local_world)
-    return replace(cfg, bench=replace(cfg.bench, threads=share)), f"cores // local_world_size = {share}"
+    return {"threads": share, "threads_policy": f"cores // local_world_size = {share}"}
 
 
-def rank_main(cfg, facts, on_step=None, stop=None):
-    """One rank: process group -> run_rank -> gather. Returns the RankResults on rank 0, else None."""
+def rank_main(cfg, work, facts, on_step=None, stop=None):
+    """One rank: process group -> the work -> gather. Returns the RankResults on rank 0, else None."""
     import torch
     import torch.distributed as dist
 
-    from xbench.bench.worker import RankContext, run_rank
     from xbench.parallel.ddp import resolve_backend
     from xbench.platforms.detect import device_type
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    warnings = []
-    if world != cfg.parallel.world_size:
-        warnings.append(f"parallel.world_size={cfg.parallel.world_size} in the config, but torchrun started "
-                        f"{world} ranks: the run used {world} (measurements.world_size)")
-        cfg = replace(cfg, parallel=replace(cfg.parallel, world_size=world))
     dev_type = device_type(cfg.platform.device, cfg.runtime.name, facts)
-    cfg, threads_policy = _threads_for_rank(cfg, dev_type, local_world)
-    backend = resolve_backend(cfg.parallel.backend, dev_type)
+    ctx = RankContext(rank, world, local_rank, local_world, **_threads_for_rank(cfg, dev_type, local_world),
+                      warnings=world_size_warning(cfg, world, f"torchrun started {world} ranks"))
     if dev_type == "cuda":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.parallel.timeout_s))
+    dist.init_process_group(resolve_backend(cfg.parallel.backend, dev_type),
+                            timeout=timedelta(seconds=cfg.parallel.timeout_s))
     if dist.get_world_size() != world:  # silent fallbacks to a world of one exist (GOTCHAS)
         raise RuntimeError(f"process group has {dist.get_world_size()} ranks, expected {world}")
-    if on_step is None and rank == 0 and cfg.logger.progress:
-        from xbench.sinks.console import Progress
-
-        b = cfg.bench
-        on_step = Progress(b.warmup_max_steps, b.steps * b.repeats, enabled=True)
-    result = run_rank(cfg, facts, RankContext(rank, world, local_rank), on_step=on_step, stop=stop)
-    if hasattr(on_step, "close"):
-        on_step.close()
-    result.warnings = warnings + result.warnings
-    result.measurements.update({
-        "local_rank": local_rank,
-        "local_world_size": local_world,
-        "threads_policy": threads_policy,
-        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-        "hostname": os.uname().nodename,
-        "pid": os.getpid(),
-    })
+    result = run_rank(work, ctx, on_step, stop)
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(result, gathered, dst=0)
     dist.destroy_process_group()
     return gathered
 
 
-def _spawned_rank(cfg, facts):
+def _spawned_rank(cfg, work, facts):
     """Entry point of a rank started by elastic_launch (picklable: a module-level function)."""
-    return rank_main(cfg, facts)
+    return rank_main(cfg, work, facts)
 
 
 def _launch_config(cfg):
@@ -135,20 +108,19 @@ def _failures(err) -> list[dict]:
     return sorted(out, key=lambda d: (d["timestamp"], d["rank"]))
 
 
-def run_torchrun(cfg, facts, on_step=None, stop=None) -> LaunchResult | None:
-    """Run every rank; returns rank 0's gathered results, or None on a node without rank 0."""
+def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
+    """Run every rank (fresh processes in any case); rank 0's gathered results, or None on a process or
+    node without rank 0."""
     if under_torchrun():
-        gathered = rank_main(cfg, facts, on_step, stop)
-        return None if gathered is None else LaunchResult(gathered, [w for r in gathered for w in r.warnings])
+        gathered = rank_main(cfg, work, facts, on_step, stop)
+        return None if gathered is None else LaunchResult.of(gathered)
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    from xbench.bench.loop import StopRequested
-
     try:
-        out = elastic_launch(_launch_config(cfg), _spawned_rank)(cfg, facts)
+        out = elastic_launch(_launch_config(cfg), _spawned_rank)(cfg, work, facts)
     except ChildFailedError as e:
         raise RankFailed(_failures(e)) from e
     except SignalException as e:  # Ctrl-C / SIGTERM while the ranks ran: the launcher stopped them
@@ -158,4 +130,4 @@ def run_torchrun(cfg, facts, on_step=None, stop=None) -> LaunchResult | None:
     gathered = (out or {}).get(0)
     if gathered is None:
         return None
-    return LaunchResult(gathered, [w for r in gathered for w in r.warnings])
+    return LaunchResult.of(gathered)

@@ -1,7 +1,7 @@
 """Model registry: name -> builder. Add a model with `@register("name", task=...)` and a conf/model YAML.
 
 A builder takes an `InputSpec` (shapes from the data config) plus its own keyword options, and returns
-an `nn.Module` mapping one batch's inputs to logits. `task` picks the loss (see xbench.bench.step).
+an `nn.Module` mapping one batch's inputs to logits. `task` picks the loss (see xbench.training.step).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xbench.models.spec import InputSpec
+from xbench.data.spec import InputSpec
 
 
 @dataclass(frozen=True)

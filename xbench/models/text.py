@@ -3,7 +3,7 @@
 Inputs are (batch, seq_len) token ids with 0 as padding (text loaders pad on the left, as Keras did
 in the studies, so the last time step of a forward LSTM sees real tokens).
 
-FLOPs (xbench.models.flops counts on the meta device): nn.LSTM on meta runs PyTorch's composite
+FLOPs (xbench.bench.flops counts on the meta device): nn.LSTM on meta runs PyTorch's composite
 decomposition (one addmm per gate projection per step), so the counter sees exactly the matmul work
 of the fused cuDNN/oneDNN kernel, and the unrolled loop below does the same matmuls: both count the
 same. EmbeddingBag and Embedding lookups are gathers plus (for EmbeddingBag) adds; like every other
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xbench.data.spec import InputSpec
 from xbench.models import register
-from xbench.models.spec import InputSpec
 
 LSTM_IMPLS = ("fused", "unrolled")
 

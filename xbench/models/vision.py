@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from xbench.data.spec import InputSpec
 from xbench.models import register
-from xbench.models.spec import InputSpec
 
 
 def _flat_inputs(spec: InputSpec) -> int:

@@ -15,11 +15,22 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from xbench.parallel.ddp import agree, rank_figures, sync  # noqa: F401  (the same as DDP's)
+from xbench.parallel.ddp import DDP
 
 
-def wrap(cfg, model, device):
-    if not dist.is_initialized():
-        raise RuntimeError("parallel=accelerate needs a process group; it is started by the torchrun launcher "
-                           "(python -m xbench parallel=accelerate, or under torchrun)")
-    return model  # Accelerator.prepare (runtime=accelerate) wraps it in DDP
+class AccelerateDDP(DDP):
+    name = "accelerate"
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        out = super().rules(cfg, facts, dev)
+        if cfg.runtime.name != "accelerate":
+            out.append(f"parallel=accelerate runs Accelerate's prepare/backward in every rank, which is "
+                       f"runtime=accelerate (asked: runtime={cfg.runtime.name}); for plain DDP use parallel=ddp")
+        return out
+
+    def wrap(self, model, device):
+        if not dist.is_initialized():
+            raise RuntimeError("parallel=accelerate needs a process group; it is started by the torchrun launcher "
+                               "(python -m xbench parallel=accelerate, or under torchrun)")
+        return model  # Accelerator.prepare (runtime=accelerate) wraps it in DDP

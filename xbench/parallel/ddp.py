@@ -13,40 +13,16 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from xbench.parallel.base import Strategy
+
+BACKENDS = ("auto", "gloo", "nccl")
+
 
 def resolve_backend(backend: str, device_type: str) -> str:
     """auto -> nccl on CUDA, gloo on the CPU."""
     if backend == "auto":
         return "nccl" if device_type == "cuda" else "gloo"
     return backend
-
-
-def wrap(cfg, model, device):
-    if not dist.is_initialized():
-        raise RuntimeError("parallel=ddp needs a process group; it is started by the torchrun launcher "
-                           "(python -m xbench parallel=ddp, or under torchrun)")
-    ids = [device.index] if device.type == "cuda" else None  # CPU/gloo: no device_ids
-    return DistributedDataParallel(model, device_ids=ids)
-
-
-def sync(cfg, device_sync):
-    def synced():
-        device_sync()
-        dist.barrier()
-
-    return synced
-
-
-def agree(cfg, device):
-    """All ranks' verdict (MIN over a 0/1 flag): one rank's warm-up decision must not leave the others behind."""
-    flag_device = device if device.type == "cuda" else torch.device("cpu")  # NCCL: CUDA tensors; gloo: CPU
-
-    def all_agree(ok: bool) -> bool:
-        t = torch.tensor([int(ok)], device=flag_device)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
-        return bool(t.item())
-
-    return all_agree
 
 
 def params_sha256(model) -> str:
@@ -58,9 +34,67 @@ def params_sha256(model) -> str:
     return h.hexdigest()
 
 
-def rank_figures(cfg, model) -> dict:
-    return {
-        "params_sha256": params_sha256(model),
-        "process_group_world_size": dist.get_world_size(),
-        "process_group_backend": dist.get_backend(),
-    }
+def torchrun_rules(cfg, facts, dev: str) -> list[str]:
+    """What every strategy started by the torchrun launcher needs (DDP, Accelerate)."""
+    p, out = cfg.parallel, []
+    if p.backend not in BACKENDS:
+        out.append(f"parallel.backend={p.backend!r} is unknown; allowed: {', '.join(BACKENDS)}")
+    if p.backend == "nccl" and dev != "cuda":
+        out.append(f"parallel.backend=nccl needs CUDA GPUs; this run is on {dev}: use auto or gloo")
+    if dev == "xla":
+        out.append(f"parallel={p.name} runs torch.distributed over CPU/CUDA devices; for XLA devices use "
+                   "an XLA strategy (parallel=xla_spmd, or parallel=xla_mp on TPU)")
+    if p.timeout_s <= 0:
+        out.append(f"parallel.timeout_s must be > 0 (a dead rank would hang the run), got {p.timeout_s}")
+    if p.nnodes < 1 or p.world_size % p.nnodes:
+        out.append(f"parallel.world_size={p.world_size} must be a multiple of parallel.nnodes={p.nnodes} "
+                   "(processes in all = nodes x processes per node)")
+    if p.nnodes > 1 and not p.rdzv_endpoint:
+        out.append("parallel.nnodes > 1 needs parallel.rdzv_endpoint=host:port of node 0")
+    if not 0 <= p.node_rank < max(1, p.nnodes):
+        out.append(f"parallel.node_rank={p.node_rank} must be in 0..{p.nnodes - 1}")
+    per_node = p.world_size // max(1, p.nnodes)
+    if dev == "cuda" and per_node > facts.cuda_count:
+        out.append(f"parallel={p.name} with {per_node} processes per node needs {per_node} GPUs, "
+                   f"{facts.cuda_count} visible")
+    return out
+
+
+class DDP(Strategy):
+    name = "ddp"
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        return torchrun_rules(cfg, facts, dev)
+
+    def wrap(self, model, device):
+        if not dist.is_initialized():
+            raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
+                               f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
+        ids = [device.index] if device.type == "cuda" else None  # CPU/gloo: no device_ids
+        return DistributedDataParallel(model, device_ids=ids)
+
+    def sync(self, device_sync):
+        def synced():
+            device_sync()
+            dist.barrier()
+
+        return synced
+
+    def agree(self, device):
+        """All ranks' verdict (MIN over a 0/1 flag): one rank's decision must not leave the others behind."""
+        flag_device = device if device.type == "cuda" else torch.device("cpu")  # NCCL: CUDA tensors; gloo: CPU
+
+        def all_agree(ok: bool) -> bool:
+            t = torch.tensor([int(ok)], device=flag_device)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            return bool(t.item())
+
+        return all_agree
+
+    def rank_figures(self, model) -> dict:
+        return {
+            "params_sha256": params_sha256(model),
+            "process_group_world_size": dist.get_world_size(),
+            "process_group_backend": dist.get_backend(),
+        }

@@ -1,4 +1,4 @@
-"""torch-xla SPMD data parallelism: one process, one program, a 1-D `data` mesh over every XLA device.
+"""torch-xla SPMD data parallelism: one process, one program, a 1-D `data` mesh over the XLA devices.
 
 The launcher (launch/xla.py) has already switched the process to SPMD (`xr.use_spmd()` before any XLA
 tensor) with the device count the config asks for. Here the batch is annotated as split along dim 0
@@ -11,34 +11,42 @@ All torch_xla calls go through xbench.runtimes.xla (the only module that imports
 
 from __future__ import annotations
 
+from xbench.parallel.base import Strategy
 from xbench.runtimes import xla as rx
 
-# One SPMD run per process (the launcher starts a fresh one), so the mesh is this module's state.
-_state: dict = {}
+
+def xla_rules(cfg, facts, dev: str) -> list[str]:
+    """Both XLA strategies drive XLA devices, which only the XLA runtimes can."""
+    if not cfg.runtime.name.startswith("xla"):
+        return [f"parallel={cfg.parallel.name} drives XLA devices: use runtime=xla or runtime=xla_compile "
+                f"(asked: runtime={cfg.runtime.name})"]
+    return []
 
 
-def _mesh():
-    if "mesh" not in _state:
-        _state["mesh"] = rx.data_mesh()
-    return _state["mesh"]
+class XlaSpmd(Strategy):
+    name = "xla_spmd"
 
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        return xla_rules(cfg, facts, dev)
 
-def wrap(cfg, model, device):
-    if device.type != "xla":
-        raise RuntimeError(f"parallel=xla_spmd runs on XLA devices (runtime=xla / xla_compile), not {device}")
-    _mesh()
-    return model  # replicated parameters: nothing to wrap
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.mesh = None
+        self.input_sharding = None
 
+    def wrap(self, model, device):
+        if device.type != "xla":
+            raise RuntimeError(f"parallel=xla_spmd runs on XLA devices (runtime=xla / xla_compile), not {device}")
+        self.mesh = rx.data_mesh()
+        return model  # replicated parameters: nothing to wrap
 
-def place_batch(cfg, inputs, targets):
-    mesh = _mesh()
-    inputs, targets = rx.shard_batch(inputs, mesh), rx.shard_batch(targets, mesh)
-    if "input_sharding" not in _state:  # once: with real data this runs every step of a timed window
-        _state["input_sharding"] = rx.sharding_spec(inputs)
-    return inputs, targets
+    def place_batch(self, inputs, targets):
+        inputs, targets = rx.shard_batch(inputs, self.mesh), rx.shard_batch(targets, self.mesh)
+        if self.input_sharding is None:  # read once: with real data this runs every step of a timed window
+            self.input_sharding = rx.sharding_spec(inputs)
+        return inputs, targets
 
-
-def rank_figures(cfg, model) -> dict:
-    mesh = _mesh()
-    return {"xla_spmd_mesh_shape": list(mesh.mesh_shape), "xla_spmd_axis_names": list(mesh.axis_names),
-            "xla_spmd_input_sharding": _state.get("input_sharding")}
+    def rank_figures(self, model) -> dict:
+        return {"xla_spmd_mesh_shape": list(self.mesh.mesh_shape), "xla_spmd_axis_names": list(self.mesh.axis_names),
+                "xla_spmd_input_sharding": self.input_sharding}

@@ -21,6 +21,7 @@ from xbench.records.record import RunRecord
 from xbench.records.redact import redact
 
 RECORD_FILE = "record.json"
+CHECKPOINT_FILE = "checkpoint.pt"  # a train-to-target run's resumable state (modes/target.py)
 
 
 def new_run_id(prefix: str | None = None) -> str:

@@ -11,23 +11,31 @@ from __future__ import annotations
 import contextlib
 import importlib
 
-# name -> "module:Class"
-RUNTIMES: dict[str, str] = {
-    "eager": "xbench.runtimes.eager:EagerRuntime",
-    "compile": "xbench.runtimes.compiled:CompiledRuntime",
-    "xla": "xbench.runtimes.xla:XlaRuntime",
-    "xla_compile": "xbench.runtimes.xla:XlaCompileRuntime",
-    "accelerate": "xbench.runtimes.accelerate:AccelerateRuntime",
+# name -> ("module:Class", packages it needs beyond torch). The packages are judged from the host's
+# facts before the module is imported (runtimes/xla.py imports torch_xla at import time).
+RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "eager": ("xbench.runtimes.eager:EagerRuntime", ()),
+    "compile": ("xbench.runtimes.compiled:CompiledRuntime", ()),
+    "xla": ("xbench.runtimes.xla:XlaRuntime", ("torch_xla",)),
+    "xla_compile": ("xbench.runtimes.xla:XlaCompileRuntime", ("torch_xla",)),
+    "accelerate": ("xbench.runtimes.accelerate:AccelerateRuntime", ("accelerate",)),
 }
 
-XLA_COMPILE_BACKENDS = ("torch_xla", "openxla")  # runtime=xla_compile: torch_xla.compile | dynamo openxla
+
+def requires(name: str) -> tuple[str, ...]:
+    return RUNTIMES[name][1]
+
+
+def runtime_class(name: str):
+    """The Runtime subclass of `name` (imports its module)."""
+    if name not in RUNTIMES:
+        raise ValueError(f"unknown runtime {name!r}; allowed: {', '.join(RUNTIMES)}")
+    module, cls = RUNTIMES[name][0].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def create(cfg, device_type: str, local_rank: int = 0):
-    if cfg.name not in RUNTIMES:
-        raise ValueError(f"unknown runtime {cfg.name!r}; allowed: {', '.join(RUNTIMES)}")
-    module, cls = RUNTIMES[cfg.name].split(":")
-    return getattr(importlib.import_module(module), cls)(cfg, device_type, local_rank)
+    return runtime_class(cfg.name)(cfg, device_type, local_rank)
 
 
 def default_pjrt_device(tpu_chips: int | None = None) -> str:

@@ -15,8 +15,8 @@ import os
 
 import torch
 
-from xbench.bench.step import make_train_step
 from xbench.runtimes.base import Runtime
+from xbench.training.step import make_train_step
 
 
 class AccelerateRuntime(Runtime):

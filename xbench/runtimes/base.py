@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import torch
 
-from xbench.bench.step import make_train_step
+from xbench.training.step import make_train_step
 
 
 class Runtime:
     name = "base"
+    drives_xla = False  # only XLA runtimes can drive an XLA device
+
+    @classmethod
+    def rules(cls, cfg, facts, dev: str) -> list[str]:
+        """Why `cfg` (the whole config) cannot run here with this runtime; `dev` is the device type.
+        Packages the runtime needs are checked from its registry line before this is called."""
+        if cfg.platform.device == "xla" and not cls.drives_xla:
+            return [f"platform {cfg.platform.name!r} is an XLA device, which only runtime=xla or "
+                    f"runtime=xla_compile can drive (asked: runtime={cfg.runtime.name})"]
+        return []
 
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
         self.cfg = cfg

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from xbench.bench.step import make_train_step
 from xbench.runtimes.base import Runtime
+from xbench.training.step import make_train_step
 
 TARGETS = ("model", "step")
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -33,8 +33,29 @@ def _dynamo_state() -> dict:
     }
 
 
+def dynamo_backends() -> list[str]:
+    import torch._dynamo
+
+    return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor", "eager", "aot_eager"})
+
+
 class CompiledRuntime(Runtime):
     name = "compile"
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        r, out = cfg.runtime, super().rules(cfg, facts, dev)
+        if r.backend.startswith("openxla"):
+            out.append(f"runtime compile: backend {r.backend!r} runs on XLA devices; use runtime=xla_openxla "
+                       "(runtime name xla_compile, backend openxla)")
+        elif r.backend not in (backends := dynamo_backends()):
+            out.append(f"runtime compile: backend {r.backend!r} is unknown to torch.compile; "
+                       f"allowed: {', '.join(backends)}")
+        if r.mode not in MODES:
+            out.append(f"runtime compile: mode {r.mode!r} is unknown; allowed: {', '.join(m for m in MODES if m)}")
+        if r.target not in TARGETS:
+            out.append(f"runtime compile: target {r.target!r} is unknown; allowed: {', '.join(TARGETS)}")
+        return out
 
     def _compile(self, fn):
         c = self.cfg

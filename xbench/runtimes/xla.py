@@ -40,8 +40,8 @@ except ImportError as e:  # compat catches this earlier; this is the message if 
     raise ImportError(f"runtime=xla/xla_compile needs torch-xla, which cannot be imported here ({e}); "
                       "install torch-xla matching torch, or use runtime=eager/compile/accelerate") from e
 
-from xbench.bench.step import make_train_step  # noqa: E402
 from xbench.runtimes.base import Runtime  # noqa: E402
+from xbench.training.step import make_train_step  # noqa: E402
 
 perf_counter = time.perf_counter
 
@@ -63,6 +63,7 @@ def _median(xs: list[float]) -> float | None:
 
 class XlaRuntime(Runtime):
     name = "xla"
+    drives_xla = True
 
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
         super().__init__(cfg, device_type, local_rank)
@@ -136,6 +137,15 @@ class XlaCompileRuntime(XlaRuntime):
     """XLA with an explicit compile API: torch_xla.compile over the step, or dynamo's openxla backend."""
 
     name = "xla_compile"
+    BACKENDS = ("torch_xla", "openxla")  # torch_xla.compile over the step | dynamo's openxla backend
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        out = super().rules(cfg, facts, dev)
+        if cfg.runtime.backend not in cls.BACKENDS:
+            out.append(f"runtime xla_compile: backend {cfg.runtime.backend!r} is unknown; "
+                       f"allowed: {', '.join(cls.BACKENDS)}")
+        return out
 
     def _build(self, model, optimizer, task, precision):
         c = self.cfg
@@ -146,7 +156,7 @@ class XlaCompileRuntime(XlaRuntime):
             # torch_xla.compile syncs when the function returns; the outer sync then finds nothing to do.
             return torch_xla.compile(make_train_step(model, optimizer, task, precision),
                                      full_graph=c.fullgraph, name="xbench_step")
-        raise ValueError(f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: torch_xla, openxla")
+        raise ValueError(f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: {', '.join(self.BACKENDS)}")
 
 
 # ---- data parallelism over XLA devices (called by xbench.parallel.xla_spmd / xla_mp and launch.xla) ----

@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from xbench.bench.step import loss_for_task
+from xbench.data.spec import InputSpec
 from xbench.data.synthetic import make_batch
 from xbench.models import build, get
-from xbench.models.spec import InputSpec
+from xbench.training.step import loss_for_task
 
 
 def flops_per_sample(model_name: str, spec: InputSpec, options: dict, batch: int = 2) -> dict[str, float]:

@@ -3,40 +3,33 @@
 An explicit mode, never a fallback: a normal run that runs out of memory is recorded as `oom` with
 its batch size. The search starts at `data.batch_size`, doubles while trials fit (halves while they
 do not), then bisects between the largest fit and the smallest failure until they are within
-`bench.max_batch_rtol` of each other (or adjacent). Each trial is a short real run in this process
-(warm-up of at most 2 steps, then 1 timed step) followed by cleanup (garbage collection, CUDA cache
-release, peak statistics reset inside the next trial). On the CPU the trials run under
+`bench.max_batch_rtol` of each other (or adjacent). Each trial is a short real run through the
+launch path of the run's strategy (warm-up of at most 2 steps, then 1 timed step: in this process for
+an inline strategy, in fresh rank processes for DDP or XLA) followed by cleanup (garbage collection,
+CUDA cache release, peak statistics reset inside the next trial). On the CPU the trials run under
 `host_memory_guard`, so a batch too large for the host fails as an allocation error, not as swapping.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import sys
 import time
 
-from xbench.bench import loop
-from xbench.bench.memory import host_memory_guard, memory_figures
+from xbench import launch
+from xbench.bench.memory import host_memory_guard, is_oom, memory_figures
+from xbench.metrics.aggregate import aggregate
+from xbench.modes.base import Mode, Run
+from xbench.modes.throughput import ThroughputWork, WindowPlan
+from xbench.platforms.detect import device_type
+from xbench.rank import StopRequested
 
 
-def is_oom(exc: BaseException) -> bool:
-    """Out-of-memory on any device: torch's OOM error, a failed host allocation, XLA's RESOURCE_EXHAUSTED."""
-    if isinstance(exc, MemoryError):
-        return True
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return True
-    text = str(exc).lower()
-    return any(s in text for s in ("out of memory", "can't allocate memory", "cannot allocate memory",
-                                   "bad_alloc", "resource_exhausted"))
-
-
-def _trial_config(cfg, batch_size: int):
-    b = dataclasses.replace(cfg.bench, warmup_min_steps=1, warmup_max_steps=2, warmup_stable_steps=1,
-                            steps=1, repeats=1)
-    return dataclasses.replace(cfg, bench=b, data=dataclasses.replace(cfg.data, batch_size=batch_size))
+def _trial_plan(cfg) -> WindowPlan:
+    """A trial: a warm-up of at most 2 steps, then 1 timed step."""
+    return WindowPlan(warmup_min_steps=1, warmup_max_steps=2, warmup_stable_steps=1,
+                      warmup_cv_tol=cfg.bench.warmup_cv_tol, steps=1, repeats=1)
 
 
 def _cleanup() -> None:
@@ -48,9 +41,6 @@ def _cleanup() -> None:
 
 def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
     """Run the search; return the measurements for the record (the trials included)."""
-    from xbench.bench.worker import RankContext, run_rank
-    from xbench.platforms.detect import device_type
-
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     limit, rtol = cfg.bench.max_batch_limit, cfg.bench.max_batch_rtol
     trials: list[dict] = []
@@ -61,10 +51,11 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
         t0 = time.perf_counter()
         row: dict = {"batch_size": bs}
         try:
-            r = run_rank(_trial_config(cfg, bs), facts, RankContext(), stop=stop)
-            m = r.measurements
-            row.update(fits=True, step_time_s=m["step_time_s_median"],
-                       throughput_samples_per_s=bs / m["step_time_s_median"] if m["step_time_s_median"] else None,
+            work = ThroughputWork(cfg, facts, batch_size=bs, plan=_trial_plan(cfg), show_progress=False)
+            m = aggregate([r.measurements for r in launch.run(cfg, work, facts, stop=stop).ranks])
+            step_s = m["step_time_s_median"]
+            row.update(fits=True, step_time_s=step_s,
+                       throughput_samples_per_s=m["global_batch_size"] / step_s if step_s else None,
                        host_rss_gib=m.get("peak_host_rss_gib"),
                        device_peak_allocated_gib=m.get("peak_device_allocated_gib"))
         except Exception as e:
@@ -107,7 +98,7 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
                     lo = mid
                 else:
                     hi = mid
-    except loop.StopRequested as e:  # interrupted: the trials so far are the partial result
+    except StopRequested as e:  # interrupted: the trials so far are the partial result
         e.partial.update(phase="find_max_batch", batch_search_trials=trials)
         raise
     return {
@@ -123,3 +114,25 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
         **({"device_total_gib": at_start["device_total_gib"]} if "device_total_gib" in at_start else {}),
     }
 
+
+class FindMaxBatch(Mode):
+    name = "find_max_batch"
+
+    @classmethod
+    def rules(cls, cfg, facts) -> list[str]:
+        out = []
+        if cfg.bench.max_batch_limit < 1 or cfg.bench.max_batch_rtol < 0:
+            out.append("bench.max_batch_limit must be >= 1 and bench.max_batch_rtol >= 0")
+        if launch.under_torchrun():
+            out.append("bench.mode=find_max_batch starts the ranks of each trial itself: run it with python -m "
+                       "xbench (not under the torchrun command)")
+        return out
+
+    def execute(self, run: Run) -> None:
+        search = find_max_batch(run.cfg, run.facts, stop=run.stop, say=lambda s: print(s, file=sys.stderr))
+        run.record.measurements = search
+        if search["max_batch_size_per_device"] is None:
+            run.record.finish("oom", f"no batch size fits: batch {search['min_failing_batch_size_per_device']} "
+                              "ran out of memory")
+        else:
+            run.record.finish("ok")

@@ -1,0 +1,34 @@
+"""What every launcher does around one rank's work (written once, used by inline, torchrun and xla)."""
+
+from __future__ import annotations
+
+from xbench.rank import RankContext, RankResult
+
+
+def threads_asked(cfg) -> dict:
+    """The rank's threads as the config asks them (RankContext keywords)."""
+    t = cfg.bench.threads
+    return {"threads": t, "threads_policy": "bench.threads" if t is not None else "torch default"}
+
+
+def world_size_warning(cfg, started: int, what: str) -> tuple[str, ...]:
+    """A launcher that started another number of ranks/devices than the config asked says so; `what`
+    says what it started, e.g. "torchrun started 4 ranks"."""
+    if started == cfg.parallel.world_size:
+        return ()
+    return (f"parallel.world_size={cfg.parallel.world_size} in the config, but {what}: the run used "
+            f"{started} (measurements.world_size, measurements.devices)",)
+
+
+def run_rank(work, ctx: RankContext, on_step=None, stop=None, draw: bool | None = None) -> RankResult:
+    """The rank's work with its facts: a progress bar of its own when none was passed (on rank 0, or
+    where `draw` says), closed whatever happens; the launcher's warnings and the rank's figures added."""
+    bar = work.progress() if on_step is None and (ctx.rank == 0 if draw is None else draw) else None
+    try:
+        result = work(ctx, on_step or bar, stop)
+    finally:
+        if bar is not None:
+            bar.close()
+    result.warnings = list(ctx.warnings) + result.warnings
+    result.measurements.update(ctx.figures())
+    return result

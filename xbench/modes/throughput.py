@@ -1,0 +1,267 @@
+"""bench.mode=throughput: warm-up until steady, then timed windows; the studies' samples/s.
+
+Each rank runs `ThroughputWork` (the loop's rules live in bench/loop.py); the parent aggregates the
+ranks into global throughput (metrics/aggregate.py), then derives FLOP/s, MFU and cost. Two add-ons
+run through the same launch path:
+- whole-process repeats (`bench.process_repeats=N`): the whole run N times, each in fresh processes
+  (an inline rank in a fresh spawned interpreter; torchrun/xla launchers start fresh ones anyway), so
+  the spread covers what a new process draws afresh (allocator, thread placement, compile caches);
+- the self-check (`bench.self_check=true`, `SelfCheck` below): the same work at half the batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, replace
+
+import psutil
+
+from xbench import launch
+from xbench.bench import loop
+from xbench.bench.memory import peak_host_rss_gib
+from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, utilisation_sampler
+from xbench.config import XBenchConfig
+from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
+from xbench.metrics.derived import derive
+from xbench.metrics.energy import EnergyMeter
+from xbench.metrics.gates import batch_scaling_gate, record_gates
+from xbench.metrics.stats import summarize
+from xbench.modes.base import Mode, Run
+from xbench.platforms.detect import HostFacts
+from xbench.rank import LaunchResult, RankContext, RankResult, StopRequested
+from xbench.sinks.console import Progress
+
+INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """How long to warm up and what to time (bench.*); a batch-search trial uses a short one."""
+
+    warmup_min_steps: int
+    warmup_max_steps: int
+    warmup_stable_steps: int
+    warmup_cv_tol: float
+    steps: int
+    repeats: int
+
+    @classmethod
+    def of(cls, bench) -> WindowPlan:
+        return cls(bench.warmup_min_steps, bench.warmup_max_steps, bench.warmup_stable_steps,
+                   bench.warmup_cv_tol, bench.steps, bench.repeats)
+
+
+@dataclass
+class ThroughputWork:
+    """One rank's throughput measurement (picklable: it crosses into launched processes)."""
+
+    cfg: XBenchConfig
+    facts: HostFacts
+    batch_size: int | None = None  # per device; None: data.batch_size (the self-check and trials set it)
+    plan: WindowPlan | None = None  # None: the config's bench.* plan
+    show_progress: bool = True
+
+    def progress(self):
+        if not (self.show_progress and self.cfg.logger.progress):
+            return None
+        p = self.plan or WindowPlan.of(self.cfg.bench)
+        return Progress(p.warmup_max_steps, p.steps * p.repeats, enabled=True)
+
+    def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
+        return measure_rank(self.cfg, self.facts, ctx, self.plan or WindowPlan.of(self.cfg.bench),
+                            self.batch_size, on_step, stop)
+
+
+def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
+                 on_step=None, stop=None) -> RankResult:
+    """Build the rank, warm it up, time `plan.repeats` windows, and report this rank's figures."""
+    p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
+    wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
+                     plan.warmup_cv_tol)
+    check_finite(wu.losses, 0, "warmup")
+    startup_to_first_step_s = time.time() - psutil.Process().create_time() - (wu.time_s - wu.first_step_s)
+    warnings = list(p.warnings)
+    if not wu.stable:
+        warnings.append(f"warm-up did not stabilise within {plan.warmup_max_steps} steps (compilations or "
+                        f"step times still changing); the timed windows may include them")
+    windows, meters = _timed_windows(cfg, p, plan, wu, warnings)
+    wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
+    if wait_fraction > INPUT_BOUND_FRACTION:
+        warnings.append(f"input-bound: {wait_fraction:.0%} of the timed window waited for data "
+                        f"(data.source={cfg.data.source}, num_workers={cfg.data.num_workers}); "
+                        "this measures the loader, not the chip")
+    m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
+    m["startup_to_first_step_s"] = startup_to_first_step_s
+    return RankResult(ctx.rank, m, _series(wu, windows), warnings)
+
+
+def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str]):
+    """The timed windows, with energy and utilisation metered beside them (never inside a step)."""
+    energy = EnergyMeter(p.work.runtime.device.type, rank_gpus(p))
+    energy.start()
+    windows = []
+    sampler = utilisation_sampler(cfg, p)
+    sampler.start()  # its own thread, at a low rate; started and stopped outside the steps
+    try:
+        for _ in range(plan.repeats):
+            w = loop.timed_window(p.hooks, plan.steps)
+            check_finite(w.losses, wu.steps + sum(x.steps for x in windows), "timed")
+            windows.append(w)
+            if w.compiles_during:
+                warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+    except StopRequested as e:  # interrupted: keep what was measured before the signal
+        sampler.stop()
+        part = e.partial
+        part.update(warmup_steps=wu.steps, warmup_s=wu.time_s, first_step_s=wu.first_step_s,
+                    batch_size_per_device=p.batch_size, windows_completed=len(windows),
+                    window_s_completed=[x.wall_s for x in windows])
+        samples = p.samples_per_step * (sum(x.steps for x in windows) + part.get("timed_steps", 0))
+        seconds = sum(x.wall_s for x in windows) + part.get("window_s", 0.0)
+        if samples and seconds > 0:
+            part["throughput_samples_per_s_partial"] = samples / seconds
+        raise
+    return windows, {**sampler.stop(), **energy.stop()}
+
+
+def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, meters: dict) -> dict:
+    """This rank's measurements (the run's are aggregated from every rank's in the parent)."""
+    runtime, precision = p.work.runtime, p.work.precision
+    st = summarize([t for w in windows for t in w.step_times_s])
+    m = {
+        "rank": ctx.rank,
+        "device": str(runtime.device),
+        "batch_size_per_device": p.batch_size,
+        "devices_per_rank": p.devices_per_rank,
+        "samples_per_step": p.samples_per_step,
+        "params_count": p.work.params_count,
+        "flops_per_sample_forward": p.work.flops["forward"],
+        "flops_per_sample_train": p.work.flops["train"],
+        "compute_dtype": precision.compute_dtype,
+        **p.threads,
+        "warmup_steps": wu.steps,
+        "warmup_s": wu.time_s,
+        "warmup_stable": wu.stable,
+        "first_step_s": wu.first_step_s,
+        "compiles_warmup": wu.compiles,
+        "compiles_timed": None if windows[0].compiles_during is None else sum(w.compiles_during for w in windows),
+        "timed_steps_per_window": plan.steps,
+        "repeats": plan.repeats,
+        "window_s": [w.wall_s for w in windows],
+        "samples_per_window": p.samples_per_step * plan.steps,
+        "step_time_source": windows[0].step_time_source,
+        "step_time_s_median": st["median"],
+        "step_time_s_mean": st["mean"],
+        "step_time_s_p10": st["p10"],
+        "step_time_s_p90": st["p90"],
+        "step_time_cv": st["cv"],
+        "data_wait_s": sum(w.data_wait_s for w in windows),
+        "data_source": cfg.data.source,
+        **p.data_info,
+        "loss_first": wu.losses[0],
+        "loss_last": windows[-1].losses[-1],
+        "peak_host_rss_gib": peak_host_rss_gib(),
+        **meters,
+        **runtime.overhead(),
+        **p.work.strategy.rank_figures(p.work.model),
+    }
+    m.update(runtime.memory())
+    if "energy_j" in m:
+        m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * plan.steps * plan.repeats)
+    return m
+
+
+def _series(wu, windows) -> dict:
+    steps = list(range(wu.steps + sum(w.steps for w in windows)))
+    return {
+        "step": steps,
+        "phase": ["warmup"] * wu.steps + ["timed"] * (len(steps) - wu.steps),
+        "loss": wu.losses + [v for w in windows for v in w.losses],
+        "step_time_s": wu.step_times_s + [t for w in windows for t in w.step_times_s],
+    }
+
+
+# ---------- the mode ----------
+
+class Throughput(Mode):
+    name = "throughput"
+
+    def work(self, cfg, facts, run_dir=None) -> ThroughputWork:
+        return ThroughputWork(cfg, facts)
+
+    def execute(self, run: Run) -> None:
+        cfg, rec, b = run.cfg, run.record, run.cfg.bench
+        if b.process_repeats > 1:
+            result, processes = repeated(cfg, self.work(cfg, run.facts), run.facts, run.progress, run.stop)
+            rec.measurements = across_processes(processes, b.noisy_cv)
+        else:
+            result = launch.run(cfg, self.work(cfg, run.facts), run.facts, run.progress, run.stop)
+            rec.measurements = aggregate([r.measurements for r in result.ranks], b.noisy_cv)
+        run.progress.close()
+        ranks = [r.measurements for r in result.ranks]
+        rec.series = result.ranks[0].series
+        rec.ranks = ranks if len(ranks) > 1 else []
+        rec.warnings += result.warnings
+        if rec.measurements.get("noisy"):
+            rec.warnings.append(f"noisy: spread above bench.noisy_cv={b.noisy_cv} "
+                                f"({noisy_spread(rec.measurements, b.noisy_cv)})")
+        if b.self_check:
+            SelfCheck().execute(run)
+        rec.derived = derive(rec.measurements, run.resolved, baseline=run.baseline)
+        rec.warnings += record_gates(rec.measurements, rec.derived)
+        rec.finish("ok")
+
+    def join(self, cfg, facts) -> None:
+        if cfg.bench.process_repeats > 1:  # a node > 0 joins every repeat of node 0
+            repeated(cfg, self.work(cfg, facts), facts)
+        else:
+            super().join(cfg, facts)
+
+
+class SelfCheck(Mode):
+    """Measure again at half the batch: throughput must not fall as the batch grows (a missing sync or
+    an untimed device shows up as the opposite). Runs after the main measurement, same launch path."""
+
+    name = "self_check"
+
+    def execute(self, run: Run) -> None:
+        cfg, m = run.cfg, run.record.measurements
+        half = max(1, cfg.data.batch_size // 2)
+        if half == cfg.data.batch_size:
+            run.record.warnings.append("self-check skipped: batch size 1 cannot be halved")
+            return
+        res = launch.run(cfg, ThroughputWork(cfg, run.facts, batch_size=half), run.facts, run.progress, run.stop)
+        run.progress.close()
+        tp_small = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
+        points = [(half, tp_small), (cfg.data.batch_size, m["throughput_samples_per_s"])]
+        m["self_check_batch_sizes"] = [p[0] for p in points]
+        m["self_check_throughput_samples_per_s"] = [p[1] for p in points]
+        run.record.warnings += batch_scaling_gate(points)
+
+
+def repeated(cfg, work: ThroughputWork, facts, on_step=None, stop=None):
+    """The run `bench.process_repeats` times, each in fresh processes: (a LaunchResult whose ranks hold
+    every process's windows, each process's rank measurements); (None, []) off the record writer."""
+    n = cfg.bench.process_repeats
+    results: list[LaunchResult] = []
+    for i in range(n):
+        if stop is not None and stop.requested:  # asked between two repeats: start no new process
+            raise StopRequested({"phase": "between process repeats", "process_repeat": i + 1})
+        try:
+            res = launch.run(cfg, work, facts, on_step, stop, fresh=True)
+        except StopRequested as e:
+            e.partial["process_repeat"] = i + 1
+            raise
+        if res is None:  # not the record writer (a node > 0): run every repeat, report nothing
+            continue
+        results.append(res)
+        tp = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
+        print(f"xbench: process repeat {i + 1}/{n}: {tp:.4g} samples/s", file=sys.stderr, flush=True)
+    if not results:
+        return None, []
+    processes = [[r.measurements for r in res.ranks] for res in results]
+    ranks = [replace(r, measurements=m) for r, m in zip(results[0].ranks, merge_processes(processes))]
+    warnings = list(results[0].warnings)
+    for i, res in enumerate(results[1:], start=2):  # a later process's own warnings, once each
+        warnings += [f"process repeat {i}: {w}" for w in res.warnings if w not in results[0].warnings]
+    return LaunchResult(ranks, warnings), processes

@@ -1,0 +1,57 @@
+"""What every parallel strategy answers, and `single` (one device, nothing to do)."""
+
+from __future__ import annotations
+
+from xbench.parallel import get
+from xbench.rank import RankContext
+
+
+class Strategy:
+    """One rank's view of a data-parallel strategy; built once by `parallel.create`.
+
+    The defaults are those of one device: the model, optimizer and batch unchanged, the device's own
+    sync, and every warm-up verdict its own.
+    """
+
+    name = "base"
+
+    def __init__(self, cfg, ctx: RankContext):
+        self.cfg, self.ctx = cfg, ctx
+        self.info = get(cfg.name)
+
+    @classmethod
+    def rules(cls, cfg, facts, dev: str) -> list[str]:
+        """Why `cfg` (the whole config) cannot run here with this strategy; `dev` is the device type."""
+        return []
+
+    @property
+    def devices_per_rank(self) -> int:
+        return self.ctx.devices_per_rank
+
+    def wrap(self, model, device):
+        """The model as this rank trains it."""
+        return model
+
+    def wrap_optimizer(self, optimizer):
+        """The optimizer the step calls."""
+        return optimizer
+
+    def place_batch(self, inputs, targets):
+        """A batch as the strategy's devices take it."""
+        return inputs, targets
+
+    def sync(self, device_sync):
+        """The loop's synchronisation: the device's, plus whatever the strategy needs at window edges."""
+        return device_sync
+
+    def agree(self, device):
+        """ok -> whether every rank says ok (the warm-up's exit decision)."""
+        return lambda ok: ok
+
+    def rank_figures(self, model) -> dict:
+        """Strategy-specific figures of one rank after training (e.g. a parameter checksum)."""
+        return {}
+
+
+class Single(Strategy):
+    name = "single"
