@@ -35,7 +35,6 @@ TARGET_KEYS = ("goal_target", "target_accuracy")
 class Loaded:
     frame: pd.DataFrame
     skipped: list[str] = field(default_factory=list)  # one message per unreadable record file, naming it
-    n_files: int = 0
 
 
 def _name(section) -> str | None:
@@ -146,7 +145,7 @@ def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[
 def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
     """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`."""
     records, skipped = read(stores, progress)
-    return Loaded(frame=to_frame(records), skipped=skipped, n_files=len(records) + len(skipped))
+    return Loaded(frame=to_frame(records), skipped=skipped)
 
 
 def parse_query(text: str) -> dict[str, list[str]]:

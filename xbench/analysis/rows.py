@@ -62,9 +62,6 @@ class Rows(list):
         """The runs that finished ok (and have `c`)."""
         return Rows(r for r in self if r.get("status") == "ok" and (c is None or r.get(c) is not None))
 
-    def where(self, **match) -> Rows:
-        return Rows(r for r in self if all(r.get(k) == v for k, v in match.items()))
-
     def median(self, c: str) -> float | None:
         xs = self.nums(c)
         return statistics.median(xs) if xs else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -25,7 +25,6 @@ KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "glo
 class Context:
     baseline: dict[str, list[str]] | None = None  # parsed --baseline query
     baseline_text: str | None = None
-    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def with_baseline(cls, text: str | None) -> Context:
