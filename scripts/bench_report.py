@@ -11,9 +11,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from xbench.analysis.frame import load
 from xbench.report.fake import write_fake_store
-from xbench.report.frame import load
-from xbench.report.tables import Context, build_tables
+from xbench.report.rows import Context
+from xbench.report.tables import build_tables
 
 
 def main() -> None:

@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, cli_env, records, run_cli
+from xbench.analysis.baseline import normalised_rows
+from xbench.analysis.frame import flatten, load, parse_query, to_frame
+from xbench.analysis.rows import NoData
+from xbench.analysis.scaling import scaling_rows
+from xbench.analysis.workload import WORKLOAD, key
 from xbench.config import XBenchConfig
-from xbench.metrics.scaling import relative_to_baseline, scaling_efficiency, workload_key
 from xbench.platforms.detect import HostFacts
 from xbench.records.record import RunRecord
-from xbench.records.store import load_records, write_record
+from xbench.records.store import write_record
 
 TINY = ("model=mlp", "data=synthetic_mnist", "data.batch_size=16", "platform=cpu")
 
@@ -52,7 +56,8 @@ def _rec(run_id, strategy, devices, tp, batch=16, platform="cpu", price=None, th
            "precision": {"name": "fp32"}, "runtime": {"name": "eager", "backend": "inductor", "mode": None},
            "parallel": {"name": strategy, "world_size": devices}, "platform": {"name": platform},
            "bench": {"threads": threads}, **cfg_extra}
-    derived = {"usd_per_million_samples": price / 3600 / tp * 1e6} if price else {}
+    derived = {"usd_per_million_samples": price / 3600 / tp * 1e6, "samples_per_s_per_usd_per_hour": tp / price} \
+        if price else {}
     return RunRecord(run_id=run_id, status="ok", config=cfg, derived=derived,
                      measurements={"throughput_samples_per_s": tp, "devices": devices, "device": "cpu",
                                    "threads_intra": threads})
@@ -63,27 +68,28 @@ def test_scaling_efficiency_from_stored_records(tmp_path):
               _rec("d", "ddp", 4, 300.0), _rec("e", "ddp", 4, 320.0),
               _rec("f", "ddp", 2, 150.0, batch=32)):  # another workload: its own group, no 1-device base
         write_record(tmp_path, r)
-    rows = scaling_efficiency(load_records(tmp_path))
-    by = {(r["strategy"], r["devices"], r["workload"]["data"]["batch_size"]): r for r in rows}
+    rows = scaling_rows(load([tmp_path], progress=False).frame)
+    by = {(r["parallel"], r["devices"], r["batch_size_per_device"]): r for r in rows}
     assert by[("ddp", 2, 16)]["scaling_efficiency"] == pytest.approx(180 / (2 * 100))  # base = single
     assert by[("ddp", 4, 16)]["scaling_efficiency"] == pytest.approx(310 / (4 * 100))  # median of two
-    assert by[("ddp", 4, 16)]["records"] == 2
+    assert by[("ddp", 4, 16)]["runs"] == 2
     assert by[("ddp", 1, 16)]["speedup"] == pytest.approx(0.9)  # DDP world 1 overhead vs single
-    assert by[("ddp", 2, 32)]["scaling_efficiency"] is None
-    no_single = scaling_efficiency([_rec("b", "ddp", 1, 90.0), _rec("c", "ddp", 2, 180.0)])
+    assert ("ddp", 2, 32) not in by  # no 1-device run of that workload: no efficiency
+    no_single = scaling_rows(to_frame([_rec("b", "ddp", 1, 90.0), _rec("c", "ddp", 2, 180.0)]))
     assert {r["devices"]: r["scaling_efficiency"] for r in no_single}[2] == pytest.approx(1.0)
-    assert workload_key(_rec("x", "ddp", 1, 1.0)) != workload_key(_rec("x", "ddp", 1, 1.0, batch=8))
+    assert key(flatten(_rec("x", "ddp", 1, 1.0)), WORKLOAD) != key(flatten(_rec("x", "ddp", 1, 1.0, batch=8)), WORKLOAD)
 
 
 def test_time_and_cost_relative_to_a_baseline_record():
     recs = [_rec("gpu", "single", 1, 1000.0, platform="gpu_t4", price=0.75),
             _rec("cpu1", "single", 1, 100.0, price=0.5), _rec("cpu2", "single", 1, 180.0, price=0.5, threads=2)]
-    rows = {r["run_id"]: r for r in relative_to_baseline(recs, {"platform": {"name": "gpu_t4"}})}
-    assert rows["cpu1"]["time_ratio"] == pytest.approx(10.0)
-    assert rows["cpu1"]["cost_ratio"] == pytest.approx((0.5 / 100) / (0.75 / 1000))
-    assert rows["cpu2"]["time_ratio"] == pytest.approx(1000 / 180) and rows["gpu"]["time_ratio"] == 1.0
-    with pytest.raises(ValueError, match="no ok record matches"):
-        relative_to_baseline(recs, {"platform.name": "tpu"})
+    rows = {(r["platform"], r["threads"]): r for r in normalised_rows(to_frame(recs), parse_query("platform=gpu_t4"))}
+    cpu1, cpu2, gpu = rows[("cpu", 1)], rows[("cpu", 2)], rows[("gpu_t4", 1)]
+    assert cpu1["normalised_time"] == pytest.approx(10.0)
+    assert cpu1["normalised_cost"] == pytest.approx((0.5 / 100) / (0.75 / 1000))
+    assert cpu2["normalised_time"] == pytest.approx(1000 / 180) and gpu["normalised_time"] == 1.0
+    with pytest.raises(NoData, match="no ok run matches"):
+        normalised_rows(to_frame(recs), parse_query("platform=tpu"))
 
 
 # ---------- for real: processes, records ----------
@@ -115,7 +121,7 @@ def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(store):
     _ddp_checks(recs[2], 2)
     assert recs[1]["ranks"] == []
     assert all(r["threads_intra"] == 1 for r in recs[2]["ranks"])  # bench.threads=1
-    [row] = [r for r in scaling_efficiency(load_records(store)) if r["devices"] == 2]
+    [row] = [r for r in scaling_rows(load([store], progress=False).frame) if r["devices"] == 2]
     tp1, tp2 = (recs[n]["measurements"]["throughput_samples_per_s"] for n in (1, 2))
     assert row["scaling_efficiency"] == pytest.approx(tp2 / (2 * tp1))
 
@@ -158,8 +164,8 @@ def test_cpu_threads_sweep_records_threads_in_force(store):
     assert sorted(r["measurements"]["threads_intra"] for r in recs) == [1, 2]
     assert all(r["measurements"]["threads_interop"] == 1 for r in recs)
     assert all(r["measurements"]["cpu_util_percent_mean"] is not None for r in recs)
-    rows = relative_to_baseline(load_records(store), recs[0]["config"]["baseline_query"])
-    assert {r["threads_intra"]: r["time_ratio"] for r in rows}[1] == 1.0
+    rows = normalised_rows(load([store], progress=False).frame, parse_query("experiment=cpu_threads&threads=1"))
+    assert {r["threads"]: r["normalised_time"] for r in rows}[1] == 1.0
 
 
 @pytest.mark.slow

@@ -163,9 +163,10 @@ def test_cli_refuses_bad_process_repeats_with_a_record(store):
 
 
 def test_report_spread_of_a_single_run_is_the_processes_ci():
+    from xbench.analysis.frame import to_frame
+    from xbench.analysis.rows import Rows
+    from xbench.analysis.spread import spread
     from xbench.records.record import RunRecord
-    from xbench.report.frame import to_frame
-    from xbench.report.tables import Rows, spread
 
     procs = [[_rank(0, [w, w], samples=320)] for w in (1.0, 0.5, 0.8)]  # 320, 640, 400 samples/s
     m = across_processes(procs, noisy_cv=1.0)

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, REPO, cli_env, run_cli
-from xbench.metrics.scaling import efficiency_by_devices
+from xbench.analysis.frame import apply_filters, load, parse_query
+from xbench.analysis.scaling import efficiency_by_devices
 from xbench.records.store import write_record
 from xbench.report.fake import fake_record
-from xbench.report.frame import apply_filters, load, parse_query
-from xbench.report.tables import TABLES, Context, build_tables
+from xbench.report.rows import Context
+from xbench.report.tables import TABLES, build_tables
 
 # A curve as xbench/bench/target.py writes it: the goal metric's name, training time, epoch.
 CURVE = {"top1": [0.5, 0.7, 0.8], "train_time_s": [30.0, 60.0, 100.0], "epoch": [1, 2, 3]}

@@ -14,10 +14,13 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, FAST, REPO, cli_env, records, run_cli
 from xbench import compat
+from xbench.analysis.frame import to_frame
+from xbench.analysis.overhead import versus_eager
 from xbench.config import register_configs
-from xbench.metrics.overhead import break_even, versus_eager
+from xbench.metrics.overhead import break_even
 from xbench.metrics.parity import compare_losses, tolerance
 from xbench.platforms.detect import HostFacts
+from xbench.records.record import RunRecord
 
 # A tiny MLP on MNIST-shaped data, one thread: seconds per run even under XLA on a shared CPU.
 TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "data.batch_size=16", "bench.threads=1",
@@ -72,7 +75,8 @@ def test_break_even_pays_back_only_when_faster():
             {"run_id": "c", "status": "ok", "config": {**cfg, "runtime": {"name": "compile"}}, "measurements": fast},
             {"run_id": "o", "status": "ok", "config": {"model": {"name": "cnn"}, "runtime": {"name": "compile"}},
              "measurements": fast}]
-    assert versus_eager(recs) == {"c": break_even(fast, eager)}  # "o" has no eager twin
+    rows = to_frame([RunRecord(**r) for r in recs])
+    assert versus_eager(rows) == {"c": break_even(fast, eager)}  # "o" has no eager twin
 
 
 def test_parity_comparison_and_tolerance():

@@ -234,9 +234,6 @@ class XBenchConfig:
     baseline: str | None = None  # run id or folder of a stored record: time and cost are normalised against it
     experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
     tags: list[str] = field(default_factory=list)
-    # Which stored records time and cost are compared with in a study (metrics/scaling.py, the report):
-    # config paths -> values, e.g. {platform: {name: gpu_t4}}; the newest ok match wins; empty = none.
-    baseline_query: dict[str, Any] = field(default_factory=dict)
 
 
 def config_dir() -> str:

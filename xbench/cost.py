@@ -8,6 +8,9 @@ the same hardware under another pricing model (spot, reserved, another provider)
   python -m xbench.cost results --platform aws_p3_8xlarge_reserved_1y
   python -m xbench.cost results --platform gce_k80 --price gpu=0.35 --price host_vm=0.0475
   python -m xbench.cost results --platform tpu_v2_8 --baseline <run id> --json
+
+With --baseline, the records that did the same work as the baseline (xbench/analysis/workload.py: model,
+data and their options) get time and cost normalised to it; the others have nothing to be compared with.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from xbench.analysis.baseline import same_work
+from xbench.analysis.frame import read
 from xbench.metrics.cost import currency
 from xbench.metrics.derived import derive
-from xbench.records.store import find_run, load_records, read_record
+from xbench.records.store import find_run, read_record
 
 CONF = Path(__file__).resolve().parent / "conf"
 if not CONF.is_dir():  # editable install: the checkout's top-level conf/
@@ -77,18 +82,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per record instead of a table")
     a = ap.parse_args(argv)
     platform = apply_prices(load_platform(a.platform), a.price)
-    baseline = None
+    try:
+        records, skipped = read([a.store])
+    except FileNotFoundError as e:
+        print(f"xbench.cost: {e}", file=sys.stderr)
+        return 2
+    for msg in skipped:
+        print(f"xbench.cost: WARNING {msg}", file=sys.stderr)
+    base_rec = baseline = None
     if a.baseline:
-        base = read_record(find_run(a.baseline, a.store)).to_dict()
+        base_rec = read_record(find_run(a.baseline, a.store))
+        base = base_rec.to_dict()
         # The baseline re-priced the same way, config included: normalise reads its currency there.
         baseline = {**base, "config": {**base["config"], "platform": platform}, "derived": reprice(base, platform)}
     rows = []
-    for rec in load_records(a.store):
+    for rec in records:
         if rec.status != "ok":
             continue
         r = rec.to_dict()
+        against = baseline if base_rec is not None and same_work(rec, base_rec) else None
         rows.append({"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
-                     **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, baseline)})
+                     **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)})
     if a.json:
         for row in rows:
             print(json.dumps(row))

@@ -1,1 +1,1 @@
-"""Measured values and what is derived from them. stats.py and derived.py never import torch."""
+"""Measured values and what is derived from them. stats.py and derived.py are torch-free (reports use them)."""

@@ -6,13 +6,11 @@ window wall time over timed steps (correct for asynchronous runtimes, whose per-
 not device times). A runtime that is not faster never pays back: break_even_steps_vs_eager is None.
 
 This needs two records (one record holds one runtime), so it is not a `@derived` function: the
-report, or any caller holding a set of records, calls `versus_eager(records)`; records are matched
-by `workload_key` (same model, data, batch, precision, platform, parallel strategy and threads).
+analysis layer pairs stored runs (xbench/analysis/overhead.py `versus_eager`); the math for one pair
+is here, on plain dicts (a record's measurements, or a tidy row).
 """
 
 from __future__ import annotations
-
-import json
 
 
 def steady_step_s(m: dict) -> float | None:
@@ -29,24 +27,4 @@ def break_even(m: dict, eager: dict) -> dict:
     if compile_s is not None:
         saving = t_e - t_c
         out["break_even_steps_vs_eager"] = compile_s / saving if saving > 0 else None
-    return out
-
-
-def workload_key(config: dict) -> str:
-    c = config
-    parts = {g: c.get(g) for g in ("model", "data", "precision", "parallel")}
-    parts["platform"] = (c.get("platform") or {}).get("name")
-    parts["threads"] = (c.get("bench") or {}).get("threads")
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
-def versus_eager(records: list[dict]) -> dict[str, dict]:
-    """run_id -> {speedup_vs_eager, break_even_steps_vs_eager} for ok non-eager records with an eager twin."""
-    ok = [r for r in records if r.get("status") == "ok"]
-    eager = {workload_key(r["config"]): r for r in ok if r["config"].get("runtime", {}).get("name") == "eager"}
-    out = {}
-    for r in ok:
-        base = eager.get(workload_key(r["config"]))
-        if base is not None and base is not r:
-            out[r["run_id"]] = break_even(r["measurements"], base["measurements"])
     return out

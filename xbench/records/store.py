@@ -89,12 +89,14 @@ def iter_record_paths(root: str | os.PathLike) -> Iterator[Path]:
     yield from sorted(root.glob(f"*/{RECORD_FILE}"))
 
 
-def load_records(*roots: str | os.PathLike, on_error: str = "warn", progress: bool = False) -> list[RunRecord]:
-    """Every readable record under the roots; unreadable ones are skipped with a warning naming them.
+def scan_records(*roots: str | os.PathLike, progress: bool = False,
+                 strict: bool = False) -> tuple[list[RunRecord], list[str]]:
+    """(every readable record under the roots, one message per unreadable file naming it).
 
+    The report and `xbench.cost` list the skipped files themselves; strict=True raises at the first.
     progress=True shows a bar on stderr when there are many files (the report loads thousands).
     """
-    out = []
+    out, skipped = [], []
     paths = [p for root in roots for p in iter_record_paths(root)]
     if progress and len(paths) > 200:
         from tqdm import tqdm
@@ -104,7 +106,16 @@ def load_records(*roots: str | os.PathLike, on_error: str = "warn", progress: bo
         try:
             out.append(read_record(path))
         except (OSError, ValueError, TypeError) as e:
-            if on_error == "raise":
+            if strict:
                 raise
-            warnings.warn(f"skipping unreadable record {path}: {e}", stacklevel=2)
+            skipped.append(f"skipping unreadable record {path}: {e}")
+    return out, skipped
+
+
+def load_records(*roots: str | os.PathLike, on_error: str = "warn", progress: bool = False) -> list[RunRecord]:
+    """Every readable record under the roots; unreadable ones are skipped with a warning naming them
+    (on_error="raise": the first one raises)."""
+    out, skipped = scan_records(*roots, progress=progress, strict=on_error == "raise")
+    for msg in skipped:
+        warnings.warn(msg, stacklevel=2)
     return out

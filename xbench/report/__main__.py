@@ -43,8 +43,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from xbench.report.frame import apply_filters, load
-    from xbench.report.tables import Context, build_tables
+    from xbench.analysis.frame import apply_filters, load
+    from xbench.report.rows import Context
+    from xbench.report.tables import build_tables
 
     t0 = time.perf_counter()
     try:

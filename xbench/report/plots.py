@@ -1,9 +1,9 @@
 """The comparison plots, each one function registered in PLOTS and drawn from the tidy frame.
 
 A plot function takes (frame, ctx) and returns a matplotlib Figure, or raises NoData with a one-line
-reason (the report shows the reason instead). Workloads (model / data) are facets; lines and bars
+reason (the report shows the reason instead). The work (model / data) is a facet; lines and bars
 are labelled by the config keys that vary; legends sit outside the axes so many lines stay readable.
-matplotlib runs headless (Agg).
+Scaling, baseline and overhead figures come from xbench.analysis. matplotlib runs headless (Agg).
 """
 
 from __future__ import annotations
@@ -19,19 +19,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402  (build_plots takes the tidy frame)
 
-from xbench.report.tables import (  # noqa: E402
-    SCALING_WORKLOAD,
-    TP,
-    Context,
-    NoData,
-    Rows,
-    compile_columns,
-    currency,
-    groups,
-    normalised_rows,
-    scaling_rows,
-    varying_keys,
-)
+from xbench.analysis.baseline import normalised_rows  # noqa: E402
+from xbench.analysis.overhead import compile_columns  # noqa: E402
+from xbench.analysis.rows import TP, NoData, Rows, currency, groups  # noqa: E402
+from xbench.analysis.scaling import scaling_rows  # noqa: E402
+from xbench.analysis.workload import SCALING, WORK  # noqa: E402
+from xbench.report.rows import Context, varying_keys  # noqa: E402
 
 PLOTS: dict[str, Callable] = {}
 LINE_KEYS = ("platform", "runtime", "precision", "parallel", "pricing_model", "threads")
@@ -65,8 +58,14 @@ def label(keys: dict, names: list[str]) -> str:
     return " / ".join(parts) or "run"
 
 
+def _work_title(k: dict) -> str:
+    details = ", ".join(v for v in (k.get("model_options"), k.get("data_shape")) if v)
+    return f"{k['model']} on {k['data']}" + (f"\n({details})" if details else "")
+
+
 def workloads(rows: Rows) -> list[tuple[str, Rows]]:
-    return [(f"{k['model']} on {k['data']}", sub) for k, sub in groups(rows, ("model", "data"))]
+    """(title, rows) per work (model and data, with their options): one facet each."""
+    return [(_work_title(k), sub) for k, sub in groups(rows, WORK)]
 
 
 def facets(n: int, ncols_max: int = 3, w: float = 4.6, h: float = 3.4, rows_per: int = 1):
@@ -283,20 +282,20 @@ def accuracy_vs_epochs(rows: Rows, ctx: Context):
 
 @plot("scaling")
 def scaling(rows: Rows, ctx: Context):
-    s = Rows.of(scaling_rows(rows))
+    s = scaling_rows(rows)
     if not s:
         raise NoData("no workload was run at two or more device counts")
-    wl = [(f"{k['model']} on {k['data']}\n{k['platform']}, {k['runtime']}, {k['precision']}, "
-           f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, SCALING_WORKLOAD)]
+    wl = [(f"{_work_title(k)}\n{k['platform']}, {k['runtime']}, {k['precision']}, "
+           f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, SCALING)]
     styles = _styles_for(sorted({str(v) for v in s.col("parallel")}))
     fig, cells = facets(len(wl), rows_per=2, h=3.0)
     for (title, sub), (ax_t, ax_e) in zip(wl, cells):
         for pk, g in groups(sub, ["parallel"]):
             g = sorted(g, key=lambda r: r["devices"])
             color, marker = styles[str(pk["parallel"])]
-            ax_t.plot([r["devices"] for r in g], [r["throughput"] for r in g], marker=marker, color=color,
+            ax_t.plot([r["devices"] for r in g], [r[TP] for r in g], marker=marker, color=color,
                       label=str(pk["parallel"]))
-            ax_e.plot([r["devices"] for r in g], [r["efficiency"] * 100 for r in g], marker=marker, color=color,
+            ax_e.plot([r["devices"] for r in g], [r["scaling_efficiency"] * 100 for r in g], marker=marker, color=color,
                       label=str(pk["parallel"]))
         ideal = sorted({r["devices"]: r["ideal_samples_per_s"] for r in sub}.items())
         ax_t.plot([d for d, _ in ideal], [v for _, v in ideal], ls="--", color="grey", label="ideal (linear)")
@@ -305,7 +304,7 @@ def scaling(rows: Rows, ctx: Context):
             ax.set_xticks([d for d, _ in ideal])
         ax_t.set(title=title, ylabel="throughput [samples/s]")
         ax_e.set(xlabel="devices", ylabel="scaling efficiency [%]")
-        ax_e.set_ylim(0, max(110, max(r["efficiency"] for r in sub) * 110))
+        ax_e.set_ylim(0, max(110, max(r["scaling_efficiency"] for r in sub) * 110))
     fig.suptitle("Scaling over devices (DataParallel vs DDP vs ...)")
     legend_outside(fig, [a for c in cells for a in c])
     fig.tight_layout()
@@ -314,12 +313,12 @@ def scaling(rows: Rows, ctx: Context):
 
 @plot("normalised")
 def normalised(rows: Rows, ctx: Context):
-    n = Rows.of(normalised_rows(rows, ctx))
+    n = normalised_rows(rows, ctx.baseline, ctx.baseline_text)
     names = [k for k in label_keys(n) if k != "threads"] or ["platform", "runtime"]
     by_threads = len(set(n.nums("threads"))) > 1
     wl = workloads(n)
-    panels = [("time_rel", "time relative to baseline [x]")] + (
-        [("cost_rel", "cost relative to baseline [x]")] if n.has("cost_rel") else [])
+    panels = [("normalised_time", "time relative to baseline [x]")] + (
+        [("normalised_cost", "cost relative to baseline [x]")] if n.has("normalised_cost") else [])
     styles = _label_styles(n, names)
     ncats = max(len(groups(sub, names)) for _, sub in wl)
     h = 3.0 if by_threads else max(2.0, 0.35 * ncats + 1.0)

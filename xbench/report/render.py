@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xbench.report.tables import Table
+from xbench.report.rows import Table
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1400px;

@@ -39,10 +39,10 @@ PANELS = [
 
 
 def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str | None, title: str) -> dict:
-    from xbench.report.frame import parse_query
-    from xbench.report.tables import Rows, currency
+    from xbench.analysis.frame import parse_query
+    from xbench.analysis.rows import currency
 
-    cur = currency(Rows.of(df)) or "usd"  # cost metrics are named after the records' currency
+    cur = currency(df) or "usd"  # cost metrics are named after the records' currency
 
     clauses = []
     for f in filters:
@@ -103,7 +103,7 @@ def publish(defn: dict) -> str:
 
 
 def publish_or_save(df: pd.DataFrame, args, out: Path) -> Path:
-    from xbench.sinks.wandb import has_credentials
+    from xbench.wandb_env import has_credentials
 
     title = args.title or ("xbench: " + ("; ".join(args.filter) or "all runs"))
     defn = definition(df, args.filter, args.wandb_project, args.wandb_entity, title)

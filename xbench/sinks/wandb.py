@@ -19,19 +19,10 @@ from pathlib import Path
 
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact, redact_argv
+from xbench.wandb_env import has_credentials
 
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
-
-
-def has_credentials() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return "api.wandb.ai" in netrc.read_text()
-    except OSError:
-        return False
 
 
 def resolve_mode(mode: str) -> str:

@@ -1,31 +1,27 @@
 """Records -> one tidy table (one row per run), plus the filter and baseline queries over it.
 
 Columns: who the run is (run_id, experiment, status, reason), what it ran (model, data, platform,
-runtime, precision, parallel, batch sizes, devices, threads, pricing model), every scalar measurement
-and derived figure under its own unit-suffixed name, and the record's warnings joined into one
-string. Per-step and per-epoch curves stay in a list-valued `curve` column (not written to CSV).
-No torch here: the report runs on a laptop that has only the results folder.
+runtime, precision, parallel, batch sizes, devices, threads, pricing model, and the option and shape
+columns of xbench/analysis/workload.py), every scalar measurement and derived figure under its own
+unit-suffixed name, and the record's warnings joined into one string. Per-step and per-epoch curves
+stay in a list-valued `curve` column (not written to CSV). No torch here: the report runs on a
+laptop that has only the results folder. pandas is imported only to build a frame: `xbench.cost`
+reads and flattens records without it (pandas comes with the `report` extra).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
+from xbench.analysis.workload import CONFIGURATION, detail_columns
 from xbench.records.record import RunRecord
-from xbench.records.store import load_records
+from xbench.records.store import scan_records
 
-# The identity of a run's configuration, in the order tables show them.
-CONFIG_COLUMNS = ("experiment", "model", "data", "platform", "runtime", "precision", "parallel",
-                  "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
-# Runs that repeat one configuration are grouped on these (repeats give a median and a spread).
-GROUP_KEYS = ("experiment", "model", "data", "platform", "runtime", "precision", "parallel", "pricing_model",
-              "batch_size_per_device", "global_batch_size", "devices", "threads")
-WORKLOAD_KEYS = ("model", "data")
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Where a train-to-target curve lives in record.series: the goal's metric (measurement `goal_metric`,
 # see xbench/bench/target.py), else the first of these names present.
@@ -38,8 +34,7 @@ TARGET_KEYS = ("goal_target", "target_accuracy")
 @dataclass
 class Loaded:
     frame: pd.DataFrame
-    skipped: list[str] = field(default_factory=list)  # warnings naming unreadable record files
-    n_files: int = 0
+    skipped: list[str] = field(default_factory=list)  # one message per unreadable record file, naming it
 
 
 def _name(section) -> str | None:
@@ -100,6 +95,7 @@ def flatten(rec: RunRecord) -> dict:
         "threads": m.get("threads_intra", bench.get("threads")),
         "cpu_model": ((rec.env or {}).get("cpu") or {}).get("model"),
         "hostname": (rec.env or {}).get("hostname"),
+        **detail_columns(c),
     }
     for src in (m, rec.derived or {}):
         for k, v in src.items():
@@ -127,28 +123,29 @@ def flatten(rec: RunRecord) -> dict:
 
 
 def to_frame(records: list[RunRecord]) -> pd.DataFrame:
+    import pandas as pd
+
     rows = [flatten(r) for r in records]
-    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", *CONFIG_COLUMNS, "status"])
-    for col in GROUP_KEYS:
+    df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", *CONFIGURATION, "status"])
+    for col in CONFIGURATION:
         if col not in df:
             df[col] = None
     return df
 
 
-def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
-    """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`."""
+def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[RunRecord], list[str]]:
+    """(readable records under the stores, one message per unreadable file); a missing store is an error."""
     missing = [str(s) for s in stores if not os.path.exists(s)]
     if missing:
         raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
                                 "e.g. results/)")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        records = load_records(*stores, progress=progress)
-    skipped = [str(w.message) for w in caught if "unreadable record" in str(w.message)]
-    for w in caught:
-        if "unreadable record" not in str(w.message):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return Loaded(frame=to_frame(records), skipped=skipped, n_files=len(records) + len(skipped))
+    return scan_records(*stores, progress=progress)
+
+
+def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
+    """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`."""
+    records, skipped = read(stores, progress)
+    return Loaded(frame=to_frame(records), skipped=skipped)
 
 
 def parse_query(text: str) -> dict[str, list[str]]:
@@ -177,13 +174,20 @@ def check_keys(query: dict[str, list[str]], columns) -> None:
     """A clear error for a query key that names no column (a typo), listing the usual ones."""
     for key in query:
         if key not in columns:
-            allowed = ", ".join(c for c in (*CONFIG_COLUMNS, "status", "run_id", "bench_mode") if c in columns)
+            allowed = ", ".join(c for c in (*CONFIGURATION, "status", "run_id", "bench_mode") if c in columns)
             raise ValueError(f"unknown column {key!r} in a filter or baseline query; use one of: {allowed} "
                              "(or any measurement name)")
 
 
+def matches(row: dict, query: dict[str, list[str]]) -> bool:
+    """Whether one row matches every key of the query (any of its values), compared as text."""
+    return all(_as_text(row.get(k)) in values for k, values in query.items())
+
+
 def select(df: pd.DataFrame, query: dict[str, list[str]]) -> pd.Series:
     """Boolean mask of the rows matching every key (any of its values), compared as text."""
+    import pandas as pd
+
     check_keys(query, df.columns)
     mask = pd.Series(True, index=df.index)
     for key, values in query.items():

@@ -1,0 +1,63 @@
+"""Time and cost of each configuration relative to a baseline's, for the same work.
+
+The ratio is metrics.derived.normalise (the one normalisation: it refuses to divide one currency by
+another) over each configuration's medians: training time and cost to target when both sides have
+them, else projected training, else time and cost per sample. Runs are compared within the same
+work (xbench/analysis/workload.py: model, data and their options): the baseline is usually another
+machine, runtime or batch size on purpose.
+"""
+
+from __future__ import annotations
+
+from xbench.analysis.frame import check_keys, flatten, matches
+from xbench.analysis.rows import TP, NoData, Rows, currency, groups
+from xbench.analysis.workload import BASELINE, CONFIGURATION, key
+from xbench.metrics.derived import normalise
+from xbench.records.record import RunRecord
+
+
+def same_work(record: RunRecord, baseline: RunRecord) -> bool:
+    """Whether two records did the same work, so normalising one by the other means something."""
+    return key(flatten(record), BASELINE) == key(flatten(baseline), BASELINE)
+
+
+def _as_record(rows: Rows, cur: str | None) -> dict:
+    """A configuration's medians in the shape metrics.derived.normalise reads."""
+    cols = (TP, "train_time_to_target_s", "projected_training_s")
+    if cur:
+        cols += (f"{cur}_per_million_samples", f"train_cost_to_target_{cur}", f"projected_training_cost_{cur}")
+    vals = {c: rows.median(c) for c in cols}
+    price = [{"currency": cur.upper()}] if cur else []
+    return {"measurements": vals, "derived": {}, "config": {"platform": {"price": price}}}
+
+
+def normalised_rows(rows, query: dict[str, list[str]] | None, text: str | None = None) -> Rows:
+    """One row per configuration: its keys, throughput, normalised_time, normalised_cost,
+    normalised_basis and is_baseline, against the runs matching `query` (a parsed --baseline).
+
+    Within each work, the baseline is its configuration with the same global batch when there is
+    one, else its fastest run. Raises NoData (with the reason) when there is nothing to compare.
+    """
+    if not query:
+        raise NoData("no --baseline given (e.g. --baseline platform=cpu)")
+    rows = Rows.of(rows)
+    check_keys(query, rows.columns() | set(CONFIGURATION) | {"status", "run_id", "experiment"})
+    ok = rows.ok()
+    if not any(matches(r, query) for r in ok):
+        raise NoData(f"no ok run matches the baseline {text!r}")
+    cur = currency(rows)
+    out = Rows()
+    for _, wsub in groups(ok, BASELINE):
+        base = Rows(r for r in wsub if matches(r, query))
+        if not base:
+            continue
+        by_batch = {k["global_batch_size"]: _as_record(g, cur) for k, g in groups(base, ["global_batch_size"])}
+        fastest = _as_record(Rows([max(base, key=lambda r: r[TP])]), cur)
+        for keys, sub in groups(wsub):
+            n = normalise(_as_record(sub, cur), by_batch.get(keys["global_batch_size"]) or fastest)
+            out.append({**keys, TP: sub.median(TP), "normalised_time": n.get("normalised_time"),
+                        "normalised_cost": n.get("normalised_cost"), "normalised_basis": n.get("normalised_basis"),
+                        "is_baseline": all(matches(r, query) for r in sub)})
+    if not out:
+        raise NoData(f"no workload has both the baseline {text!r} and other runs")
+    return out

@@ -1,0 +1,69 @@
+"""Scaling efficiency over devices: throughput(N) / (N x throughput(1)), per workload and strategy.
+
+Runs are compared within one workload (xbench/analysis/workload.py: same model, data and shape, batch
+per device, precision, runtime and platform); only the parallel strategy and the device count vary.
+throughput(1) is the workload's `single` run when there is one (median over repeats): the run without
+any distribution, so a strategy's own 1-device run shows what distributing costs (DDP at world size 1:
+speed-up 0.9). Without one, the strategy's own 1-device run; without that, the strategy's smallest
+device count is the reference (`reference_devices`). A strategy with one point and no 1-device
+reference has nothing to compare and is left out.
+"""
+
+from __future__ import annotations
+
+from xbench.analysis.rows import TP, Rows, groups
+from xbench.analysis.workload import SCALING
+
+
+def efficiency_by_devices(throughput_by_devices: dict[int, float], reference: int | None = None,
+                          reference_samples_per_s: float | None = None) -> dict[int, dict]:
+    """devices -> {speedup, efficiency, ideal_samples_per_s, reference_devices} against a reference.
+
+    The reference is `reference_samples_per_s` at `reference` devices (default 1) when given (a run
+    measured apart, e.g. `single`), else the point at `reference` (default: 1 if present, else the
+    smallest count). Points with no positive throughput are left out.
+    """
+    points = {int(n): float(t) for n, t in throughput_by_devices.items() if n and t and t > 0}
+    if not points:
+        return {}
+    if reference_samples_per_s:
+        n0, t0 = reference or 1, float(reference_samples_per_s)
+    else:
+        n0 = reference if reference is not None else (1 if 1 in points else min(points))
+        if n0 not in points:
+            raise ValueError(f"no throughput at the reference device count {n0}; have {sorted(points)}")
+        t0 = points[n0]
+    per_device0 = t0 / n0
+    return {
+        n: {
+            "speedup": t / t0,
+            "efficiency": (t / n) / per_device0,
+            "ideal_samples_per_s": per_device0 * n,
+            "reference_devices": n0,
+        }
+        for n, t in sorted(points.items())
+    }
+
+
+def scaling_rows(rows) -> Rows:
+    """One row per (workload, parallel strategy, devices) of the ok runs: runs, throughput (median),
+    ideal, speed-up and scaling efficiency. A strategy without its own 1-device run gets a row at 1
+    device holding the reference it is measured against."""
+    out = Rows()
+    for wkeys, wsub in groups(Rows.of(rows).ok(), SCALING):
+        single = Rows(r for r in wsub if r.get("parallel") == "single" and r.get("devices") == 1)
+        for pkeys, psub in groups(wsub, ["parallel"]):
+            by_n = {int(k["devices"]): s for k, s in groups(psub, ["devices"]) if k["devices"]}
+            ref = single or by_n.get(1)
+            if ref is not None and 1 not in by_n:
+                by_n[1] = ref
+            if len(by_n) < 2:
+                continue
+            tp = {n: s.median(TP) for n, s in by_n.items()}
+            ref_tp = ref.median(TP) if ref is not None else None
+            for n, e in efficiency_by_devices(tp, reference_samples_per_s=ref_tp).items():
+                out.append({**wkeys, "parallel": pkeys["parallel"], "devices": n, "runs": len(by_n[n]),
+                            "throughput_samples_per_s": tp[n], "ideal_samples_per_s": e["ideal_samples_per_s"],
+                            "speedup": e["speedup"], "scaling_efficiency": e["efficiency"],
+                            "reference_devices": e["reference_devices"]})
+    return out

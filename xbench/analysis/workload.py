@@ -1,0 +1,63 @@
+"""What "the same workload" is: the one definition every comparison of stored runs uses.
+
+Three nested levels, each a tuple of tidy-frame columns (xbench/analysis/frame.py writes them):
+
+- WORK: model (+ its options) and data (+ its shape). The same samples through the same network, so
+  time and cost *per sample*, or to a quality target, compare across any machine, batch size,
+  precision or runtime. Baseline normalisation matches here: "CPU time and cost relative to the K80
+  for the same work" changes the machine and its best settings on purpose.
+- WORKLOAD: WORK + batch per device, precision, runtime (+ options) and platform: everything that
+  sets how fast one device goes. Two throughputs of one workload differ only in how it is spread over
+  devices (PLACEMENT), which is what scaling efficiency compares. The platform is the named machine,
+  not the device type: a K80 and a V100 are both `cuda`.
+- CONFIGURATION: WORKLOAD + placement (parallel strategy, devices, threads), global batch, pricing
+  model and experiment. Runs that repeat one configuration are one table row (median and spread).
+
+A comparison holds its level fixed and lets the studied axis vary: SCALING (devices and strategy;
+threads follow the device count, since ranks share the cores), VERSUS_EAGER (the runtime, on the same
+placement), BASELINE (everything but the work). The option and shape columns hold short `key=value`
+text (None when empty), so rows stay hashable and one column says what differs.
+"""
+
+from __future__ import annotations
+
+WORK = ("model", "model_options", "data", "data_shape")
+RUNTIME = ("runtime", "runtime_options")
+WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
+            "batch_size_per_device")
+PLACEMENT = ("parallel", "devices", "threads")
+# In the order tables show them (and sort rows by).
+CONFIGURATION = ("experiment", "model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
+                 "parallel", "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
+# Detail columns: implied by the name in the usual case, so a caption leaves them out when constant.
+DETAILS = ("model_options", "data_shape", "runtime_options")
+
+SCALING = WORKLOAD
+VERSUS_EAGER = (*(k for k in WORKLOAD if k not in RUNTIME), *PLACEMENT)
+BASELINE = WORK
+
+# Config fields that change what one sample costs (data) or how it is computed (runtime).
+DATA_SHAPE = ("image_size", "channels", "seq_len", "vocab_size", "num_features", "num_classes")
+RUNTIME_OPTIONS = ("backend", "mode", "target", "fullgraph", "dynamic")
+
+assert set(WORK) <= set(WORKLOAD) <= set(CONFIGURATION) and set(PLACEMENT) <= set(CONFIGURATION)
+
+
+def _text(d: dict) -> str | None:
+    return " ".join(f"{k}={d[k]}" for k in sorted(d) if d[k] is not None) or None
+
+
+def detail_columns(config: dict) -> dict:
+    """The option and shape columns of one record's config (flatten puts them in its row)."""
+    model, data, runtime = ((config.get(g) or {}) for g in ("model", "data", "runtime"))
+    options = dict(model.get("options") or {})
+    if model.get("channels_last"):
+        options["channels_last"] = True
+    return {"model_options": _text(options),
+            "data_shape": _text({k: data[k] for k in DATA_SHAPE if k in data}),
+            "runtime_options": _text({k: runtime[k] for k in RUNTIME_OPTIONS if k in runtime})}
+
+
+def key(row: dict, level: tuple[str, ...]) -> tuple:
+    """The values of `level`'s columns in a row: equal keys, comparable runs."""
+    return tuple(row.get(k) for k in level)
