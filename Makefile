@@ -39,8 +39,9 @@ test: $(STAMP)  ## run every test
 test-fast: $(STAMP)  ## run the tests not marked slow
 	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-linter contracts in pyproject.toml)
 	$(VENV)/bin/ruff check xbench tests scripts
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: $(STAMP)  ## harness overhead and report-scale benchmarks (prints ratios measured side by side)
 	$(VPY) scripts/bench_overhead.py

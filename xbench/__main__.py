@@ -11,9 +11,15 @@ from __future__ import annotations
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from xbench import runner
 from xbench.config import config_dir, register_configs
+from xbench.hints import compose_hints
+from xbench.records.redact import RedactingStream, argv_secret_values
+from xbench.runtimes import preload_xla
 
 _FAILED_RUNS: list[str] = []
 _STARTED = False  # a run got past composition (else a failure is Hydra's, before any record)
@@ -25,8 +31,6 @@ def run(dcfg: DictConfig):
     """One benchmark run from a composed config; returns the final RunRecord (None off rank 0)."""
     global _STARTED
     _STARTED = True
-    from xbench import runner
-
     record = runner.run(dcfg)
     if record is not None and record.status != "ok":
         _FAILED_RUNS.append(record.run_id)
@@ -35,13 +39,8 @@ def run(dcfg: DictConfig):
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def main(dcfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if multirun and not _PRELOADED:
-        from xbench.runtimes import preload_xla
-
         _PRELOADED.append(True)  # a sweep reaching an XLA runtime needs torch_xla before any backward
         preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
     record = run(dcfg)
@@ -56,8 +55,6 @@ def main(dcfg: DictConfig) -> None:
 
 
 def cli() -> None:
-    from xbench.records.redact import RedactingStream, argv_secret_values
-
     # The console is an output too: secret override values and secret environment values never reach it
     # (Hydra echoes overrides when it launches a sweep and in compose errors).
     sys.stdout = RedactingStream(sys.stdout, argv_secret_values(sys.argv))
@@ -66,8 +63,6 @@ def cli() -> None:
         main()
     except SystemExit as e:
         if e.code not in (0, None) and not _STARTED:  # Hydra refused the config: add what is allowed
-            from xbench.hints import compose_hints
-
             for line in compose_hints(sys.argv[1:]):
                 print(f"xbench: {line}", file=sys.stderr)
         raise

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from xbench.analysis.baseline import same_work
 from xbench.analysis.frame import read
+from xbench.config import PlatformConfig
 from xbench.metrics.cost import currency
 from xbench.metrics.derived import derive
 from xbench.records.store import find_run, read_record
@@ -35,8 +36,6 @@ if not CONF.is_dir():  # editable install: the checkout's top-level conf/
 
 def load_platform(name: str) -> dict:
     """conf/platform/NAME.yaml (or a path to a YAML) merged onto the schema, as a plain dict."""
-    from xbench.config import PlatformConfig
-
     path = Path(name) if name.endswith(".yaml") else CONF / "platform" / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in (CONF / "platform").glob("*.yaml"))

@@ -22,6 +22,12 @@ import sys
 from hydra import compose, initialize_config_dir
 
 from xbench.config import config_dir, register_configs
+from xbench.metrics.parity import compare_losses, tolerance
+from xbench.records.record import RunRecord
+from xbench.records.store import new_run_id
+from xbench.runner import run
+from xbench.runtimes import preload_xla
+from xbench.sinks.local import LocalSink
 
 
 def _split(values: list[str]) -> list[str]:
@@ -29,12 +35,6 @@ def _split(values: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xbench.metrics.parity import compare_losses, tolerance
-    from xbench.records.record import RunRecord
-    from xbench.records.store import new_run_id
-    from xbench.runner import run
-    from xbench.sinks.local import LocalSink
-
     ap = argparse.ArgumentParser(prog="python -m xbench.parity", description=__doc__.split("\n\n")[1])
     ap.add_argument("--a", action="append", default=[], help="overrides of run A (repeat or quote several)")
     ap.add_argument("--b", action="append", default=[], help="overrides of run B")
@@ -51,8 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfgs = {k: compose(config_name="config", overrides=common + _split(v))
                 for k, v in (("a", args.a), ("b", args.b))}
-    from xbench.runtimes import preload_xla
-
     preload_xla(" ".join(c.runtime.name for c in cfgs.values()))
     recs = {k: run(c) for k, c in cfgs.items()}
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
+from xbench.data.loaders import Splits
+
 NUM_CLASSES = 10
 SIDE = 8
 SAMPLES = 1797
@@ -41,7 +43,5 @@ def load_digits_split(modality: str = "features", eval_fraction: float = 0.1,
 
 def build(data, task: str):
     """The loader registry's entry (xbench.data.loaders): the same split as load_digits_split."""
-    from xbench.data.loaders import Splits
-
     train, held_out = load_digits_split(data.modality, data.eval_fraction)
     return Splits(train, held_out, info={"train": len(train), "eval": len(held_out)})

@@ -20,6 +20,7 @@ import os
 
 from xbench import parallel
 from xbench.launch.torchrun import under_torchrun
+from xbench.launch.xla import host_index
 from xbench.rank import LaunchResult
 
 LAUNCHERS = {
@@ -39,8 +40,6 @@ def writes_record(cfg) -> bool:
     if under_torchrun():
         return int(os.environ.get("RANK", "0")) == 0
     if launcher(cfg) == "xla":
-        from xbench.launch.xla import host_index
-
         return host_index() == 0
     return cfg.parallel.node_rank == 0
 

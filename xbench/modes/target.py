@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from xbench import launch, models
 from xbench.bench import loop
@@ -33,6 +34,7 @@ from xbench.bench.memory import peak_host_rss_gib
 from xbench.bench.mlperf_log import LOG_FILE, MLPerfLog
 from xbench.bench.worker import build_workload, check_finite, input_format, make_step, set_threads
 from xbench.config import XBenchConfig
+from xbench.data import loaders
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run, console_progress
@@ -68,8 +70,6 @@ def datasets(cfg, task: str = "classify"):
     Train-to-target keeps both splits as device tensors (evaluation then costs no host I/O), so the
     source must fit in memory: digits, MNIST, CIFAR-10, the text sets; ImageNet does not.
     """
-    from xbench.data import loaders
-
     splits = loaders.build(cfg.data, task)
     return _as_tensors(splits.train, splits.collate), _as_tensors(splits.eval, splits.collate)
 
@@ -78,8 +78,6 @@ MAX_IN_MEMORY_SAMPLES = 2_000_000
 
 
 def _as_tensors(ds, collate):
-    from torch.utils.data import DataLoader, TensorDataset
-
     if isinstance(ds, TensorDataset):
         return ds
     if len(ds) > MAX_IN_MEMORY_SAMPLES:

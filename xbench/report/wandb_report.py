@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from xbench.analysis.frame import parse_query
+from xbench.analysis.rows import currency
+from xbench.wandb_env import has_credentials
+
 # Tidy column -> the W&B config key xbench logs it under.
 CONFIG_PATHS = {"model": "model.name", "data": "data.name", "platform": "platform.name",
                 "runtime": "runtime.name", "precision": "precision.name", "parallel": "parallel.name",
@@ -39,9 +43,6 @@ PANELS = [
 
 
 def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str | None, title: str) -> dict:
-    from xbench.analysis.frame import parse_query
-    from xbench.analysis.rows import currency
-
     cur = currency(df) or "usd"  # cost metrics are named after the records' currency
 
     clauses = []
@@ -103,8 +104,6 @@ def publish(defn: dict) -> str:
 
 
 def publish_or_save(df: pd.DataFrame, args, out: Path) -> Path:
-    from xbench.wandb_env import has_credentials
-
     title = args.title or ("xbench: " + ("; ".join(args.filter) or "all runs"))
     defn = definition(df, args.filter, args.wandb_project, args.wandb_entity, title)
     path = out / "wandb_report.json"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.distributed as dist
 
 from xbench.runtimes.base import Runtime
 from xbench.training.step import make_train_step
@@ -35,8 +36,6 @@ class AccelerateRuntime(Runtime):
         torch.set_num_threads(threads)
         if self.accelerator.device.type != self.device.type:
             raise RuntimeError(f"Accelerate chose device {self.accelerator.device}, xbench expects {self.device}")
-        import torch.distributed as dist
-
         world = dist.get_world_size() if dist.is_initialized() else 1
         if self.accelerator.num_processes != world:  # a silent world of one would train unsynced copies
             raise RuntimeError(f"Accelerate sees {self.accelerator.num_processes} process(es), the process "
