@@ -1,7 +1,8 @@
-"""`python -m xbench.studies [ID ...] [--published] [--write]`: the studies' commands (no torch).
+"""`python -m xbench.studies [ID ...] [--published] [--print small|report] [--write]`: the studies' commands
+(no torch).
 
 Without arguments: every study's small, full-scale and report commands. `--published`: the published figures
-as rows. `--write` (maintainers): rewrite the command blocks of conf/experiment/<preset>.yaml and
+as rows. `--print`: the small (or its report) command alone, as scripts/study_walkthrough.sh runs it. `--write` (maintainers): rewrite the command blocks of conf/experiment/<preset>.yaml and
 docs/studies.md from xbench/studies/studies.yaml (tests/test_studies.py checks they match).
 """
 
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     p.add_argument("ids", nargs="*", help="study ids (default: all)")
     p.add_argument("--published", action="store_true", help="the published figures, one row a line")
     p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
+    p.add_argument("--print", dest="which", choices=("small", "report"),
+                   help="only the small command, or the small report command, one line per study (scripts)")
     args = p.parse_args(argv)
     chosen = [studies.get(i) for i in args.ids] if args.ids else studies.all_studies()
     if args.write:
@@ -62,6 +65,10 @@ def main(argv=None) -> int:
                 print(f"wrote {path}")
         if write_docs(REPO / "docs" / "studies.md"):
             print(f"wrote {REPO / 'docs' / 'studies.md'}")
+        return 0
+    if args.which:
+        for s in chosen:
+            print(s["small"]["command"] if args.which == "small" else s["report"]["small"])
         return 0
     if args.published:
         for s in chosen:
