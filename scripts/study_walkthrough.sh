@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Run one study small, end to end, then draw its report.
-#   scripts/study_walkthrough.sh [STUDY] [STORE] [OUT]     (defaults: cpu_vs_gpu, a temp store, report/<study>)
-# STUDY is one of conf/experiment/{tpu_vs_gpu,cpu_vs_gpu,gpu_clouds,xla_speedup,pod_scaling}.yaml.
+# Run the studies small, end to end, then draw each one's report: the commands come from
+# xbench/studies/studies.yaml (python -m xbench.studies prints them all), so this script cannot drift from them.
+#   scripts/study_walkthrough.sh [STUDY ...]      (default: the five studies; a few minutes on 2 CPU cores)
+#   STORE=/tmp/mystore OUT=report PY=.venv/bin/python LOGGER=wandb scripts/study_walkthrough.sh cpu_vs_gpu
 # Runs are not logged to W&B here (LOGGER=wandb to log them, offline without credentials).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STUDY=${1:-cpu_vs_gpu}
-STORE=${2:-$(mktemp -d /tmp/xbench-study-XXXX)/results}
-OUT=${3:-report/$STUDY}
 PY=${PY:-python}
+STORE=${STORE:-$(mktemp -d /tmp/xbench-studies-XXXX)/results}
+OUT=${OUT:-report}
 LOGGER=${LOGGER:-none}
-# The baseline each study normalises to, as far as what runs here allows (see docs/report.md).
-case "$STUDY" in
-  cpu_vs_gpu) BASELINE=(--baseline threads=2) ;;
-  xla_speedup) BASELINE=(--baseline runtime=eager) ;;
-  *) BASELINE=() ;;
-esac
+if [ "$#" -eq 0 ]; then set -- tpu_vs_gpu cpu_vs_gpu gpu_clouds xla_speedup pod_scaling; fi
 
-echo "==> 1/2 the sweep: $PY -m xbench -m +experiment=$STUDY store.root=$STORE logger=$LOGGER"
-$PY -m xbench -m +experiment="$STUDY" store.root="$STORE" logger="$LOGGER" logger.progress=false
-echo "==> 2/2 the report: $PY -m xbench.report $STORE --filter experiment=$STUDY ${BASELINE[*]} --out $OUT"
-$PY -m xbench.report "$STORE" --filter experiment="$STUDY" "${BASELINE[@]}" --out "$OUT"
-echo "==> open $OUT/report.html"
+for STUDY in "$@"; do
+  read -ra SMALL <<< "$($PY -m xbench.studies --print small "$STUDY")"
+  read -ra REPORT <<< "$($PY -m xbench.studies --print report "$STUDY")"
+  RUN=("$PY" "${SMALL[@]:1}" "store.root=$STORE" "logger=$LOGGER" "logger.progress=false")
+  DRAW=("$PY")
+  for w in "${REPORT[@]:1}"; do  # the report reads this store and writes under $OUT
+    case "$w" in results) DRAW+=("$STORE") ;; report/*) DRAW+=("$OUT/${w#report/}") ;; *) DRAW+=("$w") ;; esac
+  done
+  echo "==> $STUDY 1/2 the sweep: ${RUN[*]}"
+  "${RUN[@]}"
+  echo "==> $STUDY 2/2 the report: ${DRAW[*]}"
+  "${DRAW[@]}" --no-progress
+  echo "==> open ${DRAW[-1]}/report.html"
+done

@@ -26,6 +26,7 @@ def test_non_editable_install_runs_from_another_folder(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (target / "xbench" / "conf" / "config.yaml").is_file()
     assert (target / "xbench" / "conf" / "experiment" / "resnet50_tpu.yaml").is_file()
+    assert (target / "xbench" / "studies" / "studies.yaml").is_file()  # the studies' manifest is package data
     env = cli_env(PYTHONPATH=str(target))
     where = subprocess.run([sys.executable, "-c", "import xbench, xbench.__main__ as m; print(xbench.__file__);"
                             "print(m.config_dir())"], cwd=elsewhere, env=env, capture_output=True, text=True)

@@ -169,6 +169,49 @@ def test_sentiment140_bad_row_names_the_line(tmp_path):
         loaders.build(_data("sentiment140", path), "classify")
 
 
+def _write_twitter(path: Path, n=40):
+    """The GPU-cloud study's CSV as published: a header; texts quoted (commas, doubled quotes inside) or not
+    (commas and all)."""
+    lines = ["ItemID,Sentiment,SentimentSource,SentimentText"]
+    for i in range(n):
+        if i % 2:
+            lines.append(f'{i + 1},1,Sentiment140,"happy, sunny day ""yay"" #{i}"')
+        else:
+            lines.append(f"{i + 1},0,Kaggle,sad, rainy day #{i}")
+    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
+
+
+def test_twitter_sentiment_csv_header_labels_commas_and_90_10_split(tmp_path):
+    path = tmp_path / "Sentiment Analysis Dataset.csv"
+    _write_twitter(path)
+    s = loaders.build(_data("twitter_sentiment", path, seq_len=8, vocab_size=100, num_classes=2), "classify")
+    assert (len(s.train), len(s.eval)) == (36, 4)
+    ys = torch.stack([s.train[i][1] for i in range(36)] + [s.eval[i][1] for i in range(4)])
+    assert sorted(ys.tolist()) == [0] * 20 + [1] * 20
+    vocab = __import__("json").loads(Path(s.info["cache"]).with_suffix(".vocab.json").read_text())
+    assert {"happy", "sunny", "yay", "sad", "rainy"} <= set(vocab)  # text after the third comma, unquoted
+    assert "," in vocab and "kaggle" not in vocab and "sentiment140" not in vocab
+    for i in range(36):
+        x, y = s.train[i]
+        assert (vocab.index("happy") in x.tolist()) == (int(y) == 1)  # text and label stay together
+
+
+@pytest.mark.parametrize("content,match", [
+    ("ItemID,Sentiment,Text\n1,0,x\n", r"line 1 is 'ItemID,Sentiment,Text', expected the header"),
+    ('"0","1467810369","Mon Apr 06 22:19:45 PDT 2009","NO_QUERY","user","sad"\n',
+     r"looks like the Sentiment140 CSV: 6 columns, no header, labels 0/4; use data=sentiment140"),
+    ("ItemID,Sentiment,SentimentSource,SentimentText\n1,0,S,ok\n2,4,S,four\n", r"line 3 has Sentiment '4', expected 0 or 1"),
+    ("ItemID,Sentiment,SentimentSource,SentimentText\n1,0\n", r"line 2 has 2 columns, expected 4"),
+    ("ItemID,Sentiment,SentimentSource,SentimentText\n", r"holds no labelled tweets"),
+])
+def test_twitter_sentiment_malformed_file_names_file_line_and_layout(tmp_path, content, match):
+    path = tmp_path / "tweets.csv"
+    path.write_text(content)
+    with pytest.raises(DataFormatError, match=match) as e:
+        loaders.build(_data("twitter_sentiment", path), "classify")
+    assert "tweets.csv" in str(e.value) and "ItemID,Sentiment,SentimentSource,SentimentText" in str(e.value)
+
+
 def test_text_file_as_character_windows(tmp_path):
     path = tmp_path / "nietzsche.txt"
     text = "Supposing that Truth is a woman--what then? " * 10

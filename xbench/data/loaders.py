@@ -64,6 +64,12 @@ SOURCES: dict[str, Source] = {
         "xbench.data.text:sentiment140",
         "the Sentiment140 CSV file (latin-1, no header, 6 columns: polarity 0/4, id, date, query, user, "
         "text); 90% train / 10% eval as the study", "tokens", path_kind="file"),
+    "twitter_sentiment": Source(
+        "xbench.data.text:twitter_sentiment",
+        "the Twitter Sentiment Analysis Dataset CSV file (UTF-8, a header ItemID,Sentiment,SentimentSource,"
+        "SentimentText, then one tweet a line: Sentiment 1 positive / 0 negative, the text after the third "
+        "comma, quoted or not; 1,578,627 tweets); 90% train / 10% eval as the GPU-cloud study", "tokens",
+        path_kind="file"),
     "digits": Source("xbench.data.digits:build", "nothing: scikit-learn ships it", "features|image",
                      needs_path=False),
     "text_chars": Source(

@@ -1,4 +1,5 @@
-"""Real text data sets: IMDb reviews (aclImdb folders), Sentiment140 tweets (CSV), a plain text file.
+"""Real text data sets: IMDb reviews (aclImdb folders), tweets (the Sentiment140 CSV and the GPU-cloud
+study's "Twitter Sentiment Analysis Dataset" CSV), a plain text file.
 
 Tokenisation is deterministic (lower-case, a fixed regular expression); the vocabulary is the
 `vocab_size - 2` most frequent tokens of the training split, ties broken alphabetically, with id 0 for
@@ -150,6 +151,11 @@ def sentiment140(data, task: str) -> Splits:
                 raise malformed(data, f"{path} line {line} has polarity {row[0]!r}, expected 0 or 4")
             labels.append(SENTIMENT140_LABELS[row[0]])
             texts.append(row[5])
+    return _tweets(data, path, texts, labels)
+
+
+def _tweets(data, path: Path, texts: list[str], labels: list[int]) -> Splits:
+    """Tweets and labels read from one file: a fixed shuffle, then data.eval_fraction held out."""
     if not labels:
         raise malformed(data, f"{path} holds no labelled tweets")
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(SPLIT_SEED)).tolist()
@@ -159,6 +165,41 @@ def sentiment140(data, task: str) -> Splits:
     return _classification(data, lambda: [tokenize(texts[i]) for i in train_ids], lambda: y[train_ids],
                            lambda: [tokenize(texts[i]) for i in eval_ids], lambda: y[eval_ids], [path],
                            {"eval_fraction": data.eval_fraction})
+
+
+TWITTER_HEADER = ["ItemID", "Sentiment", "SentimentSource", "SentimentText"]
+TWITTER_LABELS = {"0": 0, "1": 1}  # negative, positive
+
+
+def twitter_sentiment(data, task: str) -> Splits:
+    """The "Twitter Sentiment Analysis Dataset" CSV: a header, then `ItemID,Sentiment,SentimentSource,
+    SentimentText` with Sentiment 1 (positive) / 0 (negative). The text is everything after the third
+    comma: quoted ("...", doubled quotes inside) or not, commas included (the published file leaves many
+    tweets unquoted). Undecodable bytes are replaced; a fixed shuffle, then data.eval_fraction held out."""
+    path = Path(data.path)
+    texts, labels = [], []
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        header = f.readline().lstrip("\ufeff").rstrip("\r\n")
+        if header.split(",") != TWITTER_HEADER:
+            hint = (" (it looks like the Sentiment140 CSV: 6 columns, no header, labels 0/4; use data=sentiment140)"
+                    if len(next(csv.reader([header]), [])) == 6 else "")
+            raise malformed(data, f"{path} line 1 is {header[:80]!r}, expected the header "
+                                  f"{','.join(TWITTER_HEADER)}{hint}")
+        for line, raw in enumerate(f, 2):
+            row = raw.rstrip("\r\n").split(",", 3)
+            if row == [""]:
+                continue  # a blank line (e.g. at the end)
+            if len(row) != 4:
+                raise malformed(data, f"{path} line {line} has {len(row)} columns, expected 4 "
+                                      f"({','.join(TWITTER_HEADER)})")
+            if row[1] not in TWITTER_LABELS:
+                raise malformed(data, f"{path} line {line} has Sentiment {row[1]!r}, expected 0 or 1")
+            text = row[3]
+            if len(text) > 1 and text[0] == text[-1] == '"':
+                text = next(csv.reader([text]))[0]  # a quoted field: unquote, "" -> "
+            labels.append(TWITTER_LABELS[row[1]])
+            texts.append(text)
+    return _tweets(data, path, texts, labels)
 
 
 class CharWindows(Dataset):

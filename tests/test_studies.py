@@ -1,0 +1,324 @@
+"""Every study preset is its study: each command in xbench/studies/studies.yaml composes (sweeps expanded into
+their points) to the facts the study depends on, on a simulated host of its platform, bills exactly the devices
+it drives and passes compat; headers and docs carry the same commands; no sweep point repeats another."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import CONF, REPO, cli_env, records
+from xbench import compat, studies
+from xbench.cost import load_platform
+from xbench.platforms.detect import HostFacts, host_facts
+from xbench.studies.sweep import compose_point, distinct_points, expand
+
+STUDIES = studies.all_studies()
+FIVE = [s for s in STUDIES if s.get("study")]
+COMMANDS = [pytest.param(s["id"], "small", id=f"{s['id']}-small") for s in STUDIES] + [
+    pytest.param(s["id"], c["id"], id=f"{s['id']}-{c['id']}",
+                 marks=[pytest.mark.xfail(strict=True, reason=c["pending"]["needs"])]
+                 if c.get("pending", {}).get("stage") == "compose" else [])
+    for s in STUDIES for c in s["full_scale"]]
+COMPAT = [pytest.param(s["id"], c["id"], id=f"{s['id']}-{c['id']}",
+                       marks=[pytest.mark.xfail(strict=True, reason=c["pending"]["needs"])] if c.get("pending") else [])
+          for s in STUDIES for c in s["full_scale"]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def data_root(tmp_path_factory):
+    """XBENCH_DATA with the real data sets' layouts (compat checks that the files are there)."""
+    root = tmp_path_factory.mktemp("data")
+    for split in ("train", "val"):
+        (root / "imagenet" / split / "n01440764").mkdir(parents=True)
+        (root / "imagenet" / split / "n01440764" / "a.JPEG").write_bytes(b"")
+    (root / "twitter_sentiment").mkdir()
+    (root / "twitter_sentiment" / "Sentiment Analysis Dataset.csv").write_text(
+        "ItemID,Sentiment,SentimentSource,SentimentText\n1,0,Sentiment140,is so sad\n")
+    before = os.environ.get("XBENCH_DATA")
+    os.environ["XBENCH_DATA"] = str(root)
+    yield root
+    if before is None:
+        os.environ.pop("XBENCH_DATA", None)
+    else:
+        os.environ["XBENCH_DATA"] = before
+
+
+def _entry(study_id: str, which: str) -> dict:
+    s = studies.get(study_id)
+    return s["small"] if which == "small" else next(c for c in s["full_scale"] if c["id"] == which)
+
+
+@functools.cache
+def _points(command: str) -> tuple:
+    """(overrides, composed config) for every job the command runs."""
+    cmd = studies.parse(command)
+    jobs = expand(CONF, cmd.overrides) if cmd.multirun else [cmd.overrides]
+    return tuple((tuple(job), compose_point(CONF, job)) for job in jobs)
+
+
+def _facts(command: str) -> list[dict]:
+    env = studies.parse(command).env
+    return [studies.facts(OmegaConf.to_container(cfg, resolve=True), env) for _, cfg in _points(command)]
+
+
+# ---------- the manifest, the headers, the docs ----------
+
+def test_manifest_names_five_studies_and_their_presets():
+    assert [s["study"] for s in FIVE] == [1, 2, 3, 4, 5]
+    assert len({s["id"] for s in STUDIES}) == len(STUDIES)
+    for s in STUDIES:
+        assert (CONF / "experiment" / f"{s['preset']}.yaml").is_file(), s["preset"]
+        assert s["full_scale"], f"{s['id']} names no full-scale command"
+        for cmd in studies.commands(s):
+            assert studies.parse(cmd).module in ("xbench", "xbench.report"), cmd
+
+
+@pytest.mark.parametrize("study_id", [s["id"] for s in STUDIES])
+def test_header_and_docs_carry_every_command_verbatim(study_id):
+    s = studies.get(study_id)
+    lines = (CONF / "experiment" / f"{s['preset']}.yaml").read_text().splitlines()
+    header = [line for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))]]
+    docs = (REPO / "docs" / "studies.md").read_text()
+    for cmd in studies.commands(s):
+        assert any(cmd in line for line in header), f"conf/experiment/{s['preset']}.yaml header lacks: {cmd}"
+        assert cmd in docs, f"docs/studies.md lacks: {cmd}"
+    assert header[1:] == studies.header_lines(s), "run python -m xbench.studies --write"
+
+
+# ---------- every command composes to its study ----------
+
+@pytest.mark.parametrize("study_id,which", COMMANDS)
+def test_command_composes_to_the_study(study_id, which):
+    entry = _entry(study_id, which)
+    got = _facts(entry["command"])
+    assert got, entry["command"]
+    assert studies.mismatches(got, entry["expect"]) == [], entry["command"]
+    for f, (job, _) in zip(got, _points(entry["command"])):
+        assert f["devices_used"] == f["devices_billed"] is not None, (
+            f"{' '.join(job)}: drives {f['devices_used']} {f['billed_unit']}s, billed for {f['devices_billed']}")
+        assert f["price_per_hour"], f"{' '.join(job)}: unpriced (every study command carries a price)"
+    if which != "small":
+        assert {f["platform"] for f in got} == {entry["platform"]}
+
+
+@pytest.mark.parametrize("study_id,which", COMPAT)
+def test_full_scale_command_passes_compat_on_its_platform(study_id, which, monkeypatch):
+    entry = _entry(study_id, which)
+    cmd = studies.parse(entry["command"])
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    for key, value in cmd.env.items():
+        monkeypatch.setenv(key, value)
+    for job, cfg in _points(entry["command"]):
+        obj = OmegaConf.to_object(cfg)
+        facts = HostFacts(**studies.simulated_host(OmegaConf.to_container(cfg.platform, resolve=True)))
+        assert compat.check(obj, facts) == [], " ".join(job)
+
+
+@pytest.mark.parametrize("study_id", [s["id"] for s in STUDIES])
+def test_small_command_passes_compat_here(study_id, monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    here = host_facts()
+    for job, cfg in _points(studies.get(study_id)["small"]["command"]):
+        assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
+
+
+def test_every_platform_bills_exactly_the_devices_it_declares():
+    for path in sorted((CONF / "platform").glob("*.yaml")):
+        assert studies.platform_problems(load_platform(path.stem)) == [], path.name
+
+
+def test_cpu_vs_gpu_small_trains_the_six_distinct_workloads():
+    got = _facts(studies.get("cpu_vs_gpu")["small"]["command"])
+    assert len(got) == 12
+    pairs = {(f["model"], f["data"]) for f in got}
+    assert pairs == {("mlp", "synthetic_mnist"), ("cnn_small", "synthetic_mnist"), ("vgg_cifar", "synthetic_cifar10"),
+                     ("fasttext", "synthetic_imdb"), ("bilstm", "synthetic_imdb"), ("char_lstm", "synthetic_nietzsche")}
+    assert {(f["platform"], f["threads"]) for f in got} == {("local_as_gce_n1_standard_1", 1),
+                                                           ("local_as_gce_n1_standard_2", 2)}
+
+
+def test_tpu_and_gpu_sides_of_study_1_train_the_same_global_batches():
+    s = studies.get("tpu_vs_gpu")
+    tpu, gpu = (_facts(_entry("tpu_vs_gpu", i)["command"]) for i in ("tpu_synthetic", "gpu_synthetic"))
+    assert {f["global_batch"] for f in tpu} == {f["global_batch"] for f in gpu} == {256, 512, 768, 1024}
+    assert all(f["devices"] == 8 and f["billed_unit"] == "device" for f in tpu)  # cores of a v2-8
+    assert s["study"] == 1
+
+
+def test_pod_slices_are_priced_per_chip_and_drive_every_core():
+    got = {c["platform"]: _facts(c["command"])[0] for c in studies.get("pod_scaling")["full_scale"]}
+    for name, cores in (("tpu_v2_8", 8), ("tpu_v2_32", 32), ("tpu_v2_128", 128), ("tpu_v2_256", 256), ("tpu_v2_512", 512)):
+        assert got[name]["devices"] == cores and got[name]["global_batch"] == cores * 128
+    assert [got[f"tpu_v2_{n}"]["price_per_hour"] for n in (32, 128, 256, 512)] == pytest.approx([24, 96, 192, 384])
+
+
+# ---------- workloads win; sweeps do not repeat ----------
+
+def test_a_workload_wins_over_the_preset_and_plus_workload_is_refused():
+    from hydra.errors import ConfigCompositionException
+
+    for preset in ("cpu_vs_gpu", "cpu_vs_gpu_zoo"):
+        cfg = compose_point(CONF, [f"+experiment={preset}", "workload=vgg_cifar10"])
+        assert (cfg.model.name, cfg.data.name, cfg.data.batch_size) == ("vgg_cifar", "synthetic_cifar10", 32)
+        cfg = compose_point(CONF, ["workload=bilstm_imdb", f"+experiment={preset}"])
+        assert cfg.model.name == "bilstm"
+        with pytest.raises(ConfigCompositionException, match="Multiple values for workload"):
+            compose_point(CONF, ["+workload=vgg_cifar10", f"+experiment={preset}"])  # the issue's shape
+
+
+@pytest.mark.parametrize("command", sorted({c for s in STUDIES for c in studies.commands(s)
+                                            if studies.parse(c).multirun and studies.parse(c).module == "xbench"
+                                            and "cpu_capability" not in c}))
+def test_no_sweep_point_repeats_another(command):
+    assert distinct_points(CONF, studies.parse(command).overrides) == []
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_no_preset_sweep_repeats_a_point(preset):
+    assert distinct_points(CONF, [f"+experiment={preset}"]) == []
+
+
+def test_distinct_points_catches_the_old_cpu_vs_gpu(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "old_cpu_vs_gpu.yaml").write_text(
+        "# @package _global_\n# The issue's shape: the preset overrides the model the swept +workload chose.\n"
+        "defaults:\n  - override /model: mlp\n  - override /data: synthetic_mnist\n"
+        "experiment: old_cpu_vs_gpu\ndata:\n  batch_size: 128\nhydra:\n  sweeper:\n    params:\n"
+        "      +workload: mlp_mnist,cnn_mnist,vgg_cifar10\n      bench.threads: 1,2\n")
+    problems = distinct_points(conf, ["+experiment=old_cpu_vs_gpu"])
+    assert len(problems) == 4  # cnn and vgg repeat mlp, at each thread count
+    assert "+workload=cnn_mnist changes nothing" in problems[0]
+
+
+@pytest.mark.slow
+def test_the_sweep_callback_stops_a_repeating_multirun_before_any_run(tmp_path):
+    store = tmp_path / "results"
+    p = subprocess.run([sys.executable, "-m", "xbench", "-m", "+experiment=digits_to_target", "platform=cpu,cpu",
+                        "+hydra.callbacks.distinct_sweep._target_=xbench.studies.sweep.DistinctSweep",
+                        f"store.root={store}", "logger=none"], cwd=REPO, env=cli_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode != 0
+    assert p.returncode == 2 and "the sweep lists the same values twice" in p.stderr, p.stderr[-2000:]
+    assert records(store) == []
+
+
+# ---------- published figures ----------
+
+def test_published_figures_have_value_unit_conditions_source_and_date():
+    assert studies.published_problems() == []
+    by = {(r["study"], r["figure"]): r["value"] for r in studies.published_rows()}
+    assert by[("tpu_vs_gpu", "tpu_throughput")] == 2796 and by[("tpu_vs_gpu", "gpu_throughput")] == 2839
+    assert (by[("tpu_vs_gpu", "cost_to_757")], by[("tpu_vs_gpu", "cost_to_764")]) == (55, 73)
+    assert by[("tpu_vs_gpu", "reserved_images_per_dollar")] == 375
+    assert by[("xla_speedup", "xla_bert_speedup")] == 7 and by[("xla_speedup", "bert_3m_cost")] == 32
+    assert by[("pod_scaling", "near_linear_scaling")] == 256 and by[("pod_scaling", "pod_vs_v100")] == 200
+    for s in FIVE:
+        assert studies.published_rows(s["id"]), f"{s['id']} has no published figure"
+    assert "total cost of the 4-epoch training" in " ".join(studies.get("gpu_clouds")["not_recovered"])
+
+
+def test_studies_package_needs_no_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from xbench import studies; from xbench.studies import sweep\n"
+            "assert studies.published_rows('tpu_vs_gpu')\n"
+            "assert sweep.expand(sys.argv[1], ['+experiment=cpu_vs_gpu'])\n"
+            "import runpy; sys.argv = ['x', 'gpu_clouds']; runpy.run_module('xbench.studies', run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code, str(CONF)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert studies.get("gpu_clouds")["small"]["command"] in p.stdout
+
+
+# ---------- what other code must do (xfail until it does) ----------
+
+def _cfg(command: str):
+    return OmegaConf.to_object(_points(command)[0][1])
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the CLI does not yet run xbench.studies.sweep.DistinctSweep on every multirun")
+def test_the_cli_refuses_a_repeating_sweep_by_default(tmp_path):
+    store = tmp_path / "results"
+    p = subprocess.run([sys.executable, "-m", "xbench", "-m", "+experiment=digits_to_target", "platform=cpu,cpu",
+                        f"store.root={store}", "logger=none", "bench.steps=2", "goal.max_epochs=1"], cwd=REPO,
+                       env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "changes nothing" in p.stderr + p.stdout and records(store) == []
+
+
+@pytest.mark.xfail(strict=True, reason="compat's refusal of a preset that cannot run here does not yet add the "
+                                       "command that runs it here (xbench.studies.run_here_hint)")
+def test_a_preset_refused_here_says_what_runs_here(monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    here = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version="2.9.0")
+    for study_id, which in (("resnet50_tpu", "tpu_v3_8"), ("tpu_vs_gpu", "gpu_synthetic")):
+        reasons = compat.check(_cfg(_entry(study_id, which)["command"]), here)
+        hint = studies.run_here_hint(study_id)
+        assert reasons and any(hint in r for r in reasons), reasons
+
+
+@pytest.mark.xfail(strict=True, reason="launch.xla.xla_env does not give PJRT CUDA the GPU count (GPU_NUM_DEVICES)")
+def test_xla_spmd_on_pjrt_cuda_spans_world_size_gpus(monkeypatch):
+    from xbench.launch.xla import xla_env
+
+    monkeypatch.setenv("PJRT_DEVICE", "CUDA")
+    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_gpus")["command"])
+               if c.parallel.name == "xla_spmd")
+    assert xla_env(cfg).get("GPU_NUM_DEVICES") == "8"
+
+
+@pytest.mark.xfail(strict=True, reason="an XLA run on a CUDA platform without PJRT_DEVICE=CUDA silently runs on "
+                                       "PJRT CPU while billing the GPUs; compat should refuse or xla_env pick CUDA")
+def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
+    from xbench.launch.xla import xla_env
+
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_gpus")["command"])
+               if c.parallel.name == "xla_spmd")
+    facts = HostFacts(**studies.simulated_host(load_platform("aws_p4d_24xlarge")))
+    assert compat.check(cfg, facts) or xla_env(cfg)["PJRT_DEVICE"] == "CUDA"
+
+
+@pytest.mark.xfail(strict=True, reason="the SPMD mesh spans every device PJRT gives; a world_size other than the "
+                                       "platform's device_count is neither refused nor honoured")
+def test_an_spmd_world_size_other_than_the_slice_is_refused(monkeypatch):
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    cfg = compose_point(CONF, ["+experiment=pod_scaling", "workload=resnet50_imagenet_synthetic", "platform=tpu_v2_32",
+                               "parallel=xla_spmd", "parallel.world_size=8", "precision=bf16"])
+    facts = HostFacts(**studies.simulated_host(load_platform("tpu_v2_32")))
+    assert any("world_size" in r for r in compat.check(OmegaConf.to_object(cfg), facts))
+
+
+def _report_of_small_runs(tmp_path, study_id: str, throughputs: list[float]) -> str:
+    """report.md drawn from fake ok records of the study's small points (throughputs in point order)."""
+    from xbench.records.record import RunRecord
+    from xbench.records.store import write_record
+    from xbench.report.__main__ import main
+
+    for i, ((_, cfg), tp) in enumerate(zip(_points(studies.get(study_id)["small"]["command"]), throughputs)):
+        rec = RunRecord(run_id=f"r{i}", experiment=study_id, config=OmegaConf.to_container(cfg, resolve=True))
+        rec.measurements = {"throughput_samples_per_s": tp}
+        rec.finish("ok")
+        write_record(tmp_path / "results", rec)
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "results"), "--out", str(out), "--format", "md", "--no-progress"]) == 0
+    return (out / "report.md").read_text()
+
+
+@pytest.mark.xfail(strict=True, reason="the report does not yet draw the studies' published figures "
+                                       "(xbench.studies.published_rows)")
+def test_the_report_shows_the_published_figures(tmp_path):
+    assert "2796" in _report_of_small_runs(tmp_path, "tpu_vs_gpu", [10.0]).replace(",", "")
+
+
+@pytest.mark.xfail(strict=True, reason="the report's scaling table groups runs by platform name, but in the pod "
+                                       "study each device count is its own platform (slice); group by accelerator")
+def test_the_report_scales_over_platforms_of_one_family(tmp_path):
+    md = _report_of_small_runs(tmp_path, "pod_scaling", [10.0, 19.0])
+    assert "**table scaling**" not in md  # not among "Not drawn"

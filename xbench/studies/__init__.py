@@ -1,0 +1,281 @@
+"""The studies xbench reruns, as data: `studies.yaml` beside this file (no torch, no Hydra needed to read it).
+
+Each entry is one experiment preset: its study, the small command that runs here, the full-scale commands
+(each with the platform it runs on and the facts it must compose to), the report commands, and the
+published figures. `facts(config)` says what a composed config runs (model, data, batch per device and
+global, devices used and billed, precision, runtime, price, ...), from the resolved config alone; the
+tests compose every command and compare. `python -m xbench.studies` prints the commands.
+
+    from xbench import studies
+    studies.get("tpu_vs_gpu")["full_scale"][0]["command"]
+    studies.published_rows("tpu_vs_gpu")     # the published figures as rows (value, unit, conditions, source, date)
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST = Path(__file__).with_name("studies.yaml")
+PUBLISHED_FIELDS = ("value", "unit", "conditions", "source", "date")
+DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
+# Cores (PJRT devices) per chip: TPU v2 and v3 have two TensorCores a chip, v4 and newer one (megacore).
+CORES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
+# What `facts` reports; `expect` in studies.yaml may name any of these.
+FACTS = ("model", "lstm_impl", "data", "image_size", "seq_len", "augment", "dataset_size", "batch_size_per_device",
+         "global_batch", "devices", "devices_used", "devices_billed", "billed_unit", "threads", "precision", "runtime",
+         "pjrt_device", "parallel", "platform", "price_per_hour", "currency", "pricing_model", "bench_mode",
+         "epochs", "target", "projection_epochs", "cpu_capability")
+
+
+@functools.lru_cache(maxsize=1)
+def _manifest() -> dict:
+    import yaml
+
+    return yaml.safe_load(MANIFEST.read_text())
+
+
+def all_studies() -> list[dict]:
+    """Every entry of studies.yaml (the five studies, then the presets that are not studies)."""
+    return _manifest()["studies"]
+
+
+def get(study_id: str) -> dict:
+    for s in all_studies():
+        if s["id"] == study_id:
+            return s
+    raise KeyError(f"no study {study_id!r} in {MANIFEST.name}; known: {', '.join(s['id'] for s in all_studies())}")
+
+
+def by_preset(preset: str) -> dict | None:
+    return next((s for s in all_studies() if s["preset"] == preset), None)
+
+
+def commands(study: dict) -> list[str]:
+    """Every command the study names: small, full scale, reports."""
+    return [study["small"]["command"], *(c["command"] for c in study["full_scale"]),
+            study["report"]["small"], study["report"]["full"]]
+
+
+@dataclass
+class Command:
+    """`[ENV=value ...] python -m xbench [-m] override ...`, parsed."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    module: str = "xbench"
+    multirun: bool = False
+    overrides: list[str] = field(default_factory=list)
+
+
+def parse(command: str) -> Command:
+    words = shlex.split(command)
+    env = {}
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    if words[:2] != ["python", "-m"] or len(words) < 3:
+        raise ValueError(f"not a `python -m MODULE ...` command: {command!r}")
+    out = Command(env=env, module=words[2])
+    for w in words[3:]:
+        if w in ("-m", "--multirun"):
+            out.multirun = True
+        else:
+            out.overrides.append(w)
+    return out
+
+
+def cores_per_chip(accelerator: str | None) -> int:
+    return CORES_PER_CHIP.get(accelerator or "", 1)
+
+
+def devices_used(cfg: dict) -> int:
+    """Devices the run drives: 1 for `single`, else parallel.world_size (ranks, GPUs or XLA devices)."""
+    par = cfg["parallel"]
+    return 1 if par["name"] == "single" else int(par["world_size"])
+
+
+def usage(cfg: dict) -> tuple[int | None, int | None, str]:
+    """(used, billed, unit). A CPU instance is billed per vCPU and used by ranks x threads (threads unset: the
+    ranks share every core, as the launchers divide them); an accelerator platform by devices (TPU cores, GPUs)."""
+    p = cfg["platform"]
+    if p.get("device") == "cpu":
+        vcpus, threads = p.get("cpu_vcpus"), cfg["bench"].get("threads")
+        return (devices_used(cfg) * threads if threads else vcpus), vcpus, "vCPU"
+    return devices_used(cfg), p.get("device_count"), "device"
+
+
+def facts(cfg: dict, env: dict | None = None) -> dict:
+    """What a resolved config (a plain dict: OmegaConf.to_container(cfg, resolve=True)) runs.
+
+    `env` is the command's environment (PJRT_DEVICE): XLA runs on PJRT TPU for an XLA platform, on CPU
+    otherwise, unless PJRT_DEVICE says (as runtimes.default_pjrt_device does on the simulated host).
+    """
+    from xbench.metrics import cost
+
+    env = env or {}
+    p, d, b, g = cfg["platform"], cfg["data"], cfg["bench"], cfg.get("goal") or {}
+    used, billed, unit = usage(cfg)
+    devices = devices_used(cfg)
+    xla = cfg["runtime"]["name"].startswith("xla")
+    image = d.get("modality") == "image"
+    to_target = b.get("mode") == "train_to_target"
+    return {
+        "model": cfg["model"]["name"],
+        "lstm_impl": (cfg["model"].get("options") or {}).get("lstm_impl"),
+        "data": d["name"],
+        "image_size": d.get("image_size") if image else None,
+        "seq_len": d.get("seq_len") if d.get("modality") == "tokens" else None,
+        "augment": bool(d.get("augment")),
+        "dataset_size": d.get("dataset_size"),
+        "batch_size_per_device": d["batch_size"],
+        "global_batch": d["batch_size"] * devices,
+        "devices": devices,
+        "devices_used": used,
+        "devices_billed": billed,
+        "billed_unit": unit,
+        "threads": b.get("threads"),
+        "precision": cfg["precision"]["name"],
+        "runtime": cfg["runtime"]["name"],
+        "pjrt_device": (env.get("PJRT_DEVICE") or ("TPU" if p.get("device") == "xla" else "CPU")) if xla else None,
+        "parallel": cfg["parallel"]["name"],
+        "platform": p["name"],
+        "price_per_hour": cost.price_per_hour(p),
+        "currency": cost.currency(p),
+        "pricing_model": p.get("pricing_model"),
+        "bench_mode": b.get("mode"),
+        "epochs": g.get("max_epochs") if to_target else None,
+        "target": g.get("target") if to_target else None,
+        "projection_epochs": g.get("projection_epochs"),
+        "cpu_capability": b.get("cpu_capability"),
+    }
+
+
+def mismatches(got: list[dict], expect: dict) -> list[str]:
+    """Where the sweep's points differ from `expect`: a list value is the set of values over the points,
+    a scalar is every point's value (numbers to 1e-3 relative)."""
+    out = []
+    for key, want in expect.items():
+        if key not in FACTS:
+            out.append(f"expect names {key!r}, which facts() does not give; known: {', '.join(FACTS)}")
+            continue
+        values = [f[key] for f in got]
+        if isinstance(want, list):
+            seen = sorted({_norm(v) for v in values}, key=str)
+            if seen != sorted({_norm(v) for v in want}, key=str):
+                out.append(f"{key}: the points have {seen}, expected {want}")
+        elif any(_norm(v) != _norm(want) for v in values):
+            out.append(f"{key}: the points have {sorted({_norm(v) for v in values}, key=str)}, expected {want}")
+    return out
+
+
+def _norm(v):
+    return round(float(v), 4) if isinstance(v, float) else v
+
+
+def platform_problems(p: dict) -> list[str]:
+    """Does the platform's price bill exactly the devices it declares? Per-chip prices x cores per chip
+    = device_count; per-vCPU prices = cpu_vcpus; a priced accelerator says how many devices it has."""
+    out, name = [], p.get("name")
+    for c in p.get("price") or []:
+        if c.get("per") == "chip" and p.get("device_count") != int(c.get("count", 1)) * cores_per_chip(p.get("accelerator")):
+            out.append(f"platform {name}: component {c.get('name')} bills {c.get('count', 1)} chips "
+                       f"(x {cores_per_chip(p.get('accelerator'))} cores), but device_count is {p.get('device_count')}")
+        if c.get("per") == "vcpu" and p.get("cpu_vcpus") != int(c.get("count", 1)):
+            out.append(f"platform {name}: component {c.get('name')} bills {c.get('count', 1)} vCPUs, "
+                       f"but cpu_vcpus is {p.get('cpu_vcpus')}")
+    if p.get("price") and p.get("device") in ("cuda", "xla") and not p.get("device_count"):
+        out.append(f"platform {name}: priced {p.get('device')} platform without device_count")
+    if p.get("price") and p.get("device") == "cpu" and not p.get("cpu_vcpus"):
+        out.append(f"platform {name}: priced CPU platform without cpu_vcpus")
+    return out
+
+
+def simulated_host(p: dict) -> dict:
+    """Keyword arguments for xbench.platforms.detect.HostFacts describing a machine of platform `p`: its
+    GPUs by name, its TPU chips, its vCPUs (torch-xla and Accelerate installed)."""
+    n = p.get("device_count") or 1
+    acc = p.get("accelerator") or ""
+    out = {"torch_xla": True, "accelerate": True, "torch_version": "2.9.0", "logical_cores": p.get("cpu_vcpus") or 2,
+           "cuda_devices": [], "tpu_chips": 0}
+    if p.get("device") == "cuda":
+        out["cuda_devices"] = [f"NVIDIA {acc or 'GPU'}"] * n
+    if p.get("device") == "xla" and "tpu" in acc.lower():
+        out["tpu_chips"] = max(1, n // cores_per_chip(acc))
+    return out
+
+
+def published_rows(study_id: str | None = None) -> list[dict]:
+    """The published figures as rows: study, number, figure id, what, value, unit, conditions, source, date,
+    note. All studies when `study_id` is None."""
+    rows = []
+    for s in all_studies():
+        if study_id is not None and s["id"] != study_id:
+            continue
+        for f in s.get("published") or []:
+            rows.append({"study": s["id"], "study_number": s.get("study"), "figure": f["id"], "what": f.get("what"),
+                         **{k: f.get(k) for k in PUBLISHED_FIELDS}, "note": f.get("note")})
+    return rows
+
+
+def published_problems() -> list[str]:
+    """Entries lacking value, unit, conditions, source or date (a date is YYYY, YYYY-MM or YYYY-MM-DD)."""
+    out = []
+    for r in published_rows():
+        label = f"{r['study']}/{r['figure']}"
+        out += [f"{label}: no {k}" for k in PUBLISHED_FIELDS if r.get(k) in (None, "")]
+        if r.get("date") and not DATE.match(str(r["date"])):
+            out.append(f"{label}: date {r['date']!r} is not YYYY[-MM[-DD]]")
+    return out
+
+
+def run_here_hint(experiment: str | None) -> str | None:
+    """What to run here instead, for a preset refused on this machine (compat appends it)."""
+    s = by_preset(experiment) if experiment else None
+    if s is None:
+        return None
+    return f"to run this preset here, small: {s['small']['command']} (docs/studies.md)"
+
+
+# ---------- the text the preset headers and docs/studies.md carry ----------
+
+def header_lines(study: dict) -> list[str]:
+    """The comment block of conf/experiment/<preset>.yaml after `# @package _global_`."""
+    title = (f"Study {study['study']} ({study['year']}): {study['title']}." if study.get("study")
+             else f"{study['title']}.")
+    out = [f"# {title}",
+           f"# Axis: {study['axis']}.",
+           f"# Small, here ({study['small']['what']}):",
+           f"#   {study['small']['command']}",
+           "# Full scale, one command per machine (XBENCH_DATA=/data for real data sets):"]
+    for c in study["full_scale"]:
+        pending = f" [pending: {c['pending']['needs']}]" if c.get("pending") else ""
+        out += [f"#   {c['what']}{pending}:", f"#     {c['command']}"]
+    out += [f"# Report (small): {study['report']['small']}",
+            f"# Report (full):  {study['report']['full']}",
+            f"# From xbench/studies/studies.yaml (python -m xbench.studies {study['id']}); docs/studies.md."]
+    return out
+
+
+def docs_section(study: dict) -> str:
+    title = (f"Study {study['study']} ({study['year']}): {study['title']}" if study.get("study")
+             else study["title"])
+    lines = [f"### {title}", "", f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
+             f"Small, here ({study['small']['what']}):", "", "```", study["small"]["command"], "```", "",
+             "Full scale, one command per machine:", ""]
+    for c in study["full_scale"]:
+        pending = f" *Pending: {c['pending']['needs']}.*" if c.get("pending") else ""
+        lines += [f"- {c['what']} (`{c['platform']}`).{pending}", "", "  ```", f"  {c['command']}", "  ```", ""]
+    lines += ["Reports:", "", "```", study["report"]["small"], study["report"]["full"], "```", ""]
+    rows = study.get("published") or []
+    if rows:
+        lines += ["Published figures (`xbench.studies.published_rows`):", "",
+                  "| figure | value | unit | conditions | source | date |", "|---|---|---|---|---|---|"]
+        lines += [f"| {f['what']} | {f['value']} | {f['unit']} | {f['conditions']} | {f['source']} | {f['date']} |"
+                  for f in rows]
+        lines.append("")
+    if study.get("not_recovered"):
+        lines += ["Not recovered: " + "; ".join(study["not_recovered"]) + ".", ""]
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""`python -m xbench.studies [ID ...] [--published] [--print small|report] [--write]`: the studies' commands
+(no torch).
+
+Without arguments: every study's small, full-scale and report commands. `--published`: the published figures
+as rows. `--print`: the small (or its report) command alone, as scripts/study_walkthrough.sh runs it. `--write` (maintainers): rewrite the command blocks of conf/experiment/<preset>.yaml and
+docs/studies.md from xbench/studies/studies.yaml (tests/test_studies.py checks they match).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from xbench import studies
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _print(study: dict) -> None:
+    print("\n".join(line[2:] if line.startswith("# ") else line[1:] for line in studies.header_lines(study)))
+    print()
+
+
+def write_header(path: Path, study: dict) -> bool:
+    """Replace the comment block after `# @package _global_` with the study's header; True if changed."""
+    lines = path.read_text().splitlines()
+    body = [i for i, line in enumerate(lines) if i > 0 and not line.startswith("#")]
+    new = [lines[0], *studies.header_lines(study), *lines[body[0]:]] if body else lines
+    text = "\n".join(new) + "\n"
+    if text == path.read_text():
+        return False
+    path.write_text(text)
+    return True
+
+
+def write_docs(path: Path) -> bool:
+    """Fill each `<!-- study:ID -->` ... `<!-- /study:ID -->` block of docs/studies.md."""
+    text = path.read_text()
+    for s in studies.all_studies():
+        pattern = re.compile(rf"(<!-- study:{s['id']} -->\n).*?(<!-- /study:{s['id']} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"{path}: no <!-- study:{s['id']} --> block")
+        text = pattern.sub(lambda m, s=s: m.group(1) + studies.docs_section(s) + m.group(2), text)
+    if text == path.read_text():
+        return False
+    path.write_text(text)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xbench.studies", description=__doc__.splitlines()[0])
+    p.add_argument("ids", nargs="*", help="study ids (default: all)")
+    p.add_argument("--published", action="store_true", help="the published figures, one row a line")
+    p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
+    p.add_argument("--print", dest="which", choices=("small", "report"),
+                   help="only the small command, or the small report command, one line per study (scripts)")
+    args = p.parse_args(argv)
+    chosen = [studies.get(i) for i in args.ids] if args.ids else studies.all_studies()
+    if args.write:
+        for s in studies.all_studies():
+            path = REPO / "conf" / "experiment" / f"{s['preset']}.yaml"
+            if write_header(path, s):
+                print(f"wrote {path}")
+        if write_docs(REPO / "docs" / "studies.md"):
+            print(f"wrote {REPO / 'docs' / 'studies.md'}")
+        return 0
+    if args.which:
+        for s in chosen:
+            print(s["small"]["command"] if args.which == "small" else s["report"]["small"])
+        return 0
+    if args.published:
+        for s in chosen:
+            for r in studies.published_rows(s["id"]):
+                print(f"{r['study']}/{r['figure']}: {r['value']} {r['unit']} ({r['conditions']}; {r['source']}, {r['date']})")
+        return 0
+    for s in chosen:
+        _print(s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
