@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xbench.metrics import cost
+
 MANIFEST = Path(__file__).with_name("studies.yaml")
 PUBLISHED_FIELDS = ("value", "unit", "conditions", "source", "date")
 DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
@@ -113,8 +115,6 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
     `env` is the command's environment (PJRT_DEVICE): XLA runs on PJRT TPU for an XLA platform, on CPU
     otherwise, unless PJRT_DEVICE says (as runtimes.default_pjrt_device does on the simulated host).
     """
-    from xbench.metrics import cost
-
     env = env or {}
     p, d, b, g = cfg["platform"], cfg["data"], cfg["bench"], cfg.get("goal") or {}
     used, billed, unit = usage(cfg)
