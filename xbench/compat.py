@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench import launch, models, modes, parallel, runtimes
+from xbench import launch, models, modes, parallel, runtimes, studies
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.metrics import cost
@@ -187,6 +187,9 @@ def platform_is_here(cfg, facts):
                        f"{', '.join(seen) or 'no accelerator (CPU only)'}; use platform=local to describe it")
     if p.device_count is not None and p.device == "cuda" and p.device_count > facts.cuda_count:
         out.append(f"platform {p.name!r} declares {p.device_count} GPUs, {facts.cuda_count} are visible")
+    hint = studies.run_here_hint(cfg.experiment) if out else None
+    if hint:  # a study preset refused here: say what runs here instead
+        out[-1] += f"; {hint}"
     return out
 
 

@@ -202,6 +202,7 @@ def simulated_host(p: dict) -> dict:
            "cuda_devices": [], "tpu_chips": 0}
     if p.get("device") == "cuda":
         out["cuda_devices"] = [f"NVIDIA {acc or 'GPU'}"] * n
+        out["torch_xla_cuda_plugin"] = True  # a GPU host set up for XLA too (study 4 runs both)
     if p.get("device") == "xla" and "tpu" in acc.lower():
         out["tpu_chips"] = max(1, n // cores_per_chip(acc))
     return out
