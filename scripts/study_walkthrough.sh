@@ -13,15 +13,18 @@ LOGGER=${LOGGER:-none}
 if [ "$#" -eq 0 ]; then set -- tpu_vs_gpu cpu_vs_gpu gpu_clouds xla_speedup pod_scaling; fi
 
 for STUDY in "$@"; do
-  read -ra SMALL <<< "$($PY -m xbench.studies --print small "$STUDY")"
+  mapfile -t SMALLS < <($PY -m xbench.studies --print small "$STUDY")  # the small command, then its `also`
   read -ra REPORT <<< "$($PY -m xbench.studies --print report "$STUDY")"
-  RUN=("$PY" "${SMALL[@]:1}" "store.root=$STORE" "logger=$LOGGER" "logger.progress=false")
   DRAW=("$PY")
   for w in "${REPORT[@]:1}"; do  # the report reads this store and writes under $OUT
     case "$w" in results) DRAW+=("$STORE") ;; report/*) DRAW+=("$OUT/${w#report/}") ;; *) DRAW+=("$w") ;; esac
   done
-  echo "==> $STUDY 1/2 the sweep: ${RUN[*]}"
-  "${RUN[@]}"
+  for SMALL_LINE in "${SMALLS[@]}"; do
+    read -ra SMALL <<< "$SMALL_LINE"
+    RUN=("$PY" "${SMALL[@]:1}" "store.root=$STORE" "logger=$LOGGER" "logger.progress=false")
+    echo "==> $STUDY 1/2 the sweep: ${RUN[*]}"
+    "${RUN[@]}"
+  done
   echo "==> $STUDY 2/2 the report: ${DRAW[*]}"
   "${DRAW[@]}" --no-progress
   echo "==> open ${DRAW[-1]}/report.html"

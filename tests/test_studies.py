@@ -21,7 +21,8 @@ from xbench.studies.sweep import compose_point, distinct_points, expand
 
 STUDIES = studies.all_studies()
 FIVE = [s for s in STUDIES if s.get("study")]
-COMMANDS = [pytest.param(s["id"], "small", id=f"{s['id']}-small") for s in STUDIES] + [
+COMMANDS = [pytest.param(s["id"], e["id"], id=f"{s['id']}-{e['id']}") for s in STUDIES
+            for e in studies.small_entries(s)] + [
     pytest.param(s["id"], c["id"], id=f"{s['id']}-{c['id']}",
                  marks=[pytest.mark.xfail(strict=True, reason=c["pending"]["needs"])]
                  if c.get("pending", {}).get("stage") == "compose" else [])
@@ -52,7 +53,7 @@ def data_root(tmp_path_factory):
 
 def _entry(study_id: str, which: str) -> dict:
     s = studies.get(study_id)
-    return s["small"] if which == "small" else next(c for c in s["full_scale"] if c["id"] == which)
+    return next(c for c in (*studies.small_entries(s), *s["full_scale"]) if c["id"] == which)
 
 
 @functools.cache
@@ -104,7 +105,7 @@ def test_command_composes_to_the_study(study_id, which):
         assert f["devices_used"] == f["devices_billed"] is not None, (
             f"{' '.join(job)}: drives {f['devices_used']} {f['billed_unit']}s, billed for {f['devices_billed']}")
         assert f["price_per_hour"], f"{' '.join(job)}: unpriced (every study command carries a price)"
-    if which != "small":
+    if which not in {e["id"] for e in studies.small_entries(studies.get(study_id))}:
         assert {f["platform"] for f in got} == {entry["platform"]}
 
 
@@ -125,8 +126,9 @@ def test_full_scale_command_passes_compat_on_its_platform(study_id, which, monke
 def test_small_command_passes_compat_here(study_id, monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     here = host_facts()
-    for job, cfg in _points(studies.get(study_id)["small"]["command"]):
-        assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
+    for command in studies.small_commands(studies.get(study_id)):
+        for job, cfg in _points(command):
+            assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
 
 
 def test_every_platform_bills_exactly_the_devices_it_declares():

@@ -206,6 +206,27 @@ def precision_fits_device(cfg, facts):
     return []
 
 
+CPU_CAPABILITIES = ("default", "avx2", "avx512")  # ATEN_CPU_CAPABILITY values on x86
+
+
+@rule
+def cpu_capability_fits(cfg, facts):
+    """ATen's CPU kernels are chosen when torch starts: xbench must start the processes, on the CPU."""
+    cap = cfg.bench.cpu_capability
+    if cap is None:
+        return []
+    if cap not in CPU_CAPABILITIES:
+        return [f"bench.cpu_capability={cap!r} is unknown; allowed: null (the best this CPU has), "
+                f"{', '.join(CPU_CAPABILITIES)}"]
+    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    if dev != "cpu":
+        return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
+    if launch.under_torchrun():
+        return [f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads it at start); "
+                "run python -m xbench without the torchrun command"]
+    return []
+
+
 @rule
 def threads_in_range(cfg, facts):
     t = cfg.bench.threads

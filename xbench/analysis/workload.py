@@ -23,12 +23,13 @@ from __future__ import annotations
 
 WORK = ("model", "model_options", "data", "data_shape")
 RUNTIME = ("runtime", "runtime_options")
-WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
+WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision", "cpu_capability",
             "batch_size_per_device")
 PLACEMENT = ("parallel", "devices", "threads")
 # In the order tables show them (and sort rows by).
 CONFIGURATION = ("experiment", "model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
-                 "parallel", "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
+                 "cpu_capability", "parallel", "pricing_model", "batch_size_per_device", "global_batch_size", "devices",
+                 "threads")
 # Detail columns: implied by the name in the usual case, so a caption leaves them out when constant.
 DETAILS = ("model_options", "data_shape", "runtime_options")
 

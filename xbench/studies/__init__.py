@@ -58,8 +58,17 @@ def by_preset(preset: str) -> dict | None:
 
 def commands(study: dict) -> list[str]:
     """Every command the study names: small, full scale, reports."""
-    return [study["small"]["command"], *(c["command"] for c in study["full_scale"]),
+    return [*small_commands(study), *(c["command"] for c in study["full_scale"]),
             study["report"]["small"], study["report"]["full"]]
+
+
+def small_entries(study: dict) -> list[dict]:
+    """The small command, then the ones that complete it here (`small.also`), each {id, what, command, expect}."""
+    return [{"id": "small", **study["small"]}, *(study["small"].get("also") or [])]
+
+
+def small_commands(study: dict) -> list[str]:
+    return [e["command"] for e in small_entries(study)]
 
 
 @dataclass
@@ -250,6 +259,7 @@ def header_lines(study: dict) -> list[str]:
            f"# Axis: {study['axis']}.",
            f"# Small, here ({study['small']['what']}):",
            f"#   {study['small']['command']}",
+           *(line for e in study["small"].get("also") or [] for line in (f"#   and {e['what']}:", f"#     {e['command']}")),
            "# Full scale, one command per machine (XBENCH_DATA=/data for real data sets):"]
     for c in study["full_scale"]:
         pending = f" [pending: {c['pending']['needs']}]" if c.get("pending") else ""
@@ -265,6 +275,8 @@ def docs_section(study: dict) -> str:
              else study["title"])
     lines = [f"### {title}", "", f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
              f"Small, here ({study['small']['what']}):", "", "```", study["small"]["command"], "```", "",
+             *(line for e in study["small"].get("also") or []
+               for line in (f"and {e['what']}:", "", "```", e["command"], "```", "")),
              "Full scale, one command per machine:", ""]
     for c in study["full_scale"]:
         pending = f" *Pending: {c['pending']['needs']}.*" if c.get("pending") else ""

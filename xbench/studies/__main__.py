@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--published", action="store_true", help="the published figures, one row a line")
     p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
     p.add_argument("--print", dest="which", choices=("small", "report"),
-                   help="only the small command, or the small report command, one line per study (scripts)")
+                   help="only the small commands (one a line), or the small report command (scripts)")
     args = p.parse_args(argv)
     chosen = [studies.get(i) for i in args.ids] if args.ids else studies.all_studies()
     if args.write:
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
         return 0
     if args.which:
         for s in chosen:
-            print(s["small"]["command"] if args.which == "small" else s["report"]["small"])
+            print("\n".join(studies.small_commands(s)) if args.which == "small" else s["report"]["small"])
         return 0
     if args.published:
         for s in chosen:
