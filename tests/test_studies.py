@@ -305,14 +305,39 @@ def _report_of_small_runs(tmp_path, study_id: str, throughputs: list[float]) -> 
     return (out / "report.md").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="the report does not yet draw the studies' published figures "
-                                       "(xbench.studies.published_rows)")
 def test_the_report_shows_the_published_figures(tmp_path):
     assert "2796" in _report_of_small_runs(tmp_path, "tpu_vs_gpu", [10.0]).replace(",", "")
 
 
-@pytest.mark.xfail(strict=True, reason="the report's scaling table groups runs by platform name, but in the pod "
-                                       "study each device count is its own platform (slice); group by accelerator")
 def test_the_report_scales_over_platforms_of_one_family(tmp_path):
     md = _report_of_small_runs(tmp_path, "pod_scaling", [10.0, 19.0])
     assert "**table scaling**" not in md  # not among "Not drawn"
+
+
+def test_published_figures_are_drawn_beside_matching_runs_and_never_mixed_into_them(tmp_path):
+    """Runs under a published figure's conditions: the published table holds their median beside the figure,
+    the plot is drawn, and no measured statistic counts the published value."""
+    from xbench.analysis.frame import load
+    from xbench.analysis.published import published_beside_measured
+    from xbench.records.record import RunRecord
+    from xbench.records.store import write_record
+    from xbench.report.__main__ import main
+
+    sides = (("tpu_v2_8", ["parallel=xla_spmd", "parallel.world_size=8", "precision=bf16", "data.batch_size=128"], 8),
+             ("aws_p3_8xlarge", ["parallel=ddp", "parallel.world_size=4", "precision=amp_fp16", "data.batch_size=256"], 4))
+    for i, ((plat, extra, n), tp) in enumerate(zip(sides, (2500.0, 2700.0))):
+        cfg = compose_point(CONF, ["+experiment=tpu_vs_gpu", "workload=resnet50_imagenet_synthetic", f"platform={plat}",
+                                   *extra])
+        rec = RunRecord(run_id=f"r{i}", experiment="tpu_vs_gpu", config=OmegaConf.to_container(cfg, resolve=True))
+        rec.measurements = {"throughput_samples_per_s": tp, "devices": n, "global_batch_size": 1024}
+        rec.finish("ok")
+        write_record(tmp_path / "results", rec)
+    rows = {r["figure"]: r for r in published_beside_measured(load([tmp_path / "results"], progress=False).frame)}
+    assert rows["tpu_throughput"]["value"] == 2796 and rows["tpu_throughput"]["measured"] == 2500.0
+    assert rows["gpu_throughput"]["measured"] == 2700.0 and rows["gpu_throughput"]["measured_runs"] == 1
+    assert rows["cost_to_757"]["measured"] is None  # no train-to-target run here
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "results"), "--out", str(out), "--no-progress"]) == 0
+    assert (out / "plots" / "published.png").stat().st_size > 10_000
+    throughput_csv = (out / "tables" / "throughput.csv").read_text()
+    assert "2796" not in throughput_csv and "2,796" not in throughput_csv  # measured tables hold runs only
