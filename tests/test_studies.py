@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -341,3 +342,40 @@ def test_published_figures_are_drawn_beside_matching_runs_and_never_mixed_into_t
     assert (out / "plots" / "published.png").stat().st_size > 10_000
     throughput_csv = (out / "tables" / "throughput.csv").read_text()
     assert "2796" not in throughput_csv and "2,796" not in throughput_csv  # measured tables hold runs only
+
+
+@pytest.mark.parametrize("study_id", [s["id"] for s in FIVE])
+def test_each_small_report_draws_every_figure_kind_of_its_study(study_id, tmp_path):
+    """The report of the study's small points (records shaped as those runs leave them; the figures are
+    the real derive() of made-up throughputs) draws every table and plot its manifest promises.
+    scripts/study_walkthrough.sh checks the same on real runs (python -m xbench.studies --check-report)."""
+    from xbench.metrics.derived import derive
+    from xbench.records.record import RunRecord
+    from xbench.records.store import write_record
+    from xbench.report.__main__ import main
+
+    s = studies.get(study_id)
+    i = 0
+    for command in studies.small_commands(s):
+        for _, cfg in _points(command):
+            c = OmegaConf.to_container(cfg, resolve=True)
+            f = studies.facts(c)
+            n, batch = f["devices_used"], f["batch_size_per_device"]
+            tp = 100.0 * n * (1 + i % 3) * (1 + batch / 64)  # any positive figures: only the shapes matter here
+            step = batch * n / tp
+            m = {"devices": n, "world_size": n, "global_batch_size": batch * n, "batch_size_per_device": batch,
+                 "throughput_samples_per_s": tp, "step_time_s_median": step, "step_time_s_p10": step, "step_time_s_p90": step,
+                 "first_step_s": 3 * step, "warmup_s": 5 * step, "compiles_warmup": 2, "compiles_timed": 0,
+                 "compile_time_s": 1.0 if c["runtime"]["name"] != "eager" else None, "compute_dtype": "fp32",
+                 "flops_per_sample_train": 3e6, "window_s_total": 30 * step, "timed_steps_per_window": 30, "repeats": 1,
+                 "threads_intra": f["threads"]}
+            rec = RunRecord(run_id=f"r{i:03d}", experiment=s["preset"], config=c, measurements=m)
+            rec.derived = derive(m, c)
+            rec.finish("ok")
+            write_record(tmp_path / "results", rec)
+            i += 1
+    words = shlex.split(s["report"]["small"])[3:]  # python -m xbench.report results ... --out report/<study>
+    argv = [str(tmp_path / w) if w == "results" or w.startswith("report/") else w for w in words]
+    assert main([*argv, "--no-progress"]) == 0
+    out = tmp_path / next(w for w in words if w.startswith("report/"))
+    assert studies.missing_figures(s, out) == []

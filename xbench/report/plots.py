@@ -29,7 +29,7 @@ from xbench.analysis.workload import SCALING, WORK  # noqa: E402
 from xbench.report.rows import Context, varying_keys  # noqa: E402
 
 PLOTS: dict[str, Callable] = {}
-LINE_KEYS = ("platform", "runtime", "precision", "parallel", "pricing_model", "threads")
+LINE_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model", "threads")
 MARKERS = "osD^v<>PX*h"
 STYLE = {"axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
          "font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8, "figure.dpi": 110}
@@ -51,6 +51,9 @@ def label(keys: dict, names: list[str]) -> str:
     parts = []
     for k in names:
         v = keys.get(k)
+        if k == "cpu_capability":  # None is a setting too: the best kernels the CPU has
+            parts.append(f"{v or 'best'} CPU kernels")
+            continue
         if v is None:
             continue
         if k == "threads":
@@ -60,9 +63,11 @@ def label(keys: dict, names: list[str]) -> str:
     return " / ".join(parts) or "run"
 
 
-def _work_title(k: dict) -> str:
+def _work_title(k: dict, width: int = 60) -> str:
+    """A facet's title: the work, then its options and data shape wrapped to the facet's width."""
     details = ", ".join(v for v in (k.get("model_options"), k.get("data_shape")) if v)
-    return f"{k['model']} on {k['data']}" + (f"\n({details})" if details else "")
+    head = f"{k['model']} on {k['data']}"
+    return head + ("\n" + textwrap.fill(f"({details})", width) if details else "")
 
 
 def workloads(rows: Rows) -> list[tuple[str, Rows]]:

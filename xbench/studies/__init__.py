@@ -241,6 +241,19 @@ def published_problems() -> list[str]:
     return out
 
 
+def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
+    """The figure kinds the study's small report must show (`small.figures`: table:<name> or plot:<name>)
+    that `report_dir` (a `python -m xbench.report` output) lacks."""
+    where = {"table": ("tables", ".csv"), "plot": ("plots", ".png")}
+    out = []
+    for fig in study["small"].get("figures") or []:
+        kind, name = fig.split(":", 1)
+        folder, ext = where[kind]
+        if not (Path(report_dir) / folder / f"{name}{ext}").is_file():
+            out.append(fig)
+    return out
+
+
 def run_here_hint(experiment: str | None) -> str | None:
     """What to run here instead, for a preset refused on this machine (compat appends it)."""
     s = by_preset(experiment) if experiment else None

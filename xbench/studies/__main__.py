@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     p.add_argument("ids", nargs="*", help="study ids (default: all)")
     p.add_argument("--published", action="store_true", help="the published figures, one row a line")
     p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
+    p.add_argument("--check-report", metavar="DIR",
+                   help="exit 1 unless the report in DIR draws every figure kind the study's small command promises")
     p.add_argument("--print", dest="which", choices=("small", "report"),
                    help="only the small commands (one a line), or the small report command (scripts)")
     args = p.parse_args(argv)
@@ -66,6 +68,11 @@ def main(argv=None) -> int:
         if write_docs(REPO / "docs" / "studies.md"):
             print(f"wrote {REPO / 'docs' / 'studies.md'}")
         return 0
+    if args.check_report:
+        missing = [f"{s['id']}: {f}" for s in chosen for f in studies.missing_figures(s, args.check_report)]
+        for m in missing:
+            print(f"xbench.studies: the report in {args.check_report} lacks {m}", file=sys.stderr)
+        return 1 if missing else 0
     if args.which:
         for s in chosen:
             print("\n".join(studies.small_commands(s)) if args.which == "small" else s["report"]["small"])
