@@ -231,8 +231,8 @@ def published_table(rows: Rows, ctx: Context) -> Table:
     if not pub:
         raise NoData("no run of a study preset (the studies' published figures are shown beside their runs)")
     out = pd.DataFrame([{
-        "study": r["study"], "figure": r["what"], "published": r["value"], "unit": r["unit"],
-        "measured here": r["measured"],
+        "study": r["study"], "figure": r["what"], "published [unit]": r["value"], "unit": r["unit"],
+        "measured here [unit]": r["measured"],
         "measured as": (f"{r['measured_column']} ({r['measured_where']}; {r['measured_runs']} runs)"
                         if r["measured_column"] else "not comparable here"),
         "conditions": r["conditions"], "source": r["source"], "date": r["date"],
