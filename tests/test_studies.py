@@ -201,18 +201,6 @@ def test_distinct_points_catches_the_old_cpu_vs_gpu(tmp_path):
     assert "+workload=cnn_mnist changes nothing" in problems[0]
 
 
-@pytest.mark.slow
-def test_the_sweep_callback_stops_a_repeating_multirun_before_any_run(tmp_path):
-    store = tmp_path / "results"
-    p = subprocess.run([sys.executable, "-m", "xbench", "-m", "+experiment=digits_to_target", "platform=cpu,cpu",
-                        "+hydra.callbacks.distinct_sweep._target_=xbench.studies.sweep.DistinctSweep",
-                        f"store.root={store}", "logger=none"], cwd=REPO, env=cli_env(), capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode != 0
-    assert p.returncode == 2 and "the sweep lists the same values twice" in p.stderr, p.stderr[-2000:]
-    assert records(store) == []
-
-
 # ---------- published figures ----------
 
 def test_published_figures_have_value_unit_conditions_source_and_date():
