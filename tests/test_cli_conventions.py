@@ -86,8 +86,8 @@ def test_config_dir_adds_a_priced_platform_and_a_zoo_model(store, tmp_path):
     (mine / "platform" / "my_box.yaml").write_text(
         "name: my_box\ndevice: cpu\nprovider: home\nprice:\n  - {name: machine, amount: 0.36, unit: hour}\n")
     (mine / "model" / "my_resnet.yaml").write_text("name: torchvision/resnet18\n")  # one YAML, no xbench edit
-    p = run_cli("--config-dir", str(mine), *FAST, "platform=my_box", "model=my_resnet", "data.image_size=16",
-                "data.batch_size=2", store=store, cwd=tmp_path)
+    p = run_cli(f"--config-dir={mine}", *FAST, "platform=my_box", "model=my_resnet", "data.image_size=16",
+                "data.batch_size=2", store=store)
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     assert rec["config"]["platform"]["name"] == "my_box" and rec["config"]["model"]["name"] == "torchvision/resnet18"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -15,6 +14,7 @@ from tests.conftest import REPO, cli_env
 from xbench import __version__, extras
 from xbench.compat import xla_pair_problem
 
+tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 OPTIONAL = PYPROJECT["project"]["optional-dependencies"]
 
