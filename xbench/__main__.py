@@ -8,6 +8,7 @@ the end if any point failed; an interrupted point ends the sweep.
 
 from __future__ import annotations
 
+import platform
 import sys
 
 import hydra
@@ -16,10 +17,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from xbench import runner
-from xbench.config import config_dir, register_configs
+from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.hints import compose_hints
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
+from xbench.version import __version__
 
 _FAILED_RUNS: list[str] = []
 _STARTED = False  # a run got past composition (else a failure is Hydra's, before any record)
@@ -54,7 +56,15 @@ def main(dcfg: DictConfig) -> None:
         raise SystemExit(1)
 
 
+def version() -> str:
+    return f"xbench {__version__} (Hydra {hydra.__version__}, Python {platform.python_version()})"
+
+
 def cli() -> None:
+    if "--version" in sys.argv[1:]:  # xbench's own version (Hydra's flag would print Hydra's)
+        print(version())
+        return
+    register_model_choices(sys.argv[1:])  # model=torchvision/NAME and the like: the open zoo
     # The console is an output too: secret override values and secret environment values never reach it
     # (Hydra echoes overrides when it launches a sweep and in compose errors).
     sys.stdout = RedactingStream(sys.stdout, argv_secret_values(sys.argv))

@@ -14,12 +14,14 @@ data, the platform and its price, precision, threads) is one `@rule` function he
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench import launch, models, modes, parallel, runtimes, studies
+from xbench import extras, launch, models, modes, parallel, runtimes, studies
 from xbench.config import XBenchConfig
 from xbench.data import loaders
+from xbench.data.spec import InputSpec
 from xbench.metrics import cost
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
@@ -112,14 +114,20 @@ def model_fits_data(cfg, facts):
         entry = models.get(cfg.model.name)
     except KeyError as e:
         return [str(e.args[0])]
+    absent = extras.missing(f"model {entry.name!r}", *entry.packages)
+    if absent:
+        return [absent]
     out = []
-    unknown = sorted(set(cfg.model.options) - set(entry.option_names()))
-    if unknown:
+    options = entry.option_names()  # None for a zoo model: its probe checks them
+    unknown = sorted(set(cfg.model.options) - set(options or ()))
+    if options is not None and unknown:
         out.append(f"model {entry.name!r} has no option(s) {', '.join(unknown)}; "
-                   f"its options: {', '.join(entry.option_names()) or 'none'}")
+                   f"its options: {', '.join(options) or 'none'}")
     if cfg.data.modality not in entry.modalities:
         out.append(f"model {entry.name!r} takes {'/'.join(entry.modalities)} data, "
                    f"but data {cfg.data.name!r} is {cfg.data.modality}")
+    elif entry.probe is not None:  # a zoo model: built once on the meta device for this data
+        out += entry.probe(InputSpec.from_data(cfg.data), dict(cfg.model.options))
     if cfg.model.channels_last and cfg.data.modality != "image":
         out.append("model.channels_last applies to image models only")
     return out
@@ -235,18 +243,28 @@ def threads_in_range(cfg, facts):
     return []
 
 
-# What a missing optional package is called and how to get it.
-PACKAGES = {"torch_xla": ("torch-xla", "pip install torch-xla matching torch; other runtimes work without it"),
-            "accelerate": ("HF Accelerate", "pip install accelerate")}
-
-
 def _missing(what: str, requires: tuple[str, ...], facts: HostFacts) -> list[str]:
-    out = []
-    for pkg in requires:
-        if not getattr(facts, pkg, False):
-            name, how = PACKAGES[pkg]
-            out.append(f"{what} needs {name}, which is not installed here ({how})")
-    return out
+    """One line per absent package a runtime or strategy needs, with the `pip install 'xbench[...]'`."""
+    return [extras.message(what, pkg) for pkg in requires if not getattr(facts, pkg, False)]
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def xla_pair_problem(torch_version: str, xla_version: str | None) -> str | None:
+    """torch-xla runs only on the torch release it was built for (same major.minor): the problem, or None."""
+    if not xla_version:
+        return None
+    release = ".".join(torch_version.split("+")[0].split(".")[:2])
+    if release == ".".join(xla_version.split("+")[0].split(".")[:2]):
+        return None
+    return (f"torch-xla {xla_version} needs torch {'.'.join(xla_version.split('.')[:2])}.x, but torch here is "
+            f"{torch_version}: install a matching pair, e.g. pip install 'xbench[xla]' (torch 2.9.0 + "
+            "torch-xla 2.9.0), or use a runtime without XLA (eager, compile)")
 
 
 @rule
@@ -255,10 +273,40 @@ def plugin_rules(cfg, facts):
     out, dev = [], device_type(cfg.platform.device, cfg.runtime.name, facts)
     if cfg.runtime.name in runtimes.RUNTIMES:
         missing = _missing(f"runtime {cfg.runtime.name!r}", runtimes.requires(cfg.runtime.name), facts)
+        if not missing and "torch_xla" in runtimes.requires(cfg.runtime.name):
+            pair = xla_pair_problem(facts.torch_version, _version("torch-xla"))
+            missing = [pair] if pair else []
         out += missing or runtimes.runtime_class(cfg.runtime.name).rules(cfg, facts, dev)
     if cfg.parallel.name in parallel.STRATEGIES:
         missing = _missing(f"parallel={cfg.parallel.name}", parallel.get(cfg.parallel.name).requires, facts)
         out += missing or parallel.strategy_class(cfg.parallel.name).rules(cfg, facts, dev)
     if cfg.bench.mode in modes.MODES:
         out += modes.get(cfg.bench.mode).rules(cfg, facts)
+    return out
+
+
+PROFILERS = ("torch", "xla")
+
+
+@rule
+def profile_fits(cfg, facts):
+    """bench.profile: after a throughput run's timed windows, with the profiler of the device's runtime."""
+    kind, b = cfg.bench.profile, cfg.bench
+    if kind is None:
+        return []
+    if kind not in PROFILERS:
+        return [f"bench.profile={kind!r} is unknown; allowed: null, {', '.join(PROFILERS)}"]
+    out = []
+    if b.mode != "throughput":
+        out.append(f"bench.profile profiles steps after a throughput run's timed windows; bench.mode={b.mode} "
+                   "is not supported (use bench.mode=throughput with the same model and data)")
+    if b.profile_steps < 1:
+        out.append(f"bench.profile_steps must be a positive whole number, got {b.profile_steps}")
+    xla = device_type(cfg.platform.device, cfg.runtime.name, facts) == "xla"
+    if kind == "xla" and not xla:
+        out.append(f"bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile); runtime={cfg.runtime.name} "
+                   "takes bench.profile=torch")
+    if kind == "torch" and xla:
+        out.append("bench.profile=torch sees only the host side of an XLA step; use bench.profile=xla (metrics "
+                   "report and HLO dump)")
     return out

@@ -9,6 +9,7 @@ Units: `batch_size` is per device; times end in `_s`; prices say per what (`per:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,10 @@ class BenchConfig:
     # After SIGINT/SIGTERM, a step that has not returned within this many seconds (a hung step) is
     # abandoned: the record is written as interrupted and the process exits.
     stop_grace_s: float = 30.0
+    # A profile of `profile_steps` more steps after the timed windows (never inside them; bench/profile.py):
+    # torch (torch.profiler: Chrome trace, TensorBoard) | xla (XLA metrics report, HLO dump) | None
+    profile: str | None = None
+    profile_steps: int = 5
     # A label, not a setting: `-m bench.round=0,1,2 runtime=eager,compile` runs the modes interleaved
     # (Hydra varies the last override fastest), and the report groups the rounds into one row.
     round: int = 0
@@ -253,3 +258,19 @@ def register_configs() -> None:
     into a typed node: unknown keys and wrong types fail at compose time.
     """
     ConfigStore.instance().store(name="xbench_schema", node=XBenchConfig)
+
+
+def register_model_choices(overrides: list[str]) -> None:
+    """`model=<family>/<name>` (the open zoo: torchvision/, timm/, hf/; docs/models_and_data.md) selects
+    a model no YAML describes: store `{name: <family>/<name>}` as that option of the model group, so one
+    override replaces the whole model section (the previous model's options too). Whether the family
+    and the name exist is compat's to say, with close matches, before any device work."""
+    for override in overrides:
+        key, eq, value = override.lstrip("+~").partition("=")
+        if key != "model" or not eq:
+            continue
+        for choice in re.split(r"[,()]", value):  # a sweep: a,b or choice(a,b)
+            choice = choice.strip().strip("'\"")
+            family, slash, name = choice.partition("/")
+            if slash and family and name and not (Path(config_dir()) / "model" / f"{choice}.yaml").exists():
+                ConfigStore.instance().store(group=f"model/{family}", name=name, node={"name": choice})

@@ -9,8 +9,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from pathlib import Path
 
-from xbench.config import XBenchConfig
+from omegaconf import OmegaConf
+
+from xbench.config import XBenchConfig, config_dir
+from xbench.extras import installed, message
 
 _SCALARS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
 
@@ -70,5 +74,47 @@ def hint_for(override: str) -> str | None:
     return None
 
 
+# Groups of presets: a plain run selects none, so a preset is added (`+experiment=NAME`); a preset may
+# select a workload in its own defaults, which `workload=NAME` (no `+`) then replaces.
+PRESET_GROUPS = ("experiment", "workload")
+
+
+def _selects_workload(experiment: str) -> bool:
+    path = Path(config_dir()) / "experiment" / f"{experiment}.yaml"
+    try:
+        defaults = OmegaConf.to_container(OmegaConf.load(path)).get("defaults") or []
+    except (OSError, ValueError):
+        return False
+    return any(isinstance(d, dict) and any(str(k).lstrip("/").startswith("workload") for k in d) for d in defaults)
+
+
+def preset_hints(argv: list[str]) -> list[str]:
+    """The right form of a preset override, for this command line: `+experiment=`, and `+workload=` on a
+    plain run but `workload=` (no +) after a preset that already selects one."""
+    given = dict(a.lstrip("+").partition("=")[::2] for a in argv if "=" in a)
+    selected = _selects_workload(given["experiment"]) if "experiment" in given else False
+    out = []
+    for a in argv:
+        key, _, value = a.partition("=")
+        if key == "experiment":
+            out.append(f"presets are added, not replaced: +experiment={value}")
+        elif key == "workload" and not selected:
+            out.append(f"this run selects no workload to replace: +workload={value} adds one (workload={value} "
+                       "without + replaces the workload a preset selects, e.g. +experiment=resnet50_tpu)")
+        elif key == "+workload" and selected:
+            out.append(f"+experiment={given['experiment']} already selects a workload: workload={value} (without +) "
+                       "replaces it")
+    return out
+
+
+def plugin_hints(argv: list[str]) -> list[str]:
+    """Hydra plugins an extra brings: `hydra/launcher=slurm` without hydra-submitit-launcher."""
+    if any(a.startswith("hydra/launcher=") and "slurm" in a for a in argv) \
+            and not installed("hydra_plugins.hydra_submitit_launcher"):
+        return [message("hydra/launcher=slurm", "hydra_plugins.hydra_submitit_launcher")]
+    return []
+
+
 def compose_hints(argv: list[str]) -> list[str]:
-    return [h for h in (hint_for(a) for a in argv) if h]
+    schema = [h for h in (hint_for(a) for a in argv if a.partition("=")[0] not in PRESET_GROUPS) if h]
+    return schema + preset_hints(argv) + plugin_hints(argv)

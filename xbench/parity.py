@@ -21,7 +21,7 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
-from xbench.config import config_dir, register_configs
+from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.metrics.parity import compare_losses, tolerance
 from xbench.records.record import RunRecord
 from xbench.records.store import new_run_id
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     # The timed window alone covers the compared steps, whatever warm-up decides.
     common = [*args.overrides, f"bench.steps={args.steps}", "bench.repeats=1"]
     register_configs()
+    register_model_choices(common + _split(args.a) + _split(args.b))  # model=torchvision/NAME and the like
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfgs = {k: compose(config_name="config", overrides=common + _split(v))
                 for k, v in (("a", args.a), ("b", args.b))}

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xbench import extras
+
 
 class DataFormatError(ValueError):
     """A data set is missing or its content is not in the expected format; the message names the path
@@ -30,6 +32,7 @@ class Source:
     required: tuple[str, ...] = ()  # glob patterns below data.path that must each match (dir sources)
     path_kind: str = "dir"  # dir | file
     needs_path: bool = True
+    packages: tuple[str, ...] = ()  # optional packages it imports (xbench/extras.py says how to get them)
 
 
 @dataclass
@@ -71,7 +74,7 @@ SOURCES: dict[str, Source] = {
         "comma, quoted or not; 1,578,627 tweets); 90% train / 10% eval as the GPU-cloud study", "tokens",
         path_kind="file"),
     "digits": Source("xbench.data.digits:build", "nothing: scikit-learn ships it", "features|image",
-                     needs_path=False),
+                     needs_path=False, packages=("sklearn",)),
     "text_chars": Source(
         "xbench.data.text:text_chars",
         "one plain UTF-8 text file (e.g. nietzsche.txt); first 90% of the characters train, last 10% eval",
@@ -86,6 +89,9 @@ def names() -> list[str]:
 def missing_reasons(source: str, path: str | None) -> list[str]:
     """Why data.path cannot hold `source` (empty: it looks right). Cheap: stats and a few globs only."""
     src = SOURCES[source]
+    absent = extras.missing(f"data.source={source}", *src.packages)
+    if absent:
+        return [absent]
     if not src.needs_path:
         return []
     where = f"data.source={source} expects {src.layout}"

@@ -2,10 +2,14 @@
 
 A builder takes an `InputSpec` (shapes from the data config) plus its own keyword options, and returns
 an `nn.Module` mapping one batch's inputs to logits. `task` picks the loss (see xbench.training.step).
+
+Names with a family prefix are the open zoo (xbench/models/zoo.py): `torchvision/<name>`,
+`timm/<name>`, `hf/<architecture or model type>`, resolved when first asked for, no YAML needed.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,8 +23,14 @@ class ModelEntry:
     builder: Callable
     task: str  # classify | lm (next-token) | mlm (masked tokens)
     modalities: tuple[str, ...]  # data modalities it accepts
+    packages: tuple[str, ...] = ()  # optional packages the builder imports (compat names their extra)
+    # Zoo families: (spec, options) -> why they cannot be built, from a build on the meta device (compat).
+    probe: Callable | None = None
 
-    def option_names(self) -> list[str]:
+    def option_names(self) -> list[str] | None:
+        """The builder's keyword options; None for a zoo model (its constructor's keywords: see `probe`)."""
+        if self.probe is not None:
+            return None
         params = list(inspect.signature(self.builder).parameters.values())[1:]  # skip the InputSpec
         return [p.name for p in params]
 
@@ -28,19 +38,29 @@ class ModelEntry:
 REGISTRY: dict[str, ModelEntry] = {}
 
 
-def register(name: str, task: str = "classify", modalities: tuple[str, ...] = ("image",)):
+def register(name: str, task: str = "classify", modalities: tuple[str, ...] = ("image",),
+             packages: tuple[str, ...] = ()):
     def deco(fn):
-        REGISTRY[name] = ModelEntry(name, fn, task, modalities)
+        REGISTRY[name] = ModelEntry(name, fn, task, modalities, packages)
         return fn
 
     return deco
 
 
 def get(name: str) -> ModelEntry:
+    """The entry of a built-in model or a zoo name; KeyError (a one-line reason, with close matches or
+    the extra to install) otherwise."""
     _load_builtin()
-    if name not in REGISTRY:
-        raise KeyError(f"unknown model {name!r}; registered: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if "/" in name:
+        from xbench.models import zoo
+
+        return zoo.resolve(name)
+    near = difflib.get_close_matches(name, REGISTRY, n=3)
+    raise KeyError(f"unknown model {name!r}; " + (f"did you mean {', '.join(near)}? " if near else "")
+                   + f"registered: {', '.join(sorted(REGISTRY))}; or a zoo name: torchvision/<name>, "
+                   "timm/<name>, hf/<architecture>")
 
 
 def names() -> list[str]:

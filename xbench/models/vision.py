@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from xbench.data.spec import InputSpec
+from xbench.extras import require
 from xbench.models import register
 
 
@@ -79,22 +80,21 @@ def vgg_cifar(spec: InputSpec, width: int = 64, stages: int = 4, convs_per_stage
 
 
 def _torchvision_resnet(arch: str, spec: InputSpec, zero_init_residual: bool) -> nn.Module:
-    try:
-        import torchvision
-    except ImportError as e:  # the GPU image may lack it: say what to install
-        raise ImportError(f"model {arch} needs torchvision (pip install torchvision)") from e
+    require(f"model {arch}", "torchvision")  # the GPU image may lack it: say what to install
+    import torchvision
+
     # torchvision's ResNet-50 is v1.5 (stride 2 in the 3x3 conv of each downsampling bottleneck).
     return getattr(torchvision.models, arch)(weights=None, num_classes=spec.num_classes,
                                              zero_init_residual=zero_init_residual)
 
 
-@register("resnet50")
+@register("resnet50", packages=("torchvision",))
 def resnet50(spec: InputSpec, zero_init_residual: bool = False) -> nn.Module:
     """ResNet-50 v1.5 (torchvision): the studies' ImageNet model."""
     return _torchvision_resnet("resnet50", spec, zero_init_residual)
 
 
-@register("resnet18")
+@register("resnet18", packages=("torchvision",))
 def resnet18(spec: InputSpec, zero_init_residual: bool = False) -> nn.Module:
     """ResNet-18 (torchvision): a smaller ResNet for quick runs."""
     return _torchvision_resnet("resnet18", spec, zero_init_residual)

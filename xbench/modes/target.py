@@ -256,8 +256,10 @@ class TargetTraining:
             p.batch += 1
             p.step += 1
             p.samples += bs
-            if self.on_step:
-                self.on_step("train", p.step)
+            if self.on_step:  # the console bar shows the epoch, its step and the latest evaluation
+                self.on_step("train", p.step, epoch=p.epoch, epochs=goal.max_epochs, batch=p.batch,
+                             batches=self.steps_per_epoch, metric=goal.metric,
+                             value=p.curve[goal.metric][-1] if p.curve[goal.metric] else None)
             if self.stop.requested:
                 self._stop_now(seg)
             if goal.eval_every_steps and p.step % goal.eval_every_steps == 0:

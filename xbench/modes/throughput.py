@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import psutil
 
 from xbench import launch
-from xbench.bench import loop
+from xbench.bench import loop, profile
 from xbench.bench.memory import peak_host_rss_gib
 from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, utilisation_sampler
 from xbench.config import XBenchConfig
@@ -30,7 +30,7 @@ from xbench.metrics.stats import summarize
 from xbench.modes.base import Mode, Run
 from xbench.platforms.detect import HostFacts
 from xbench.rank import LaunchResult, RankContext, RankResult, StopRequested
-from xbench.sinks.console import Progress
+from xbench.sinks.console import Progress, human
 
 INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
 
@@ -61,6 +61,7 @@ class ThroughputWork:
     batch_size: int | None = None  # per device; None: data.batch_size (the self-check and trials set it)
     plan: WindowPlan | None = None  # None: the config's bench.* plan
     show_progress: bool = True
+    run_dir: str | None = None  # where bench.profile writes (None: this rank keeps no profile)
 
     def progress(self):
         if not (self.show_progress and self.cfg.logger.progress):
@@ -70,11 +71,11 @@ class ThroughputWork:
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
         return measure_rank(self.cfg, self.facts, ctx, self.plan or WindowPlan.of(self.cfg.bench),
-                            self.batch_size, on_step, stop)
+                            self.batch_size, on_step, stop, self.run_dir)
 
 
 def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
-                 on_step=None, stop=None) -> RankResult:
+                 on_step=None, stop=None, run_dir: str | None = None) -> RankResult:
     """Build the rank, warm it up, time `plan.repeats` windows, and report this rank's figures."""
     p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
@@ -93,7 +94,11 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
                         "this measures the loader, not the chip")
     m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
     m["startup_to_first_step_s"] = startup_to_first_step_s
-    return RankResult(ctx.rank, m, _series(wu, windows), warnings)
+    artifacts = {}
+    if cfg.bench.profile and batch_size is None:  # the run's own batch (not the self-check's or a trial's)
+        artifacts, notes = profile.capture(cfg, p, run_dir, ctx.rank)
+        warnings += notes
+    return RankResult(ctx.rank, m, _series(wu, windows), warnings, artifacts)
 
 
 def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str]):
@@ -188,17 +193,20 @@ class Throughput(Mode):
     name = "throughput"
 
     def work(self, cfg, facts, run_dir=None) -> ThroughputWork:
-        return ThroughputWork(cfg, facts)
+        return ThroughputWork(cfg, facts, run_dir=str(run_dir) if run_dir is not None else None)
 
     def execute(self, run: Run) -> None:
         cfg, rec, b = run.cfg, run.record, run.cfg.bench
-        if b.process_repeats > 1:
-            result, processes = repeated(cfg, self.work(cfg, run.facts), run.facts, run.progress, run.stop)
-            rec.measurements = across_processes(processes, b.noisy_cv)
-        else:
-            result = launch.run(cfg, self.work(cfg, run.facts), run.facts, run.progress, run.stop)
-            rec.measurements = aggregate([r.measurements for r in result.ranks], b.noisy_cv)
+        work = self.work(cfg, run.facts, run.run_dir)
+        with profile.environment(cfg, run.run_dir):
+            if b.process_repeats > 1:
+                result, processes = repeated(cfg, work, run.facts, run.progress, run.stop)
+                rec.measurements = across_processes(processes, b.noisy_cv)
+            else:
+                result = launch.run(cfg, work, run.facts, run.progress, run.stop)
+                rec.measurements = aggregate([r.measurements for r in result.ranks], b.noisy_cv)
         run.progress.close()
+        rec.artifacts.update(result.ranks[0].artifacts)
         ranks = [r.measurements for r in result.ranks]
         rec.series = result.ranks[0].series
         rec.ranks = ranks if len(ranks) > 1 else []
@@ -257,7 +265,7 @@ def repeated(cfg, work: ThroughputWork, facts, on_step=None, stop=None):
             continue
         results.append(res)
         tp = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
-        print(f"xbench: process repeat {i + 1}/{n}: {tp:.4g} samples/s", file=sys.stderr, flush=True)
+        print(f"xbench: process repeat {i + 1}/{n}: {human(tp)} samples/s", file=sys.stderr, flush=True)
     if not results:
         return None, []
     processes = [[r.measurements for r in res.ranks] for res in results]

@@ -17,17 +17,18 @@ from pathlib import Path
 import psutil
 
 from xbench.records.redact import is_secret_name, redact_argv, redact_text
+from xbench.version import __version__
 
 # CPU flags that change deep-learning speed (vector width, bf16/int8 dot products, AMX tiles).
 CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "avx_vnni")
 PACKAGES = ("torch", "torch_xla", "torchvision", "hydra-core", "omegaconf", "wandb", "accelerate",
-            "numpy", "scikit-learn", "nvidia-ml-py")
+            "numpy", "scikit-learn", "nvidia-ml-py", "transformers", "timm", "mlperf-logging")
 # Only these variables are recorded, and never one whose name looks like a secret.
 ENV_ALLOW = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PJRT_DEVICE",
              "CPU_NUM_DEVICES", "XLA_FLAGS", "XLA_USE_BF16", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG",
              "TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_DEBUG", "USE_TORCH_XLA", "ACCELERATE_USE_CPU",
-             "WORLD_SIZE", "LOCAL_WORLD_SIZE", "WANDB_MODE", "SLURM_JOB_ID", "TPU_NAME")
+             "WORLD_SIZE", "LOCAL_WORLD_SIZE", "WANDB_MODE", "SLURM_JOB_ID", "TPU_NAME", "HF_HUB_OFFLINE")
 
 
 def safe_environ() -> dict[str, str]:
@@ -82,6 +83,7 @@ def package_versions() -> dict[str, str | None]:
 
 def host_env() -> dict:
     return {
+        "xbench_version": __version__,
         "hostname": socket.gethostname(),
         "python": sys.version.split()[0],
         "os": platform.platform(),

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from xbench.extras import missing
+
 FORMATS = ("html", "md", "csv")
 
 
@@ -43,6 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # The report extra (pandas; matplotlib for the plots of html/md): one line, not a traceback.
+    absent = missing("python -m xbench.report", "pandas", *(["matplotlib"] if {"html", "md"} & set(args.formats) else []))
+    if absent:
+        print(f"xbench.report: {absent}", file=sys.stderr)
+        return 2
     from xbench.analysis.frame import apply_filters, load
     from xbench.report.rows import Context
     from xbench.report.tables import build_tables

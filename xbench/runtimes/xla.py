@@ -133,6 +133,10 @@ class XlaRuntime(Runtime):
             out["peak_device_used_gib"] = info["peak_bytes_used"] / 2**30
         return out
 
+    def metrics_report(self) -> str:
+        """XLA's metrics report (bench.profile=xla): compilations, executions, transfers, per metric."""
+        return met.metrics_report()
+
     def overhead(self) -> dict:
         c, e = _metric("CompileTime"), _metric("ExecuteTime")
         return {

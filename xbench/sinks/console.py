@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from tqdm import tqdm
@@ -11,23 +12,41 @@ from xbench.records.record import RunRecord
 
 
 class Progress:
-    """on_step(phase, i) for the loop; one bar per phase. tqdm redraws at most every 0.2 s."""
+    """`on_step(phase, i, **info)` for the loops; one bar per phase. tqdm redraws at most every 0.2 s.
+
+    Warm-up and timed steps count steps. Training to a target passes where it is: `epoch` (0-based) of
+    `epochs`, `batch` (steps done in the epoch) of `batches`, and the latest evaluation (`metric`,
+    `value`; None before the first): the bar then reads `epoch 2/10: 37/56 step [.., top1 0.9412]`.
+    """
 
     def __init__(self, warmup_max: int, timed_total: int, enabled: bool = True):
         self.totals = {"warmup": warmup_max, "timed": timed_total}
         self.enabled = enabled
         self.bars: dict[str, tqdm] = {}
+        self.epoch: int | None = None
 
-    def __call__(self, phase: str, i: int) -> None:
+    def __call__(self, phase: str, i: int, **info) -> None:
         bar = self.bars.get(phase)
+        epoch = info.get("epoch")
         if bar is None:
             for other in self.bars.values():
                 other.close()
-            desc = "warm-up (until stable)" if phase == "warmup" else "timed steps"
-            bar = self.bars[phase] = tqdm(total=self.totals.get(phase), desc=desc, unit="step",
-                                          file=sys.stderr, disable=not self.enabled, mininterval=0.2,
-                                          leave=True, dynamic_ncols=True)
-        bar.update(1)
+            desc = {"warmup": "warm-up (until stable)", "timed": "timed steps"}.get(phase, phase)
+            if "batches" in info:
+                self.epoch, desc = epoch, f"epoch {epoch + 1}/{info.get('epochs', '?')}"
+            bar = self.bars[phase] = tqdm(total=info.get("batches", self.totals.get(phase)), desc=desc,
+                                          unit="step", file=sys.stderr, disable=not self.enabled,
+                                          mininterval=0.2, leave=True, dynamic_ncols=True)
+        if "batches" not in info:
+            bar.update(1)
+            return
+        if epoch != self.epoch:  # a new epoch: the bar restarts at its first step
+            self.epoch = epoch
+            bar.reset(total=info["batches"])
+            bar.set_description(f"epoch {epoch + 1}/{info.get('epochs', '?')}", refresh=False)
+        if info.get("value") is not None:
+            bar.set_postfix_str(f"{info.get('metric', 'eval')} {human(info['value'])}", refresh=False)
+        bar.update(info["batch"] - bar.n)
 
     def close(self) -> None:
         for phase, bar in self.bars.items():
@@ -36,12 +55,29 @@ class Progress:
                 bar.refresh()
             bar.close()
         self.bars.clear()
+        self.epoch = None
+
+
+def human(v, digits: int = 4) -> str:
+    """A number as people read it: thousands separators and fixed decimals, never an exponent:
+    24,150 samples/s, 241.5, 2.415 s, 0.02415 s (`digits` significant digits below 1,000)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    magnitude = math.floor(math.log10(abs(v)))
+    if magnitude >= digits - 1:
+        return f"{v:,.0f}"
+    decimals = digits - 1 - magnitude
+    if decimals > 9:  # below a nanounit: no fixed form is readable
+        return f"{v:.{digits - 1}e}"
+    return f"{v:,.{decimals}f}"
 
 
 def _fmt(v, digits=4):
-    if isinstance(v, float):
-        return f"{v:.{digits}g}"
-    return str(v)
+    return human(v, digits)
 
 
 SUMMARY_ROWS = (

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from xbench.extras import message
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact, redact_argv
 from xbench.wandb_env import has_credentials
@@ -62,6 +63,19 @@ def flat_summary(record: RunRecord) -> dict:
     return out
 
 
+def upload_profile(wandb, run, record: RunRecord, run_dir: Path) -> None:
+    """The profile files the record names (`profile_*` in record.artifacts, bench.profile) as one W&B
+    artifact of type `profile`, laid out as in the run folder."""
+    paths = [Path(run_dir) / rel for key, rel in record.artifacts.items() if key.startswith("profile_")]
+    paths = [p for p in paths if p.exists()]
+    if not paths:
+        return
+    artifact = wandb.Artifact(f"profile-{record.run_id}", type="profile")
+    for p in paths:
+        (artifact.add_dir if p.is_dir() else artifact.add_file)(str(p), name=str(p.relative_to(run_dir)))
+    run.log_artifact(artifact)
+
+
 class WandbSink:
     def __init__(self, wcfg: dict, say=print):
         self.wcfg = wcfg
@@ -84,14 +98,16 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            self.say("W&B: wandb is not installed; skipped (the local record is complete)")
+            self.say(f"W&B: skipped, the local record is complete ({message('logging to W&B', 'wandb')}; "
+                     "or logger=none)")
             return {"wandb_mode": "unavailable", "wandb_error": "wandb not installed"}
         os.environ.setdefault("WANDB_SILENT", "true")
         wdir = Path(self.wcfg.get("dir") or run_dir)
         wdir.mkdir(parents=True, exist_ok=True)
         group, tags = group_and_tags(record, self.wcfg)
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
-                      group=group, tags=tags, name=record.run_id, config=redact(record.config),
+                      group=group, tags=tags, name=record.run_id,
+                      config={**redact(record.config), "xbench_version": record.env.get("xbench_version")},
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
         try:
@@ -109,6 +125,7 @@ class WandbSink:
                     row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
                 run.log(row, step=step)
             run.summary.update(redact(flat_summary(record)))
+            upload_profile(wandb, run, record, run_dir)
             if record.status == "interrupted":
                 with contextlib.suppress(Exception):
                     run.mark_preempting()

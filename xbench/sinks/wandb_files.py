@@ -20,7 +20,7 @@ def _wandb_cli() -> list[str]:
 
 def read_offline_run(path: str | Path) -> dict:
     """-> {"config", "group", "tags", "name", "history": [rows], "summary": {...}, "exit_code",
-    "preempting" (the run was marked preempted: an interrupted record)}"""
+    "preempting" (the run was marked preempted: an interrupted record), "artifacts": [{name, type, paths}]}"""
     path = Path(path)
     files = [path] if path.suffix == ".wandb" else sorted(path.glob("**/run-*.wandb"))
     if not files:
@@ -28,7 +28,7 @@ def read_offline_run(path: str | Path) -> dict:
     out = subprocess.run(_wandb_cli() + ["leet", "inspect", "--json", str(files[-1])],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None,
-                 "exit_code": None, "preempting": False}
+                 "exit_code": None, "preempting": False, "artifacts": []}
     for line in out.splitlines():
         if not line.startswith("{"):
             continue
@@ -44,6 +44,10 @@ def read_offline_run(path: str | Path) -> dict:
             run["history"].append(rec["history"]["item"])
         elif kind == "summary":
             run["summary"].update(rec["summary"].get("update", {}))
+        elif kind == "artifact":  # logged artifacts: name, type and the paths inside
+            art = rec["artifact"]
+            run["artifacts"].append({"name": art.get("name"), "type": art.get("type"),
+                                     "paths": [c["path"] for c in (art.get("manifest") or {}).get("contents", [])]})
         elif kind == "preempting":
             run["preempting"] = True
         elif kind == "exit":

@@ -1,0 +1,49 @@
+"""The Python API: xbench.run(overrides) -> the RunRecord (stored as the CLI stores it), and
+xbench.load(stores) -> the report's tidy table, one row per run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import xbench
+from tests.conftest import FAST
+
+
+@pytest.mark.slow
+def test_run_returns_the_stored_record_and_load_returns_its_row(store, tmp_path):
+    record = xbench.run([*FAST, f"store.root={store}", "model=mlp", "model.options.hidden=16", "data.batch_size=8"])
+    assert record.status == "ok"
+    stored = json.loads((store / record.run_id / "record.json").read_text())
+    assert stored["measurements"]["throughput_samples_per_s"] == record.measurements["throughput_samples_per_s"] > 0
+    assert stored["env"]["xbench_version"] == xbench.__version__
+
+    # a dict of overrides and a config folder of one's own (a platform with a price)
+    (tmp_path / "mine" / "platform").mkdir(parents=True)
+    (tmp_path / "mine" / "platform" / "lab.yaml").write_text(
+        "name: lab\ndevice: cpu\nprice:\n  - {name: machine, amount: 2.0}\n")
+    second = xbench.run({**dict(o.split("=") for o in FAST), "store.root": store, "model": "mlp",
+                         "model.options.hidden": 16, "data.batch_size": 4, "platform": "lab",
+                         "logger.progress": False}, config_dir=tmp_path / "mine")
+    assert second.status == "ok" and second.derived["usd_per_hour"] == 2.0
+
+    df = xbench.load(store)
+    assert sorted(df["run_id"]) == sorted([record.run_id, second.run_id])
+    row = df.set_index("run_id").loc[second.run_id]
+    assert row["platform"] == "lab" and row["batch_size_per_device"] == 4
+    assert row["throughput_samples_per_s"] == second.measurements["throughput_samples_per_s"]
+
+
+def test_a_refused_override_raises_with_xbenchs_hint():
+    with pytest.raises(ValueError, match=r"\+workload=cnn_mnist adds one"):
+        xbench.run(["workload=cnn_mnist"])
+    with pytest.raises(ValueError, match="did you mean 'bench.steps'"):
+        xbench.run(["bench.step=5"])
+    with pytest.raises(ValueError, match="for a sweep, call it in a loop"):
+        xbench.run(["-m", "data.batch_size=8,16"])
+
+
+def test_load_names_a_missing_store(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no store at"):
+        xbench.load(tmp_path / "absent")

@@ -1,0 +1,69 @@
+"""bench.profile: a torch.profiler trace (Chrome trace / TensorBoard) or the XLA metrics report and HLO
+dump of steps run after the timed windows; the record names the files and W&B uploads them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import FAST, cli_env, records, run_cli
+from xbench.api import compose
+from xbench.compat import check
+from xbench.platforms.detect import host_facts
+from xbench.sinks.wandb_files import read_offline_run
+
+
+def _reasons(*overrides):
+    return check(OmegaConf.to_object(compose(overrides)), host_facts())
+
+
+@pytest.mark.parametrize("overrides,said", [
+    (["bench.profile=perf"], "bench.profile='perf' is unknown; allowed: null, torch, xla"),
+    (["bench.profile=torch", "+experiment=digits_to_target"], "bench.mode=train_to_target is not supported"),
+    (["bench.profile=xla"], "bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile)"),
+    (["bench.profile=torch", "runtime=xla"], "use bench.profile=xla"),
+    (["bench.profile=torch", "bench.profile_steps=0"], "bench.profile_steps must be a positive whole number"),
+])
+def test_a_profile_that_cannot_be_taken_is_refused_before_device_work(overrides, said):
+    assert any(said in r for r in _reasons(*overrides)), _reasons(*overrides)
+
+
+@pytest.mark.slow
+def test_torch_profile_of_steps_after_the_timed_window_is_recorded_and_uploaded(store):
+    p = run_cli(*[a for a in FAST if not a.startswith("logger=")], "bench.profile=torch", "bench.profile_steps=3",
+                "model=mlp", "model.options.hidden=16", "data.batch_size=4", store=store,
+                env=cli_env(WANDB_MODE="offline"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    run_dir = store / rec["run_id"]
+    art = rec["artifacts"]
+    assert art["profile_trace"] == "profile/torch/rank0.pt.trace.json"  # TensorBoard's profiler plugin reads *.pt.trace.json
+    events = json.loads((run_dir / art["profile_trace"]).read_text())["traceEvents"]
+    ops = [e["name"] for e in events if e.get("cat") == "cpu_op"]
+    # the profiled steps are the measured step: the MLP's 3 linear layers each step, and the optimizer's steps
+    assert ops.count("aten::addmm") == 3 * 3
+    assert sum(e["name"] == "Optimizer.step#SGD.step" for e in events) == 3
+    assert "Self CPU" in (run_dir / art["profile_ops"]).read_text()
+    m = rec["measurements"]
+    assert len(rec["series"]["step"]) == m["warmup_steps"] + 5  # the profiled steps are not in the measurement
+    [uploaded] = read_offline_run(art["wandb_offline_dir"])["artifacts"]
+    assert uploaded["type"] == "profile" and sorted(uploaded["paths"]) == sorted([art["profile_trace"], art["profile_ops"]])
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_profile_writes_the_metrics_report_and_the_hlo_dump(store):
+    p = run_cli(*FAST, "runtime=xla", "bench.profile=xla", "bench.profile_steps=2", "model=mlp",
+                "model.options.hidden=16", "model.options.depth=1", "data.batch_size=4", store=store,
+                env=cli_env(PJRT_DEVICE="CPU"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    run_dir, art = store / rec["run_id"], rec["artifacts"]
+    report = (run_dir / art["profile_xla_metrics"]).read_text()
+    assert "Metric: CompileTime" in report and "Metric: ExecuteTime" in report
+    dump = run_dir / art["profile_hlo_dump"]
+    before = sorted(dump.glob("*before_optimizations.txt"))
+    assert before and all(f.read_text().startswith("HloModule") for f in before)
+    assert len(before) >= rec["measurements"]["compiles_warmup"]  # every graph compiled in the run

@@ -1,0 +1,97 @@
+"""The Python API, for notebooks and scripts: `xbench.run(overrides) -> RunRecord` and
+`xbench.load(stores) -> pandas.DataFrame` (docs/api.md).
+
+`run` composes the same Hydra config the CLI composes (the same overrides, the same errors and
+hints) and goes through the same runner, so a record made here is indistinguishable from one made by
+`xbench OVERRIDES`. `load` is the report's tidy table (xbench/analysis/frame.py): one row per run.
+Both import what they need when called: `import xbench` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from xbench.records.record import RunRecord
+
+
+def _as_overrides(overrides) -> list[str]:
+    """A list of `key=value` strings, one string of them separated by spaces, or a {key: value} dict."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        return overrides.split()
+    if isinstance(overrides, Mapping):
+        return [f"{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
+                for k, v in overrides.items()]
+    if isinstance(overrides, Iterable):
+        return [str(o) for o in overrides]
+    raise TypeError(f"overrides must be a list of 'key=value' strings, one such string or a dict, "
+                    f"not {type(overrides).__name__}")
+
+
+def compose(overrides=(), config_dir: str | os.PathLike | None = None):
+    """The composed config (an OmegaConf DictConfig) the CLI would run for these overrides.
+
+    `config_dir`: a folder of your own config groups (platform/, model/, experiment/ ...), searched
+    after xbench's own, as `xbench --config-dir DIR`. Raises ValueError with xbench's hints when Hydra
+    refuses the overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from xbench.config import config_dir as package_conf
+    from xbench.config import register_configs, register_model_choices
+    from xbench.hints import compose_hints
+
+    args = _as_overrides(overrides)
+    sweeps = [a for a in args if a in ("-m", "--multirun")]
+    if sweeps:
+        raise ValueError("xbench.run runs one configuration; for a sweep, call it in a loop (one record each)")
+    if config_dir is not None:
+        where = Path(config_dir).expanduser().resolve()
+        if not where.is_dir():
+            raise ValueError(f"config_dir={str(config_dir)!r} is not a folder (checked from {Path.cwd()})")
+        args.append(f"hydra.searchpath=[file://{where}]")
+    register_configs()
+    register_model_choices(args)
+    try:
+        with initialize_config_dir(config_dir=package_conf(), version_base="1.3", job_name="xbench"):
+            return hydra_compose(config_name="config", overrides=args)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ValueError("\n".join([str(e), *compose_hints(args)])) from None
+
+
+def run(overrides=(), config_dir: str | os.PathLike | None = None) -> RunRecord:
+    """One benchmark run, as `xbench OVERRIDES` runs it; returns its RunRecord (also stored under
+    `store.root`, default ./results). A run that does not succeed still returns its record: look at
+    `record.status` and `record.reason` (a config problem raises ValueError before any run)."""
+    from xbench import runner
+
+    record = runner.run(compose(overrides, config_dir))
+    if record is None:  # only a rank > 0 under torchrun gets here, and a notebook is never one
+        raise RuntimeError("this process is not rank 0: rank 0 writes the record")
+    return record
+
+
+def load(stores: str | os.PathLike | Iterable[str | os.PathLike] = "results", progress: bool = False) -> pd.DataFrame:
+    """Every readable run record under the store folder(s) as the report's tidy table: one row per run,
+    measurements and derived figures as unit-suffixed columns (docs/report.md). An unreadable record
+    file is skipped with a warning naming it."""
+    from xbench.extras import require
+
+    require("xbench.load()", "pandas")
+    from xbench.analysis.frame import load as load_frame
+
+    folders = [stores] if isinstance(stores, (str, os.PathLike)) else list(stores)
+    loaded = load_frame(folders, progress=progress)
+    for s in loaded.skipped:
+        warnings.warn(f"xbench.load: {s}", stacklevel=2)
+    return loaded.frame
