@@ -19,6 +19,7 @@ import os
 import uuid
 from datetime import timedelta
 
+from xbench.launch import child
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
 from xbench.rank import LaunchResult, RankContext, StopRequested
 
@@ -76,6 +77,7 @@ def rank_main(cfg, work, facts, on_step=None, stop=None):
 
 def _spawned_rank(cfg, work, facts):
     """Entry point of a rank started by elastic_launch (picklable: a module-level function)."""
+    child.die_with_parent()  # a rank never outlives the run that started it
     return rank_main(cfg, work, facts)
 
 
