@@ -33,6 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
+from xbench.bench import faults
 from xbench.bench.memory import is_oom, memory_figures
 from xbench.rank import STOP_SIGNALS, Diverged, StopFlag, StopRequested
 from xbench.records.env import host_env
@@ -115,10 +116,10 @@ class _Signals:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.flag.requested:
-            self._force(f"second signal ({name}): exited at once (after {self.flag.reason})", 128 + signum)
+            self._force(f"second {name}: exited at once (after {self.flag.reason})", 128 + signum)
         self.flag.requested = True
         self.flag.reason = name
-        say(f"\nxbench: {name} received; stopping after this step and saving the record "
+        say(f"\nxbench: {name} received; stopping after this step (or phase) and saving the record "
             f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)")
         self.timer = threading.Timer(self.grace_s, self._force,
                                      (f"{name}: the step did not return within bench.stop_grace_s="
@@ -274,12 +275,14 @@ class RunEnvelope:
     def _publish(self) -> None:
         """The local record first, always; then W&B; then the console summary."""
         path = self._write()
+        faults.at_phase(self.cfg.fault, "sinks")
         if self.cfg.logger.name != "none":
             sink = WandbSink(self.record.config.get("logger", {}).get("wandb", {}), say=say)
             self.record.artifacts.update(sink.publish(self.record, self.run_dir))
             path = self._write()
         with contextlib.suppress(Exception):
             print(summary(self.record, path or "(nowhere: see below)"), flush=True)
+        faults.at_phase(self.cfg.fault, "end")
         if self.prior is not None and self.local.name != RECORD_FILE:
             say(f"xbench: this resume attempt ended {self.record.status}; the run's record is left as it was "
                 f"({self.run_dir / RECORD_FILE}); this attempt's record: {path}")

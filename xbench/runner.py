@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from xbench import launch
+from xbench.bench import faults
 from xbench.config import XBenchConfig
 from xbench.envelope import EXIT_UNSAVED, ConfigError, RunEnvelope
 from xbench.hints import unknown_keys
@@ -142,6 +143,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         reasons = compat.check(cfg, facts)
         if reasons:
             raise ConfigError(reasons)
+        faults.at_phase(cfg.fault, "start-up")
         env.check_stop("start-up")
         mode = modes.get(cfg.bench.mode)
         env.progress = mode.progress(cfg)

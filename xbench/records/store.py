@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -209,15 +210,16 @@ class RunLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        # Held read-only: a store that turns read-only under a running run can still be remounted so.
+        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o666 & ~_umask())
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise RunLocked(f"run folder {self.path.parent} is in use by another process (pid {holder})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError), open(self.path, "w") as f:  # who holds it, for the message above
+            f.write(f"{os.getpid()}\n")
         self.fd = fd
         return self
 

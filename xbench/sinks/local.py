@@ -24,9 +24,9 @@ class LocalSink:
     def run_dir(self, record: RunRecord) -> Path:
         return run_dir(self.root, record.run_id)
 
-    def write_file(self, record: RunRecord, name: str, text: str) -> Path | None:
+    def write_file(self, record: RunRecord, name: str, text: str, fallback_text=None) -> Path | None:
         """A file of the run (the record, its traceback): in the store, else in a fallback root's run
-        folder; None when no folder could take it."""
+        folder (`fallback_text()`, if given, is what goes there); None when no folder could take it."""
         try:
             path = self.run_dir(record) / name
             atomic_write_text(path, text)
@@ -34,6 +34,7 @@ class LocalSink:
             return path
         except OSError as e:
             self.unsaved = f"{type(e).__name__}: {e}"
+        text = fallback_text() if fallback_text else text
         for root in fallback_roots():
             try:
                 path = run_dir(root, record.run_id) / name
@@ -44,7 +45,13 @@ class LocalSink:
         return None
 
     def write(self, record: RunRecord) -> Path | None:
-        path = self.write_file(record, self.name, record_text(record))
+        def noted():  # the record itself says where it belongs
+            note = f"not in its store: store.root={self.root} could not take this record ({self.unsaved})"
+            if not any(w.startswith("not in its store:") for w in record.warnings):
+                record.warnings.append(note)
+            return record_text(record)
+
+        path = self.write_file(record, self.name, record_text(record), noted)
         self.nowhere = path is None
         return path
 
