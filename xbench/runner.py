@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from xbench import launch
 from xbench.bench import faults
 from xbench.config import XBenchConfig
-from xbench.envelope import EXIT_UNSAVED, ConfigError, RunEnvelope
+from xbench.envelope import EXIT_UNSAVED, SIGNALS, ConfigError, RunEnvelope
 from xbench.hints import unknown_keys
 from xbench.records.record import RunRecord
 from xbench.records.redact import config_secret_values, redact, remember
@@ -158,6 +158,7 @@ def join(cfg: XBenchConfig) -> None:
     from xbench import compat, modes
     from xbench.platforms.detect import host_facts
 
+    SIGNALS.uninstall()  # no record to save here: a signal from the launcher ends this rank as it always did
     facts = host_facts()
     if compat.check(cfg, facts):  # rank 0 records the reasons; this rank just does not start
         raise SystemExit(1)

@@ -28,9 +28,17 @@ from xbench.records.redact import RedactingStream
 PARENT_POLL_S = 0.2
 
 
-def die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
-    """Exit at once when the parent process is gone (a daemon thread polls the parent's pid)."""
-    parent = os.getppid()
+_WATCHING: list[int] = []  # the parent pid this process already watches
+
+
+def die_with_parent(parent: int | None = None, poll_s: float = PARENT_POLL_S) -> None:
+    """Exit at once when the parent process is gone (a daemon thread polls the parent's pid). `parent`:
+    the pid the parent passed (a pool initializer), so that a parent that died while this process was
+    still starting is noticed too; else the current parent."""
+    parent = parent or os.getppid()
+    if parent in _WATCHING:
+        return
+    _WATCHING.append(parent)
 
     def watch():
         while os.getppid() == parent:
@@ -102,5 +110,6 @@ def wait(future, stop, what: str = "the launched process"):
 
 def in_fresh_process(fn, args: tuple, stop, what: str):
     """fn(*args) in a freshly spawned interpreter (a one-worker pool), waited for as `wait` does."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         return wait(pool.submit(fn, *args), stop, what)
