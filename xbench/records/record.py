@@ -106,7 +106,7 @@ def impossible_values(rec: RunRecord) -> list[str]:
                 out.append(f"{where}.{k}={v} cannot be negative")
     price = (rec.config.get("platform") or {}).get("price") or []
     for c in price if isinstance(price, list) else [price]:
-        amount = c.get("amount") if isinstance(c, dict) else c
+        amount = c.get("amount", 0.0) if isinstance(c, dict) else c
         if not isinstance(amount, (int, float)) or isinstance(amount, bool) or not math.isfinite(amount) \
                 or amount < 0:
             out.append(f"config.platform.price amount {amount!r} is not a price (a finite number >= 0)")
