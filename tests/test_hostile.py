@@ -305,6 +305,40 @@ def test_keys_added_with_plus_must_exist_in_the_schema():
         [("bench", "step"), ("extra",)]
 
 
+def test_resume_is_checked_whole_and_unknown_keys_of_an_older_record_are_left_out(tmp_path, capsys):
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from xbench import runner
+    from xbench.config import XBenchConfig
+
+    cfg = {"bench": {"mode": "train_to_target", "step": 5, "seed": 3}, "model": {"name": "mlp"}}
+    write_record(tmp_path, RunRecord(run_id="r1", status="interrupted", reason="SIGTERM", config=cfg))
+    write_record(tmp_path, RunRecord(run_id="tp", status="failed", reason="x", config={"bench": {"mode": "throughput"}}))
+    shutil.copytree(tmp_path / "r1", tmp_path / "renamed")
+    dcfg = OmegaConf.structured(XBenchConfig)
+    dcfg.store.root = str(tmp_path)
+
+    def refused(ref, match):
+        dcfg.resume = ref
+        with pytest.raises(runner.Refused, match=match):
+            prior, path = runner.check_resume(dcfg)
+            runner.resume_config(dcfg, prior, path)
+
+    refused("nosuch", "no run 'nosuch'")
+    refused("../r1", "no run")  # an id never climbs out of the store
+    refused("tp", "train_to_target runs only")
+    refused(str(tmp_path / "renamed"), "holds the record of run 'r1'")
+    refused("r1", "no checkpoint.pt")
+    (tmp_path / "r1" / "checkpoint.pt").write_bytes(b"state")
+    dcfg.resume = "r1"
+    stored = runner.resume_config(dcfg, *runner.check_resume(dcfg))
+    assert "step" not in stored.bench and stored.bench.seed == 3 and stored.bench.mode == "train_to_target"
+    assert "bench.step" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "r1").iterdir()) == ["checkpoint.pt", "record.json"]  # nothing written
+
+
 # ---- children die with their parent -------------------------------------------------------------------------
 
 def _python(code: str, **kw) -> subprocess.Popen:
