@@ -12,6 +12,7 @@ filling the machine's memory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -44,7 +45,6 @@ ADDRESS_CAP_GIB = 7.0
 # Fake secrets: distinctive values searched for in every file a run leaves and on its console.
 SECRETS = {"MY_API_KEY": "drill-sk-4f1e9a77c0", "HF_TOKEN": "drill-hf-93b2e1d5aa", "DB_PASSWORD": "drill-pw-7c3d11e8f0",
            "WANDB_API_KEY": "drill" + "0" * 35}
-CLI_SECRET = "drill-cli-5e5e0b1c2d"
 
 
 @dataclass
@@ -55,10 +55,14 @@ class Row:
     complete: str = "no"  # yes | no | n/a (no record expected)
     detail: str = ""
     seconds: float = 0.0
+    lost: int = 0  # records the case's runs should have left (complete, final, readable) and did not
+    leaks: int = 0  # planted secret values found in what the case's runs wrote
+    hang: bool = False  # a process outlived its bound (a timeout, an orphaned child, a pipe left open)
 
     @property
     def ok(self) -> bool:
-        return self.observed == self.expected and self.complete in ("yes", "n/a")
+        return self.observed == self.expected and self.complete in ("yes", "n/a") and not (
+            self.lost or self.leaks or self.hang)
 
 
 def env(**extra) -> dict:
@@ -98,8 +102,10 @@ class Watched:
         self.out: list[str] = []
         self.pending = {"err": "", "out": ""}  # the line being drawn (tqdm redraws without a newline)
         self.cond = threading.Condition()
-        for stream, sink, name in ((self.p.stderr, self.err, "err"), (self.p.stdout, self.out, "out")):
-            threading.Thread(target=self._pump, args=(stream, sink, name), daemon=True).start()
+        self.pumps = [threading.Thread(target=self._pump, args=(stream, sink, name), daemon=True)
+                      for stream, sink, name in ((self.p.stderr, self.err, "err"), (self.p.stdout, self.out, "out"))]
+        for t in self.pumps:
+            t.start()
 
     def _pump(self, stream, sink, name):
         buf = b""
@@ -114,15 +120,16 @@ class Watched:
             sink.append(buf.decode(errors="replace"))
             self.cond.notify_all()
 
-    def _seen(self, text: str) -> bool:
-        return text in self.pending["err"] or any(text in line for line in self.err)
+    def _seen(self, text: str, stream: str = "err", count: int = 1) -> bool:
+        lines = self.err if stream == "err" else self.out
+        return sum(text in line for line in [*lines, self.pending[stream]]) >= count
 
-    def wait_for(self, text: str, timeout: float = 240) -> bool:
+    def wait_for(self, text: str, timeout: float = 240, stream: str = "err", count: int = 1) -> bool:
         end = time.monotonic() + timeout
         with self.cond:
-            while not self._seen(text):
+            while not self._seen(text, stream, count):
                 if self.p.poll() is not None or time.monotonic() > end:
-                    return self._seen(text)
+                    return self._seen(text, stream, count)
                 self.cond.wait(0.2)
         return True
 
@@ -130,6 +137,13 @@ class Watched:
         rc = self.p.wait(timeout)
         time.sleep(0.2)  # let the pumps drain
         return rc
+
+    def pipes_closed(self, timeout: float = 60) -> bool:
+        """Whether every holder of the run's stdout/stderr let go (an orphan would keep them open)."""
+        end = time.monotonic() + timeout
+        for t in self.pumps:
+            t.join(max(0.0, end - time.monotonic()))
+        return not any(t.is_alive() for t in self.pumps)
 
 
 # ---- record checks ---------------------------------------------------------------------------------
@@ -149,9 +163,10 @@ def missing(rec: dict, *keys: str) -> list[str]:
 def judge(row: Row, rec: dict | None, need=(), extra_problems=()) -> Row:
     """Fill observed/complete from a record: valid (RunRecord), reason present, needed figures present."""
     if rec is None:
-        row.observed, row.complete = "no record", "no"
+        row.observed, row.complete, row.lost = "no record", "no", 1
         return row
     row.observed = rec["status"]
+    row.lost = int(rec["status"] == "running" and row.expected != "running")  # never finished, yet could have
     problems = list(extra_problems)
     try:
         RunRecord.from_dict(rec)
@@ -427,33 +442,69 @@ def wandb_outage(tmp: Path) -> list[Row]:
     return [row]
 
 
+# Secret values in every shape an override can take (each one planted, each one searched for).
+SHAPES = {
+    "sweep": ("+model.options.db_password=hx-sweep-A1aa,hx-sweep-B2bb", ("hx-sweep-A1aa", "hx-sweep-B2bb")),
+    "quoted, with a comma and a space": ('+model.options.api_key="hx-q,uoted sp"', ("hx-q,uoted sp",)),
+    "list": ("+model.options.hf_token=[hx-list-1111,hx-list-2222]", ("hx-list-1111", "hx-list-2222")),
+    "nested dict": ("+model.options.creds={user:hx-user,password:hx-dict-pw33}", ("hx-dict-pw33",)),
+    "URL with a password": ("data.path=https://hx-user:hx-url-pw44@example.invalid/data", ("hx-url-pw44",)),
+}
+
+
+def search(values, roots: list[Path], consoles: list[str]) -> tuple[list[str], int]:
+    """Every byte of every file under the roots (binaries included: W&B's .wandb log) and the consoles,
+    searched for every value: (where each one was found, files searched)."""
+    found, files = [], 0
+    for root in roots:
+        for f in sorted(Path(root).rglob("*")):
+            if f.is_file() and not f.is_symlink():
+                files += 1
+                data = f.read_bytes()
+                found += [f"{f.relative_to(root)}: {v[:12]}..." for v in values if v.encode() in data]
+    found += [f"console: {v[:12]}..." for v in values if any(v in c for c in consoles)]
+    return found, files
+
+
 def secrets(tmp: Path) -> list[Row]:
-    """Fake secrets in the environment and on the command line; a failing point of a sweep (traceback),
-    W&B offline; then every file under the store and the console are searched for the values."""
-    store = tmp / "s"
-    args = [a for a in FAST if a != "logger=none"] + ["logger=wandb", f"+db_password={CLI_SECRET}",
-                                                      "fault.kind=exception", "fault.at_step=1"]
-    p = cli(store, "-m", *args, timeout=300, env=env(**SECRETS))
-    rec, why = one_record(store)
-    values = [*SECRETS.values(), CLI_SECRET]
-    leaks, files = [], 0
-    for f in sorted(Path(store).rglob("*")):
-        if f.is_file():
-            files += 1
-            data = f.read_bytes()
-            leaks += [f"{f.relative_to(store)}" for v in values if v.encode() in data]
-    leaks += [f"console: {v[:10]}..." for v in values if v in p.stdout + p.stderr]
-    extra = [f"leaks: {', '.join(sorted(set(leaks)))}"] if leaks else []
-    if rec and not (store / rec["run_id"] / "traceback.txt").is_file():
-        extra.append("no traceback to search")
-    if rec and not rec["artifacts"].get("wandb_offline_dir"):
-        extra.append("no W&B files to search")
-    if rec and rec["config"].get("db_password") != "<redacted>":
-        extra.append("the secret override is not marked <redacted> in the record")
-    row = judge(Row("secrets planted (env + override)", "failed", detail=why), rec, extra_problems=extra)
-    if row.complete == "yes":
-        row.detail = f"0 leaks in {files} files + console"
-    return [row]
+    """Fake secrets in the environment (a run that fails with a traceback), and on the command line in
+    every shape (a sweep of two points), W&B offline; then the report (HTML, markdown, CSV) over the
+    store; then every file the runs and the report wrote, and every console, is searched for the values."""
+    store, report = tmp / "s", tmp / "report"
+    wandb_args = [a for a in FAST if a != "logger=none"] + ["logger=wandb"]
+    p1 = cli(store, *wandb_args, "fault.kind=exception", "fault.at_step=1", timeout=300, env=env(**SECRETS))
+    shapes = [a for a, _ in SHAPES.values()]
+    p2 = cli(store, "-m", *wandb_args, *shapes, timeout=300, env=env(**SECRETS))
+    p3 = subprocess.run([sys.executable, "-m", "xbench.report", str(store), "--out", str(report), "--no-progress"],
+                        capture_output=True, text=True, timeout=300, cwd=REPO, env=env(**SECRETS))
+    values = [*SECRETS.values(), *(v for _, vs in SHAPES.values() for v in vs)]
+    leaks, files = search(values, [store, report], [p.stdout + p.stderr for p in (p1, p2, p3)])
+    loaded = [r.to_dict() for r in load_records(store)]
+    sweep_recs = [r for r in loaded if "db_password" in r["config"]["model"]["options"]]
+    recs = {"sweep": sweep_recs[0] if sweep_recs else None,
+            "env": next((r for r in loaded if r not in sweep_recs), None)}
+    rows = []
+    for label, rec, extra in (
+            ("secrets in the environment (traceback, W&B)", recs.get("env"),
+             [] if recs.get("env") and (store / recs["env"]["run_id"] / "traceback.txt").is_file() else ["no traceback"]),
+            (f"secrets in {len(SHAPES)} override shapes (sweep of 2)", recs.get("sweep"),
+             [] if len(sweep_recs) == 2 else [f"{len(sweep_recs)} sweep records, expected 2"])):
+        if rec and not rec["artifacts"].get("wandb_offline_dir"):
+            extra.append("no W&B files to search")
+        rows.append(judge(Row(label, "failed"), rec, extra_problems=extra))
+    opts = (recs.get("sweep") or {}).get("config", {}).get("model", {}).get("options", {})
+    if opts and not (opts.get("db_password") == opts.get("api_key") == opts.get("hf_token") == "<redacted>"
+                     and opts.get("creds", {}).get("password") == "<redacted>"):
+        rows[1].complete, rows[1].detail = "no", f"secret keys not marked <redacted>: {opts}"
+    if p3.returncode != 0 or not (report / "tables" / "tidy_runs.csv").exists():
+        rows[1].complete, rows[1].detail = "no", f"report exit {p3.returncode}: {p3.stderr[-200:]}"
+    rows[0].leaks = len(leaks)
+    if leaks:
+        rows[0].detail = f"leaks: {', '.join(sorted(set(leaks)))[:200]}"
+    elif all(r.complete == "yes" for r in rows):
+        rows[0].detail = f"0 of {len(values)} values found in {files} files (runs, W&B, Hydra, report, CSV) + 3 consoles"
+        rows[1].detail = f"{', '.join(SHAPES)}: redacted by key and by value"
+    return rows
 
 
 def concurrency(tmp: Path) -> list[Row]:
@@ -531,7 +582,393 @@ def corrupt_store(tmp: Path) -> list[Row]:
     return [row]
 
 
+# ---- hostile input: what a careless or unlucky user does ---------------------------------------------
+
+def refused(name: str, overrides: tuple[str, ...], must_say: tuple[str, ...], code: int = 2):
+    """A command line refused before anything is written or measured (no record, no run folder)."""
+    def case(tmp: Path) -> list[Row]:
+        store = tmp / "s"
+        p = cli(store, *FAST, *overrides, timeout=120)
+        said = [x for x in must_say if x not in p.stderr]
+        row = Row(name, "refused")
+        row.observed = "refused" if p.returncode == code else f"exit {p.returncode}"
+        written = [str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file()]
+        row.complete = "n/a" if not written and not said else "no"
+        row.detail = (f"message lacks {said}" if said else f"wrote {written[:3]}" if written else
+                      f"exit {p.returncode} before any device work: {p.stderr.strip().splitlines()[-1][:60]}")
+        return [row]
+    return case
+
+
+def record_bytes(store: Path, run_id: str) -> bytes:
+    return (store / run_id / "record.json").read_bytes()
+
+
+TARGET = ("+experiment=digits_to_target", "goal.target=1.0", "goal.max_epochs=30", "goal.eval_every_steps=25",
+          "goal.checkpoint_every_evals=1", "logger=none", "logger.progress=false")
+
+
+def resume_safety(tmp: Path) -> list[Row]:
+    """A finished record is never overwritten but by its own run: a mistyped resume= is refused, two
+    resumes at once are refused, a failed attempt keeps the previous record, a run that reached its target
+    is left as it was."""
+    rows = []
+    # a finished throughput run, then resume= of it (a typo'd command) and of an id that is not there
+    s1 = tmp / "throughput"
+    cli(s1, *FAST)
+    rec, _ = one_record(s1)
+    before = record_bytes(s1, rec["run_id"])
+    p1 = cli(s1, *FAST, f"resume={rec['run_id']}", timeout=120)
+    p2 = cli(s1, *FAST, f"resume={rec['run_id'][:-1]}", timeout=120)
+    row = Row("resume= of a finished run, and of a typo", "refused")
+    row.observed = "refused" if p1.returncode == p2.returncode == 2 else f"exit {p1.returncode}/{p2.returncode}"
+    problems = [x for x, bad in (("its record changed", record_bytes(s1, rec["run_id"]) != before),
+                                 ("a run folder appeared", len(list(s1.glob("*/record.json"))) != 1),
+                                 ("no reason given", "train_to_target runs only" not in p1.stderr)) if bad]
+    row.lost = int(record_bytes(s1, rec["run_id"]) != before)
+    row.complete, row.detail = ("no", "; ".join(problems)) if problems else ("yes", "exit 2, record byte for byte")
+    rows.append(row)
+
+    # a train-to-target run stopped with a checkpoint; two resumes at once; SIGTERM to the first
+    s2 = tmp / "target"
+    cli(s2, *TARGET, "fault.kind=sigterm", "fault.at_step=60")
+    cut, why = one_record(s2)
+    if cut is None or cut["status"] != "interrupted":
+        return rows + [Row("resume of a stopped train_to_target run", "interrupted", "no record", detail=why, lost=1)]
+    rid, before = cut["run_id"], record_bytes(s2, cut["run_id"])
+    first = Watched(s2, f"resume={rid}", "logger=none")
+    started = first.wait_for(f"xbench: run {rid}", stream="out")  # it holds the run's lock from here
+    second = cli(s2, f"resume={rid}", "logger=none", "logger.progress=false", timeout=120)
+    during = record_bytes(s2, rid)
+    started = started and first.wait_for("timed steps")  # training: a SIGTERM now writes a checkpoint
+    first.p.send_signal(signal.SIGTERM)
+    rc = first.finish(120)
+    row = Row("two resumes of one run at once", "refused")
+    row.observed = "refused" if second.returncode == 2 and "in use by another process" in second.stderr \
+        else f"exit {second.returncode}"
+    problems = [x for x, bad in (("the first resume never started", not started),
+                                 ("the record changed while the first resume ran", during != before),
+                                 (f"the first resume exit {rc}, expected 130", rc != 130)) if bad]
+    row.complete, row.detail = ("no", "; ".join(problems)) if problems else \
+        ("yes", "the second is refused (lock), exit 2; the record untouched until the first ends")
+    rows.append(row)
+    after = json.loads(record_bytes(s2, rid))
+    extra = [] if (after.get("measurements") or {}).get("resumes") == 1 else ["resumes != 1"]
+    extra += [f"attempt file left: {f.name}" for f in (s2 / rid).glob("attempt-*.json")]
+    row = judge(Row("resume attempt stopped by SIGTERM (carries the run on)", "interrupted"), after,
+                extra_problems=extra)
+    if row.complete == "yes":
+        row.detail = f"record replaced: resumes 1, {after['measurements'].get('epochs_done', 0):.2f} epochs, checkpoint"
+    rows.append(row)
+
+    # an attempt refused by compat: the record stays, the attempt's own record is kept beside it
+    kept = record_bytes(s2, rid)
+    p = cli(s2, f"resume={rid}", "logger=none", "fault.kind=nosuch", timeout=120)
+    attempts = sorted((s2 / rid).glob("attempt-*.json"))
+    row = Row("failed resume attempt (compat refuses it)", "kept")
+    row.observed = "kept" if record_bytes(s2, rid) == kept else "overwritten"
+    row.lost = int(row.observed != "kept")
+    ok_attempt = bool(attempts) and json.loads(attempts[-1].read_text())["status"] == "failed"
+    row.complete = "yes" if p.returncode == 1 and ok_attempt and "left as it was" in p.stderr else "no"
+    row.detail = f"exit {p.returncode}; record byte for byte; the attempt's failed record beside it ({len(attempts)})"
+    rows.append(row)
+
+    # a run that reached its target: resume= changes nothing
+    s3 = tmp / "reached"
+    cli(s3, "+experiment=digits_to_target", "logger=none", "logger.progress=false")
+    done, why = one_record(s3)
+    row = Row("resume= of a run that reached its target", "unchanged")
+    if done is None or not done["measurements"].get("target_reached"):
+        row.observed, row.detail = "not reached", why or "the run did not reach its target"
+        return rows + [row]
+    before = record_bytes(s3, done["run_id"])
+    p = cli(s3, f"resume={done['run_id']}", "logger=none", timeout=120)
+    row.observed = "unchanged" if record_bytes(s3, done["run_id"]) == before else "changed"
+    row.lost = int(row.observed != "unchanged")
+    row.complete = "yes" if p.returncode == 0 and "already reached its target" in p.stderr else "no"
+    row.detail = f"exit {p.returncode}, nothing run, record byte for byte"
+    return rows + [row]
+
+
+# Every phase a stop can land in, each with another of the signals a terminal, a user or a scheduler sends.
+PHASE_SIGNALS = (("start-up", "SIGHUP", "interrupted"), (None, "SIGUSR1", "interrupted"),
+                 ("self_check", "SIGQUIT", "ok"), ("derive", "SIGUSR2", "ok"), ("sinks", "SIGXCPU", "ok"),
+                 ("end", "SIGTERM", "ok"))
+
+
+def signal_phases(tmp: Path) -> list[Row]:
+    """A real signal (fault.kind=signal: sent by the process to itself) at every phase after warm-up
+    and the window: start-up, the window (SIGUSR1, Slurm's --signal), the self-check, derive, the sinks
+    (W&B offline), between two sweep points. Every one exits 130 with a final record; a stop after the
+    measurement keeps it (status ok, derived figures)."""
+    from xbench.sinks.wandb_files import read_offline_run
+
+    rows = []
+    for phase, sig, expected in PHASE_SIGNALS:
+        store = tmp / (phase or "timed")
+        args = [*FAST, "fault.kind=signal", f"fault.signal={sig}"]
+        args += [f"fault.phase={phase}"] if phase else [f"fault.at_step={WARMUP_STEPS + 2}"]
+        if phase == "self_check":
+            args.append("bench.self_check=true")
+        if phase == "sinks":
+            args = [a for a in args if a != "logger=none"] + ["logger=wandb"]
+        if phase == "end":  # between two sweep points: the second never starts
+            args = ["-m", *[a for a in args if not a.startswith("data.batch_size")], "data.batch_size=8,16"]
+        p = cli(store, *args, timeout=300)
+        rec, why = one_record(store)
+        extra = [] if p.returncode == 130 else [f"exit {p.returncode}, expected 130"]
+        m = (rec or {}).get("measurements", {})
+        if expected == "ok" and rec and not rec.get("derived"):
+            extra.append("no derived figures")
+        if phase == "self_check" and rec and not (m.get("self_check_interrupted")
+                                                  and any("self-check not done" in w for w in rec["warnings"])):
+            extra.append("the self-check's stop is not recorded")
+        if phase == "sinks" and rec:
+            try:
+                run = read_offline_run(rec["artifacts"]["wandb_offline_dir"])
+                if run["summary"].get("status") != "ok" or run["exit_code"] != 0:
+                    extra.append(f"W&B run: status={run['summary'].get('status')} exit={run['exit_code']}")
+            except Exception as e:
+                extra.append(f"W&B run unreadable: {e}")
+        if phase == "end" and "remaining points of the sweep are skipped" not in p.stderr:
+            extra.append("the sweep went on")
+        if expected == "interrupted" and rec and m.get("phase") != (phase or "timed"):
+            extra.append(f"phase={m.get('phase')}")
+        label = f"{sig} at {phase or 'a timed step'}" + (" (sweep of 2)" if phase == "end" else "")
+        row = judge(Row(label, expected, detail=why), rec, extra_problems=extra)
+        if row.complete == "yes":
+            row.detail = "exit 130, " + ("measured so far kept" if expected == "interrupted" else
+                                         "the measurement kept whole" + (", 1 of 2 points run" if phase == "end" else ""))
+        rows.append(row)
+    return rows
+
+
+def orphans(tmp: Path) -> list[Row]:
+    """bench.process_repeats runs each repeat in a fresh child: when the parent dies (SIGKILL), or exits
+    at once on a second SIGTERM while the child's step hangs, the child dies too and the caller's pipes
+    close (an orphan used to finish its window, sleep forever, ignore SIGTERM and hold the pipes)."""
+    import psutil
+
+    rows = []
+    for how in ("SIGKILL", "second SIGTERM"):
+        store = tmp / how.replace(" ", "_")
+        args = [a for a in FAST if not a.startswith(("bench.steps=", "logger.progress="))] + ["bench.process_repeats=2"]
+        args += ["bench.steps=100000"] if how == "SIGKILL" else ["fault.kind=hang", f"fault.at_step={WARMUP_STEPS + 1}",
+                                                                 "bench.stop_grace_s=600"]
+        w = Watched(store, *args)
+        started = w.wait_for("timed steps")  # drawn by the child
+        kids = psutil.Process(w.p.pid).children(recursive=True)
+        if how == "SIGKILL":
+            w.p.kill()
+        else:
+            w.p.send_signal(signal.SIGTERM)
+            w.wait_for("SIGTERM received", 60)
+            w.p.send_signal(signal.SIGTERM)
+        rc = w.finish(60)
+        _, alive = psutil.wait_procs(kids, timeout=30)
+        closed = w.pipes_closed(30)
+        rec, why = one_record(store)
+        expected = "running" if how == "SIGKILL" else "interrupted"
+        extra = [x for x, bad in (("the child's window never started", not started), ("no child", not kids),
+                                  (f"exit {rc}", rc != (-9 if how == "SIGKILL" else 143))) if bad]
+        row = judge(Row(f"parent dies ({how}) during a process repeat", expected, detail=why), rec,
+                    extra_problems=extra)
+        row.hang = bool(alive) or not closed
+        if row.hang:
+            row.detail = f"{len(alive)} child(ren) alive 30 s after the parent; pipes closed: {closed}"
+        elif row.complete == "yes":
+            row.detail = f"{len(kids)} child process(es) gone with the parent, the caller's pipes closed"
+        rows.append(row)
+    return rows
+
+
+STORE_FAILS = r"""
+set -u
+mount -t tmpfs -o size=4m tmpfs "$STORE"
+"$@" > "$OUT/stdout" 2> "$OUT/stderr" &
+pid=$!
+for i in $(seq 2400); do grep -q "timed steps" "$OUT/stderr" 2>/dev/null && break; sleep 0.1; done
+if [ "$HOW" = read-only ]; then mount -o remount,ro "$STORE"; else dd if=/dev/zero of="$STORE/filler" bs=64k 2>/dev/null; fi
+wait $pid; echo $? > "$OUT/rc"
+mkdir -p "$OUT/store-after"; cp -a "$STORE/." "$OUT/store-after/"; umount "$STORE"
+"""
+
+
+def can_mount() -> bool:
+    """A private mount namespace (unshare -rm) where a tmpfs can be mounted: a real full or read-only store."""
+    if not shutil.which("unshare"):
+        return False
+    p = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs tmpfs /mnt 2>/dev/null || "
+                        "mount -t tmpfs tmpfs /tmp"], capture_output=True, timeout=30)
+    return p.returncode == 0
+
+
+def store_fails(tmp: Path) -> list[Row]:
+    """The store turns read-only, or fills up, during the timed window (a real tmpfs in a private mount
+    namespace): the final record goes to the fallback folder, the console names it, the summary is
+    printed, exit 74. The store keeps the record written at start (it could take nothing more)."""
+    if not can_mount():
+        return [Row(f"store turns {how} mid-run", "skipped", "skipped", "n/a", "no private mount namespace here "
+                    "(unshare -rm)") for how in ("read-only", "full")]
+    rows = []
+    for how in ("read-only", "full"):
+        out = tmp / how
+        store, fallback = out / "store", out / "fallback"
+        store.mkdir(parents=True)
+        args = [a for a in FAST if not a.startswith(("bench.steps=", "logger.progress="))] + ["bench.steps=1000"]
+        script = out / "fail.sh"
+        script.write_text(STORE_FAILS)
+        subprocess.run(["unshare", "-rm", "bash", str(script), *cmd(store, *args)], timeout=600, cwd=REPO,
+                       env=env(STORE=str(store), OUT=str(out), HOW=how, XBENCH_FALLBACK_DIR=str(fallback)))
+        rc = int((out / "rc").read_text()) if (out / "rc").exists() else None
+        stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+        rec, why = one_record(fallback)
+        kept, _ = one_record(out / "store-after")
+        row = judge(Row(f"store turns {how} in the timed window", "ok", detail=why), rec,
+                    need=("throughput_samples_per_s",))
+        extra = [x for x, bad in ((f"exit {rc}, expected 74", rc != 74),
+                                  ("the console does not name the fallback", str(fallback) not in stderr),
+                                  ("no summary", "throughput" not in stdout),
+                                  ("the store lost its start record", not kept)) if bad]
+        if extra:
+            row.complete, row.detail = "no", "; ".join(extra)
+        elif row.complete == "yes":
+            row.detail = "exit 74; record complete in the fallback folder, named on the console; summary printed"
+        rows.append(row)
+    return rows
+
+
+def odd_store(tmp: Path) -> list[Row]:
+    """Records readable by the group as the umask says; names that would leave the store are refused; a
+    store holding every odd thing a reader can meet: readers, the report and xbench.cost name each one,
+    skip it and go on with the good record."""
+    rows = []
+    store = tmp / "s"
+    p = cli(store, *FAST, preexec_fn=lambda: os.umask(0o027))
+    rec, why = one_record(store)
+    mode = oct((store / rec["run_id"] / "record.json").stat().st_mode & 0o777) if rec else "?"
+    row = Row("record permissions under umask 027", "0o640", mode, "yes" if p.returncode == 0 else "no")
+    row.detail = "the group reads the store, others do not (mkstemp alone gives 0600)"
+    rows.append(row)
+
+    outside = [cli(tmp / "names", *FAST, f"store.run_name={n}", timeout=120) for n in ("../escaped", "a/b", ".hidden")]
+    strays = [str(f.relative_to(tmp)) for f in tmp.rglob("record.json") if not f.is_relative_to(store)]
+    row = Row("store.run_name ../escaped, a/b, .hidden", "refused")
+    row.observed = "refused" if all(p.returncode == 2 for p in outside) else str([p.returncode for p in outside])
+    row.complete, row.detail = ("no", f"written: {strays}") if strays else ("n/a", "exit 2, nothing written anywhere")
+    rows.append(row)
+
+    good = json.loads((store / rec["run_id"] / "record.json").read_text()) if rec else {}
+    odd = {"fifo": None, "folder": None, "huge": None, "dev_zero": None, "nan": '{"run_id": "x", "a": NaN}',
+           "list": "[1, 2]", "nested": "[" * 100_000 + "]" * 100_000}
+    for name, text in odd.items():
+        (store / name).mkdir()
+        path = store / name / "record.json"
+        if name == "fifo":
+            os.mkfifo(path)
+        elif name == "folder":
+            path.mkdir()
+        elif name == "huge":
+            with open(path, "wb") as f:
+                f.truncate(70 << 20)  # sparse: no disk used
+        elif name == "dev_zero":
+            path.symlink_to("/dev/zero")
+        else:
+            path.write_text(text)
+    for name in ("negative", "schema99", "negative_price"):
+        bad = json.loads(json.dumps(good))
+        bad["run_id"] = name
+        if name == "negative":
+            bad["measurements"]["throughput_samples_per_s"] = -5.0
+        elif name == "schema99":
+            bad["schema_version"] = 99
+        else:
+            bad["config"]["platform"]["price"] = [{"name": "machine", "amount": -1.0}]
+        (store / name).mkdir()
+        (store / name / "record.json").write_text(json.dumps(bad))
+    n_bad = len(odd) + 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.monotonic()
+        recs = load_records(store)
+        read_s = time.monotonic() - t0
+    named = [w for w in caught if "skipping unreadable record" in str(w.message)]
+    row = Row(f"{n_bad} odd record files in a store", "skipped")
+    row.observed = "skipped" if len(recs) == 1 and len(named) == n_bad else f"{len(recs)} read, {len(named)} named"
+    row.complete, row.detail = "n/a", (f"FIFO, folder, 70 MB, /dev/zero, NaN, list, deep nesting, negative throughput, "
+                                       f"schema 99, negative price: each named, 1 good record read, {read_s:.1f} s")
+    rows.append(row)
+
+    rep = subprocess.run([sys.executable, "-m", "xbench.report", str(store), "--out", str(tmp / "report"),
+                          "--no-progress", "--format", "csv"], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=env())
+    cost = subprocess.run([sys.executable, "-m", "xbench.cost", str(store), "--platform", "gce_n1_standard_8"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env())
+    tidy = tmp / "report" / "tables" / "tidy_runs.csv"
+    in_report = tidy.exists() and rec is not None and rec["run_id"] in tidy.read_text()
+    unnamed = [n for n in (*odd, "negative", "schema99", "negative_price")
+               if f"/{n}/record.json" not in rep.stderr + rep.stdout or f"/{n}/record.json" not in cost.stderr]
+    row = Row("report and xbench.cost over that store", "went on")
+    row.observed = "went on" if rep.returncode == 0 and cost.returncode == 0 and in_report \
+        and rec["run_id"] in cost.stdout else f"report {rep.returncode}, cost {cost.returncode}"
+    row.complete = "yes" if not unnamed else "no"
+    row.detail = f"unnamed: {unnamed}" if unnamed else f"each of the {n_bad} named by both; the good run in both outputs"
+    rows.append(row)
+    return rows
+
+
+class Blackhole:
+    """A W&B host that accepts connections and never answers (what a firewall that drops packets, or a
+    hung proxy, looks like from here)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.sock.accept()[0])
+
+
+def wandb_blackhole(tmp: Path) -> list[Row]:
+    """Online mode, a host that never answers, a sweep of two points: the first gives up within
+    init_timeout_s, the second does not try again, and the process exits promptly after its last record
+    (W&B used to spend ~24 s more at exit retrying its own error reports, at every point)."""
+    store, timeout_s, hole = tmp / "s", 4, Blackhole()
+    args = [a for a in FAST if a not in ("logger=none",) and not a.startswith("data.batch_size")]
+    w = Watched(store, "-m", *args, "data.batch_size=8,16", "logger=wandb", "logger.wandb.mode=online",
+                f"logger.wandb.init_timeout_s={timeout_s}",
+                env=env(WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{hole.port}", WANDB_API_KEY="x" * 40))
+    w.wait_for("  record: ", 400, stream="out", count=2)
+    t0 = time.monotonic()
+    rc = w.finish(120)
+    exit_s = time.monotonic() - t0
+    recs = sorted((r.to_dict() for r in load_records(store)), key=lambda r: r["created_at"])
+    row = Row(f"W&B host never answers (sweep of 2, init_timeout_s={timeout_s})", "ok")
+    row.observed = "/".join(sorted({r["status"] for r in recs})) or "no record"
+    row.lost = max(0, 2 - len(recs))
+    a = [r["artifacts"] for r in recs]
+    fb = a[0].get("wandb_online_fallback_s") if a else None
+    problems = [x for x, bad in ((f"exit {rc}", rc != 0), (f"{len(recs)} records", len(recs) != 2),
+                                 (f"first point: fallback {fb}", fb is None or fb > timeout_s + 10),
+                                 ("second point tried online again", len(a) == 2 and "wandb_online_skipped" not in a[1]),
+                                 ("not offline", any(x.get("wandb_mode") != "offline" for x in a))) if bad]
+    row.hang = exit_s > 20  # was ~24 s of W&B error reports to the dead host
+    row.complete = "no" if problems else "yes"
+    row.detail = "; ".join(problems) or (f"point 1 offline after {fb:.1f} s, point 2 offline at once; "
+                                         f"exit {exit_s:.1f} s after the last record")
+    return [row]
+
+
 CASES = [  # (case, in --short)
+    (compose_error("unknown key added with + (+bench.step=5)", "+bench.step=5", ("bench.step", "did you mean 'bench.steps'")),
+     True),
+    (refused("mistyped baseline= (before any device work)", ("baseline=nosuch",), ("baseline='nosuch'", "no run")), False),
     (compose_error("unknown group option (model=nosuch)", "model=nosuch", ("nosuch", "Available options", "cnn_small")), True),
     (compose_error("misspelled key (data.batchsize)", "data.batchsize=3", ("batchsize", "did you mean 'data.batch_size'")), True),
     (compose_error("wrong type (data.batch_size=abc)", "data.batch_size=abc", ("abc", "takes a whole number")), False),
@@ -555,6 +992,12 @@ CASES = [  # (case, in --short)
     (concurrency, True),
     (distributed_faults, False),
     (corrupt_store, True),
+    (resume_safety, False),
+    (signal_phases, False),
+    (orphans, False),
+    (store_fails, False),
+    (odd_store, False),
+    (wandb_blackhole, False),
 ]
 
 
@@ -577,7 +1020,9 @@ def main() -> int:
         t = time.monotonic()
         try:
             rows = case(tmp)
-        except Exception as e:  # a drill bug or a hang is a failed row, not a crashed drill
+        except subprocess.TimeoutExpired as e:  # a run that never ended: a hang
+            rows = [Row(case.__name__, "?", "hang", "no", f"timed out after {e.timeout} s: {e.cmd[-3:]}", hang=True)]
+        except Exception as e:  # a drill bug is a failed row, not a crashed drill
             rows = [Row(case.__name__, "?", f"drill error: {type(e).__name__}", "no", str(e)[:100])]
         for r in rows:
             r.seconds = time.monotonic() - t  # the whole case (a sweep gives several rows)
@@ -594,6 +1039,8 @@ def main() -> int:
     bad = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(bad)}/{len(rows)} faults behaved as expected in {time.monotonic() - t0:.0f} s"
           + (f" (stores kept under {base})" if a.keep else ""))
+    print(f"{len(cases)} cases, {len(rows)} rows: records lost {sum(r.lost for r in rows)}, "
+          f"secrets found {sum(r.leaks for r in rows)}, hangs {sum(r.hang for r in rows)}")
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
     if a.json:

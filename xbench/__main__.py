@@ -3,7 +3,12 @@
 Every run that gets past composition leaves a record: `running` as soon as it starts, then `ok`,
 `failed`, `oom`, `interrupted` or `diverged` with the reason (xbench/envelope.py). A single run exits
 non-zero when it did not succeed; a `--multirun` sweep goes on to the next point and exits non-zero at
-the end if any point failed; an interrupted point ends the sweep.
+the end if any point failed; a stop signal ends the sweep.
+
+Exit status: 0 ok; 1 a run did not succeed, or Hydra refused the command line (also `+key=v` with a key
+the schema lacks); 2 refused before it started (a bad `resume=`, `baseline=` or run name: nothing
+written); 74 the store could not take the record (it went to a fallback folder the console names);
+130 stopped by a signal (the record says what was measured); 128+N a second signal N (exited at once).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
-from xbench.hints import compose_hints
+from xbench.envelope import SIGNALS, redact_hydra_files, say
+from xbench.hints import added_key_problems, compose_hints
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 from xbench.version import __version__
@@ -41,16 +47,27 @@ def run(dcfg: DictConfig):
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def main(dcfg: DictConfig) -> None:
+    redact_hydra_files()  # the sweeper has just written multirun.yaml
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if SIGNALS.flag.requested:  # a stop between two sweep points: no new point starts
+        say(f"xbench: {SIGNALS.flag.reason} received; the remaining points of the sweep are skipped")
+        raise SystemExit(130)
     if multirun and not _PRELOADED:
         _PRELOADED.append(True)  # a sweep reaching an XLA runtime needs torch_xla before any backward
         preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
-    record = run(dcfg)
+    try:
+        record = run(dcfg)
+    except runner.Refused as e:  # nothing was written; a sweep goes on to its next point
+        say(f"xbench: {e}")
+        if not multirun:
+            raise SystemExit(2) from None
+        _FAILED_RUNS.append(f"point {HydraConfig.get().job.num} (refused)")
+        return
     if record is None:  # a rank > 0: rank 0 writes the record and sets the exit status
         return
-    if record.status == "interrupted":  # a preempted machine or Ctrl-C: the rest of a sweep is not run
+    if record.status == "interrupted" or SIGNALS.flag.requested:  # the rest of a sweep is not run
         if multirun:
-            print("xbench: interrupted; the remaining points of the sweep are skipped", file=sys.stderr)
+            say("xbench: interrupted; the remaining points of the sweep are skipped")
         raise SystemExit(130)
     if record.status != "ok" and not multirun:
         raise SystemExit(1)
@@ -65,19 +82,28 @@ def cli() -> None:
         print(version())
         return
     register_model_choices(sys.argv[1:])  # model=torchvision/NAME and the like: the open zoo
-    # The console is an output too: secret override values and secret environment values never reach it
-    # (Hydra echoes overrides when it launches a sweep and in compose errors).
-    sys.stdout = RedactingStream(sys.stdout, argv_secret_values(sys.argv))
-    sys.stderr = RedactingStream(sys.stderr, argv_secret_values(sys.argv))
+    # The console is an output too: secret values never reach it (Hydra echoes overrides when it launches
+    # a sweep and in compose errors).
+    values = argv_secret_values(sys.argv)
+    sys.stdout = RedactingStream(sys.stdout, values)
+    sys.stderr = RedactingStream(sys.stderr, values)
+    SIGNALS.install()  # from the start, for the whole process: a stop at start-up or between sweep points
+    refused = added_key_problems(sys.argv[1:])
+    if refused:  # `+bench.step=5`: Hydra would accept a key that nothing reads
+        for line in refused:
+            say(f"xbench: {line}")
+        raise SystemExit(1)
     try:
         main()
     except SystemExit as e:
         if e.code not in (0, None) and not _STARTED:  # Hydra refused the config: add what is allowed
             for line in compose_hints(sys.argv[1:]):
-                print(f"xbench: {line}", file=sys.stderr)
+                say(f"xbench: {line}")
         raise
+    finally:
+        redact_hydra_files()  # also when the first point never started
     if _FAILED_RUNS:  # multirun: every point ran; say which did not succeed
-        print(f"xbench: {len(_FAILED_RUNS)} run(s) did not succeed: {', '.join(_FAILED_RUNS)}", file=sys.stderr)
+        say(f"xbench: {len(_FAILED_RUNS)} run(s) did not succeed: {', '.join(_FAILED_RUNS)}")
         raise SystemExit(1)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xbench import extras, launch, models, modes, parallel, runtimes, studies
+from xbench.bench import faults
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
@@ -29,7 +30,7 @@ from xbench.precision import PRECISIONS
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
 MODALITIES = ("image", "tokens", "features")
-FAULT_KINDS = (None, "exception", "nan_loss", "sigterm", "hang")
+FAULT_KINDS = (None, "exception", "nan_loss", "sigterm", "hang", "signal")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 LOGGERS = ("wandb", "none")
 
@@ -101,6 +102,7 @@ def known_names(cfg, facts):
         out.append(f"data.modality={cfg.data.modality!r} is unknown; allowed: {', '.join(MODALITIES)}")
     if cfg.fault.kind not in FAULT_KINDS:
         out.append(f"fault.kind={cfg.fault.kind!r} is unknown; allowed: null, {', '.join(FAULT_KINDS[1:])}")
+    out += faults.problems(cfg.fault)
     if cfg.logger.name not in LOGGERS:
         out.append(f"logger {cfg.logger.name!r} is unknown; allowed: {', '.join(LOGGERS)}")
     if cfg.logger.wandb.mode not in WANDB_MODES:

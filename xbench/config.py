@@ -219,9 +219,12 @@ class StoreConfig:
 class FaultConfig:
     """Deliberate faults, for the fault drill and the tests. Off by default."""
 
-    kind: str | None = None  # exception | nan_loss | sigterm | hang
+    kind: str | None = None  # exception | nan_loss | sigterm | hang | signal
     at_step: int = 0  # counted over all steps (warm-up then timed)
     rank: int | None = None  # only this rank (None: every rank)
+    # kind=signal: which stop signal, and where (null: at at_step; else a phase, see xbench/bench/faults.py)
+    signal: str = "SIGTERM"
+    phase: str | None = None
 
 
 @dataclass

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from xbench.analysis.baseline import same_work
 from xbench.analysis.frame import read
 from xbench.config import PlatformConfig
-from xbench.metrics.cost import currency
+from xbench.metrics.cost import currency, problems
 from xbench.metrics.derived import derive
 from xbench.records.store import find_run, read_record
 
@@ -57,8 +57,12 @@ def apply_prices(platform: dict, overrides: list[str]) -> dict:
         if not name and len(targets) > 1:
             raise SystemExit(f"xbench.cost: --price {o!r} is ambiguous: name the component "
                              f"({', '.join(c.get('name') for c in targets)}=AMOUNT)")
+        try:
+            amount = float(value)
+        except ValueError:
+            raise SystemExit(f"xbench.cost: --price {o!r}: {value!r} is not a number") from None
         for c in targets:
-            c["amount"] = float(value)
+            c["amount"] = amount
     return platform
 
 
@@ -81,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per record instead of a table")
     a = ap.parse_args(argv)
     platform = apply_prices(load_platform(a.platform), a.price)
+    if bad := problems(platform):
+        print(f"xbench.cost: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     try:
         records, skipped = read([a.store])
     except FileNotFoundError as e:
@@ -90,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"xbench.cost: WARNING {msg}", file=sys.stderr)
     base_rec = baseline = None
     if a.baseline:
-        base_rec = read_record(find_run(a.baseline, a.store))
+        try:
+            base_rec = read_record(find_run(a.baseline, a.store))
+        except (OSError, ValueError) as e:
+            print(f"xbench.cost: --baseline {a.baseline!r}: {e}", file=sys.stderr)
+            return 2
         base = base_rec.to_dict()
         # The baseline re-priced the same way, config included: normalise reads its currency there.
         baseline = {**base, "config": {**base["config"], "platform": platform}, "derived": reprice(base, platform)}
@@ -99,9 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         if rec.status != "ok":
             continue
         r = rec.to_dict()
-        against = baseline if base_rec is not None and same_work(rec, base_rec) else None
-        rows.append({"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
-                     **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)})
+        try:
+            against = baseline if base_rec is not None and same_work(rec, base_rec) else None
+            rows.append({"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
+                         **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)})
+        except Exception as e:  # one odd record never stops the others: named, skipped
+            print(f"xbench.cost: WARNING skipping record {getattr(rec, 'source', None) or rec.run_id}: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
     if a.json:
         for row in rows:
             print(json.dumps(row))

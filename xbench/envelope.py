@@ -5,12 +5,21 @@
     # the record is final: ok / failed / oom / interrupted / diverged, stored, sent to W&B, summarised
 
 - Record first: the record is written before any device work, so even a killed process leaves a trace.
-- Signals: the first SIGINT/SIGTERM asks the loop to stop after the step (`env.stop`); a second one,
-  or a step that does not return within `bench.stop_grace_s` (a hung step), writes the record as
-  interrupted and exits at once. The handlers stay in place until the record is stored.
+  A store that cannot take that first write stops the run before any work (exit 74).
+- Signals (`SIGNALS`, one per process, `rank.STOP_SIGNALS`: INT, TERM, HUP, QUIT, USR1, USR2, XCPU):
+  the first asks the loop to stop after the step (`env.stop`), at any phase: start-up, warm-up, the
+  window, the self-check, derive, the sinks, between sweep points. A second one, or a step that does
+  not return within `bench.stop_grace_s` (a hung step), writes the record, kills the run's child
+  processes and exits at once. The CLI installs the handlers for the whole process (a signal between
+  two sweep points ends the sweep); a run started by other code installs them for its own duration.
 - Exceptions become statuses with a reason (a ConfigError lists every reason; an out-of-memory is a
   result, `oom`, with the batch size); the traceback goes beside the record, redacted.
-- Sinks: the local record first (always), then W&B (whose trouble never fails a run), then the console.
+- Sinks: the local record first (always; a store that fails at the end sends the record to a fallback
+  folder the console names, or prints it, and the run exits 74), then W&B (whose trouble never fails
+  a run), then the console.
+- Resume (`prior`): the attempt writes its own `attempt-<time>.json`; it replaces the run's
+  record.json only when it carried the run on (ended ok or diverged, or interrupted after a new
+  checkpoint). A refused, failed or killed attempt leaves the previous record as it was.
 """
 
 from __future__ import annotations
@@ -20,18 +29,22 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
+from xbench.bench import faults
 from xbench.bench.memory import is_oom, memory_figures
-from xbench.rank import Diverged, StopFlag, StopRequested
+from xbench.rank import STOP_SIGNALS, Diverged, StopFlag, StopRequested
 from xbench.records.env import host_env
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact, redact_text
-from xbench.records.store import atomic_write_text
+from xbench.records.store import ATTEMPT_PREFIX, RECORD_FILE, RunLock, atomic_write_text, record_text
 from xbench.sinks.console import summary
 from xbench.sinks.local import LocalSink
 from xbench.sinks.wandb import WandbSink
+
+EXIT_UNSAVED = 74  # sysexits EX_IOERR: the result exists, but not where the store said
 
 
 class ConfigError(Exception):
@@ -42,27 +55,62 @@ class ConfigError(Exception):
         self.reasons = reasons
 
 
+def say(text: str) -> None:
+    """A line on stderr that never fails (the terminal may be gone: SIGHUP, a closed pipe)."""
+    with contextlib.suppress(Exception):
+        print(text, file=sys.stderr, flush=True)
+
+
 class _Signals:
-    """First SIGINT/SIGTERM: ask the loop to stop and record what was measured. Second, or a step that
-    does not return within `grace_s` (a hung step): `on_force(reason)` writes the record, then exit now."""
+    """First stop signal: ask the loop to stop and record what was measured. Second, or a step that
+    does not return within `grace_s` (a hung step): `on_force(reason)` writes the record, the run's
+    child processes are killed, the process exits now."""
 
-    def __init__(self, flag: StopFlag, grace_s: float = 30.0, on_force=None):
-        self.flag = flag
-        self.grace_s = grace_s
-        self.on_force = on_force
-        self.previous = {}
-        self.timer = None
+    def __init__(self):
+        self.flag = StopFlag()
+        self.grace_s = 30.0
+        self.on_force = None  # the current run's "write the record now" (None between runs)
+        self.previous: dict = {}
+        self.timer: threading.Timer | None = None
 
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+    @property
+    def installed(self) -> bool:
+        return bool(self.previous)
+
+    def install(self) -> bool:
+        """Handle every stop signal from now on (main thread only); False if already installed."""
+        if self.installed or threading.current_thread() is not threading.main_thread():
+            return False
+        self.flag = StopFlag()
+        for sig in STOP_SIGNALS:
             self.previous[sig] = signal.signal(sig, self._handle)
-        return self
+        return True
+
+    def uninstall(self) -> None:
+        self.cancel_timer()
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+    def cancel_timer(self) -> None:
+        if self.timer:
+            self.timer.cancel()
+            self.timer = None
 
     def _force(self, reason: str, code: int):
+        say(f"\nxbench: {reason}; exiting now")
+        on_force = self.on_force
+        if on_force is not None:
+            with contextlib.suppress(BaseException):
+                on_force(reason)
+        with contextlib.suppress(BaseException):  # children die with their parent (launch/child.py)
+            import psutil
+
+            for p in psutil.Process().children(recursive=True):
+                p.kill()
         with contextlib.suppress(BaseException):
-            print(f"\nxbench: {reason}; exiting now", file=sys.stderr, flush=True)
-            if self.on_force:
-                self.on_force(reason)
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(code)
 
     def _handle(self, signum, frame):
@@ -71,24 +119,19 @@ class _Signals:
             self._force(f"second {name}: exited at once (after {self.flag.reason})", 128 + signum)
         self.flag.requested = True
         self.flag.reason = name
-        print(f"\nxbench: {name} received; stopping after this step and saving the record "
-              f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)",
-              file=sys.stderr, flush=True)
+        say(f"\nxbench: {name} received; stopping after this step (or phase) and saving the record "
+            f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)")
         self.timer = threading.Timer(self.grace_s, self._force,
                                      (f"{name}: the step did not return within bench.stop_grace_s="
                                       f"{self.grace_s:g} s (hung step)", 128 + signum))
         self.timer.daemon = True
         self.timer.start()
 
-    def __exit__(self, *exc):
-        if self.timer:
-            self.timer.cancel()
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        return False
+
+SIGNALS = _Signals()
 
 
-def _redact_hydra_files() -> None:
+def redact_hydra_files() -> None:
     """Hydra's sweeper saves multirun.yaml (overrides included) before the first job: redact it.
     Single runs write nothing (hydra.output_subdir is null in conf/config.yaml)."""
     from hydra.core.hydra_config import HydraConfig
@@ -100,64 +143,110 @@ def _redact_hydra_files() -> None:
 
     path = Path(HydraConfig.get().sweep.dir) / "multirun.yaml"
     with contextlib.suppress(OSError, yaml.YAMLError):
-        atomic_write_text(path, yaml.safe_dump(redact(yaml.safe_load(path.read_text())), sort_keys=False))
+        text = path.read_text()
+        clean = yaml.safe_dump(redact(yaml.safe_load(text)), sort_keys=False)
+        if clean != text:
+            atomic_write_text(path, clean)
+
+
+def advanced(record: RunRecord) -> bool:
+    """Whether a resume attempt carried its run on, so that its record may replace the previous one."""
+    return record.status in ("ok", "diverged") or (record.status == "interrupted"
+                                                   and bool(record.measurements.get("checkpoint")))
 
 
 class RunEnvelope:
     """Owns one run's record from its first write to its last (see the module docstring)."""
 
-    def __init__(self, cfg, resolved: dict, run_id: str, created_at: str | None = None):
+    def __init__(self, cfg, resolved: dict, run_id: str, prior: dict | None = None, lock: RunLock | None = None):
         self.cfg = cfg
         self.record = RunRecord(run_id=run_id, experiment=cfg.experiment, config=resolved)
-        if created_at:
-            self.record.created_at = created_at
-        self.local = LocalSink(cfg.store.root)
-        self.stop = StopFlag()
+        self.prior = prior
+        if prior is not None:
+            self.record.created_at = prior.get("created_at") or self.record.created_at
+        attempt = f"{ATTEMPT_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+        self.local = LocalSink(cfg.store.root, attempt if prior is not None else RECORD_FILE)
+        self.lock = lock
+        self.stop = SIGNALS.flag
         self.progress = None  # the mode's console bar, set by the runner; closed here whatever happens
-        self._signals = _Signals(self.stop, cfg.bench.stop_grace_s, on_force=self._forced)
+        self._owns_signals = False
 
     @property
     def run_dir(self) -> Path:
         return self.local.run_dir(self.record)
 
+    @property
+    def unsaved(self) -> bool:
+        """The final record is not in the store (a fallback folder, or only the console, holds it)."""
+        return self.local.unsaved is not None
+
+    def check_stop(self, phase: str) -> None:
+        """Between phases: a stop asked before any step ran ends the run here, recorded."""
+        if self.stop.requested:
+            raise StopRequested({"phase": phase})
+
     def _forced(self, reason: str) -> None:  # second signal or hung step: a final record before os._exit
-        self.record.finish("interrupted", reason)
-        self.local.write(self.record)
+        if self.record.status == "running":
+            self.record.finish("interrupted", reason)
+        else:  # already final (the signal came during W&B or the summary): keep its status
+            self.record.warnings.append(f"{reason} after the record was final")
+        self._write()
 
     def __enter__(self) -> RunEnvelope:
         self.record.env = host_env()
-        self.local.write(self.record)  # status "running": if the process is killed outright, the trace remains
-        _redact_hydra_files()
-        print(f"xbench: run {self.record.run_id} -> {self.run_dir}", flush=True)
-        self._signals.__enter__()
+        try:
+            if self.lock is None:
+                self.lock = RunLock(self.run_dir).acquire()
+            self.local.write_strict(self.record)  # status "running": if the process is killed outright, the trace remains
+        except OSError as e:
+            say(f"xbench: the store cannot take run {self.record.run_id} ({type(e).__name__}: {e}); nothing was run "
+                f"(store.root={self.cfg.store.root})")
+            if self.lock is not None:
+                self.lock.release()
+            raise SystemExit(EXIT_UNSAVED) from None
+        redact_hydra_files()
+        with contextlib.suppress(Exception):
+            print(f"xbench: run {self.record.run_id} -> {self.run_dir}", flush=True)
+        self._owns_signals = SIGNALS.install()
+        self.stop = SIGNALS.flag
+        SIGNALS.grace_s = self.cfg.bench.stop_grace_s
+        SIGNALS.on_force = self._forced
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             if self.progress is not None:
-                self.progress.close()
-            if exc is not None:
-                if not isinstance(exc, Exception):
-                    return False  # SystemExit and the like: not a result
+                with contextlib.suppress(Exception):
+                    self.progress.close()
+            if isinstance(exc, KeyboardInterrupt):  # someone else's SIGINT handler: still a stop
+                exc = StopRequested({"phase": "unknown"})
+                self.stop.reason = self.stop.reason or "SIGINT"
+            if exc is not None and not isinstance(exc, Exception):  # SystemExit and the like: recorded, re-raised
+                self.record.finish("failed", f"the run exited ({type(exc).__name__} {exc}) before it finished")
+            elif exc is not None:
                 self._status_of(exc)
             elif self.record.status == "running":  # a mode that forgot to say: a bug, not a result
                 self.record.finish("failed", "internal: the mode ended without a status")
             self._publish()
         finally:
-            self._signals.__exit__(None, None, None)
-        return True
+            SIGNALS.on_force = None
+            if self._owns_signals:
+                SIGNALS.uninstall()
+            if self.lock is not None:
+                self.lock.release()
+        return exc is None or isinstance(exc, Exception)
 
     def _status_of(self, exc: Exception) -> None:
         rec, cfg = self.record, self.cfg
         if isinstance(exc, ConfigError):
             rec.finish("failed", "config: " + "; ".join(exc.reasons))
         elif isinstance(exc, StopRequested):
-            # A stop after a phase had finished (e.g. during the self-check) keeps that phase's figures.
+            # A stop after a phase had finished keeps that phase's figures.
             if rec.measurements:
                 rec.measurements["interrupted"] = exc.partial
             else:
                 rec.measurements.update(exc.partial)
-            rec.finish("interrupted", f"{self.stop.reason} during {exc.partial.get('phase')}")
+            rec.finish("interrupted", f"{self.stop.reason or 'stop'} during {exc.partial.get('phase')}")
         elif isinstance(exc, Diverged):
             rec.measurements.update(diverged_at_step=exc.step, diverged_phase=exc.phase,
                                     batch_size_per_device=cfg.data.batch_size)
@@ -165,19 +254,44 @@ class RunEnvelope:
         else:  # every other failure is a result too, with its reason
             rec.finish("oom" if is_oom(exc) else "failed", redact_text(f"{type(exc).__name__}: {exc}"))
             rec.ranks = getattr(exc, "ranks", None) or rec.ranks  # failed ranks' errors (launch.torchrun)
-            rec.artifacts["traceback"] = "traceback.txt"
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            atomic_write_text(self.run_dir / "traceback.txt", redact_text(text))
+            if self.local.write_file(rec, "traceback.txt", redact_text(text)) is not None:
+                rec.artifacts["traceback"] = "traceback.txt"
             if rec.status == "oom":
                 rec.measurements["batch_size_per_device"] = cfg.data.batch_size
                 rec.measurements.update(memory_figures())
 
+    def _write(self) -> Path | None:
+        if self.prior is not None and advanced(self.record) and self.local.name != RECORD_FILE:
+            attempt = self.run_dir / self.local.name
+            self.local.name = RECORD_FILE  # this attempt carried the run on: its record is the run's now
+            path = self.local.write(self.record)
+            if path is not None and path.parent == self.run_dir:
+                with contextlib.suppress(OSError):
+                    attempt.unlink()
+            return path
+        return self.local.write(self.record)
+
     def _publish(self) -> None:
         """The local record first, always; then W&B; then the console summary."""
-        path = self.local.write(self.record)
+        path = self._write()
+        faults.at_phase(self.cfg.fault, "sinks")
         if self.cfg.logger.name != "none":
-            sink = WandbSink(self.record.config.get("logger", {}).get("wandb", {}),
-                             say=lambda s: print(s, file=sys.stderr))
+            sink = WandbSink(self.record.config.get("logger", {}).get("wandb", {}), say=say)
             self.record.artifacts.update(sink.publish(self.record, self.run_dir))
-            path = self.local.write(self.record)
-        print(summary(self.record, path), flush=True)
+            path = self._write()
+        with contextlib.suppress(Exception):
+            print(summary(self.record, path or "(nowhere: see below)"), flush=True)
+        faults.at_phase(self.cfg.fault, "end")
+        if self.prior is not None and self.local.name != RECORD_FILE:
+            say(f"xbench: this resume attempt ended {self.record.status}; the run's record is left as it was "
+                f"({self.run_dir / RECORD_FILE}); this attempt's record: {path}")
+        if self.local.unsaved is None:
+            return
+        if path is not None:
+            say(f"xbench: the store could not take the record ({self.local.unsaved}); it was written to {path} "
+                f"instead: move {path.parent} into {self.cfg.store.root} once the store is fixed")
+        else:  # no folder at all: the console is the last place the result can go
+            say(f"xbench: the record could not be written anywhere ({self.local.unsaved}); here it is:")
+            with contextlib.suppress(Exception):
+                print(record_text(self.record), flush=True)

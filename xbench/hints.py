@@ -2,6 +2,9 @@
 key or a wrong type, not the alternatives). Reads the dataclass schema in xbench.config; no torch.
 
 Hydra already lists the options of a config group (`model=foo`), so group choices are left to it.
+Hydra accepts a key the schema does not have when it is written `+key=v` (the form its own error message
+suggests): `added_key_problems` refuses those before Hydra runs, with the same hint, and
+`unknown_keys` finds them in a stored config (a record written before this check existed).
 """
 
 from __future__ import annotations
@@ -44,8 +47,14 @@ def _parses(value: str, tp) -> bool:
         return False
 
 
-def hint_for(override: str) -> str | None:
-    """One override `a.b=value` checked against the schema: a hint, or None when it looks fine."""
+def hint_for(override: str, added: bool = False) -> str | None:
+    """One override `a.b=value` checked against the schema: a hint, or None when it looks fine.
+    `added`: check the `+a.b=value` / `++a.b=value` forms too (Hydra would accept an unknown key)."""
+    if added and override.startswith("+"):
+        override = override.lstrip("+")
+        if "@" in override.partition("=")[0] or "/" in override.partition("=")[0] \
+                or (Path(config_dir()) / override.partition("=")[0]).is_dir():
+            return None  # a config group (+experiment=..., +workload=...) or a package: Hydra's business
     if "=" not in override or override[0] in "+~-" or override.startswith("hydra"):
         return None
     key, _, value = override.partition("=")
@@ -118,3 +127,20 @@ def plugin_hints(argv: list[str]) -> list[str]:
 def compose_hints(argv: list[str]) -> list[str]:
     schema = [h for h in (hint_for(a) for a in argv if a.partition("=")[0] not in PRESET_GROUPS) if h]
     return schema + preset_hints(argv) + plugin_hints(argv)
+
+
+def added_key_problems(argv: list[str]) -> list[str]:
+    """`+bench.step=5`: a key the schema does not have, added with `+` (or `++`); refused like
+    `bench.step=5` is, with the same hint. Free-form mappings (model.options) take any key."""
+    return [h for h in (hint_for(a, added=True) for a in argv if a.startswith("+")) if h]
+
+
+def unknown_keys(d: dict, cls=XBenchConfig, path: tuple = ()) -> list[tuple[str, ...]]:
+    """Paths in a plain config mapping that the schema does not have (free-form mappings excepted)."""
+    fields, out = _fields(cls), []
+    for k, v in d.items():
+        if k not in fields:
+            out.append((*path, k))
+        elif dataclasses.is_dataclass(fields[k]) and isinstance(v, dict):
+            out += unknown_keys(v, fields[k], (*path, k))
+    return out

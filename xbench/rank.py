@@ -11,8 +11,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from dataclasses import dataclass, field
+
+# Every signal that asks a run to stop: a terminal (Ctrl-C, Ctrl-\, a closed window), a user (kill), a
+# batch system (SIGTERM before SIGKILL on preemption, Slurm's --signal=USR1/USR2@T, a CPU-time limit).
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+                                                  "SIGXCPU") if hasattr(signal, n))
 
 
 @dataclass(frozen=True)

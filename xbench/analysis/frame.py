@@ -124,10 +124,24 @@ def flatten(rec: RunRecord) -> dict:
     return row
 
 
-def to_frame(records: list[RunRecord]) -> pd.DataFrame:
+def flatten_all(records: list[RunRecord], skipped: list[str] | None = None) -> list[dict]:
+    """One row per record; a record whose contents cannot be laid out is named in `skipped` and left out
+    (one odd record never stops a report)."""
+    rows = []
+    for r in records:
+        try:
+            rows.append(flatten(r))
+        except Exception as e:
+            if skipped is None:
+                raise
+            skipped.append(f"skipping record {getattr(r, 'source', None) or r.run_id}: {type(e).__name__}: {e}")
+    return rows
+
+
+def to_frame(records: list[RunRecord], skipped: list[str] | None = None) -> pd.DataFrame:
     import pandas as pd
 
-    rows = [flatten(r) for r in records]
+    rows = flatten_all(records, skipped)
     df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", *CONFIGURATION, "status"])
     for col in CONFIGURATION:
         if col not in df:
@@ -147,7 +161,7 @@ def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[
 def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
     """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`."""
     records, skipped = read(stores, progress)
-    return Loaded(frame=to_frame(records), skipped=skipped)
+    return Loaded(frame=to_frame(records, skipped), skipped=skipped)
 
 
 def parse_query(text: str) -> dict[str, list[str]]:

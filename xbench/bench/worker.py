@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from xbench import models, parallel, runtimes
-from xbench.bench import loop
+from xbench.bench import faults, loop
 from xbench.bench.flops import flops_per_sample
 from xbench.bench.utilisation import UtilisationSampler
 from xbench.config import XBenchConfig
@@ -64,6 +64,8 @@ def _inject_fault(step_fn, fault, rank: int):
                 raise RuntimeError(f"injected fault at step {n} (fault.kind=exception)")
             if fault.kind == "sigterm":
                 os.kill(os.getpid(), signal.SIGTERM)
+            if fault.kind == "signal" and fault.phase is None:
+                faults.send(fault)
             if fault.kind == "nan_loss":
                 return step_fn(inputs * float("nan"), targets)
             if fault.kind == "hang":  # a stuck step (hung collective, dead device): only a signal ends it

@@ -16,11 +16,13 @@ Collectives time out after parallel.timeout_s, so a dead rank ends the run inste
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from datetime import timedelta
 
+from xbench.launch import child
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
-from xbench.rank import LaunchResult, RankContext, StopRequested
+from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, StopRequested
 
 
 class RankFailed(Exception):
@@ -76,6 +78,7 @@ def rank_main(cfg, work, facts, on_step=None, stop=None):
 
 def _spawned_rank(cfg, work, facts):
     """Entry point of a rank started by elastic_launch (picklable: a module-level function)."""
+    child.die_with_parent()  # a rank never outlives the run that started it
     return rank_main(cfg, work, facts)
 
 
@@ -119,6 +122,7 @@ def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> La
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # the elastic agent replaces them for good
     try:
         out = elastic_launch(_launch_config(cfg), _spawned_rank)(cfg, work, facts)
     except ChildFailedError as e:
@@ -127,6 +131,10 @@ def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> La
         if stop is not None:
             stop.requested, stop.reason = True, e.sigval.name
         raise StopRequested({"phase": "ranks"}) from e
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
     gathered = (out or {}).get(0)
     if gathered is None:
         return None

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from xbench.launch import child
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
-from xbench.rank import LaunchResult, RankContext
+from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext
 from xbench.runtimes import default_pjrt_device, xla_environment
 
 
@@ -93,8 +93,9 @@ def _mp_process(index, cfg, work, out_path: str):
 def _mp_parent(cfg, work, out_path: str, env: dict):
     """The process torch_xla.launch runs in (the environment set before torch_xla is imported)."""
     os.environ.update(env)
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the replicas handle stops and return their results
+    for sig in STOP_SIGNALS:  # the replicas handle stops and return their results
         signal.signal(sig, signal.SIG_IGN)
+    child.die_with_parent()
     from xbench.runtimes import xla as rx
 
     rx.launch_processes(_mp_process, (cfg, work, out_path), single_process=cfg.parallel.world_size == 1)

@@ -65,8 +65,10 @@ def problems(platform: dict) -> list[str]:
             out.append(f"{label}: pricing_model={pm!r} is unknown; allowed: {', '.join(PRICING_MODELS)}")
         if not 0 <= float(c.get("discount", 0.0)) < 1:
             out.append(f"{label}: discount must be a fraction in [0, 1), got {c.get('discount')}")
-        if float(c.get("amount", 0.0)) < 0 or int(c.get("count", 1)) < 0:
-            out.append(f"{label}: amount and count must not be negative")
+        amount = float(c.get("amount", 0.0))
+        if not math.isfinite(amount) or amount < 0 or int(c.get("count", 1)) < 0:
+            out.append(f"{label}: amount and count must be finite and not negative, got {c.get('amount')} "
+                       f"and {c.get('count', 1)}")
     if len({c.get("currency", "USD") for c in comps}) > 1:
         out.append(f"platform {name!r}: price components mix currencies "
                    f"{sorted({c.get('currency', 'USD') for c in comps})}; give one")

@@ -6,7 +6,9 @@ run through the same launch path:
 - whole-process repeats (`bench.process_repeats=N`): the whole run N times, each in fresh processes
   (an inline rank in a fresh spawned interpreter; torchrun/xla launchers start fresh ones anyway), so
   the spread covers what a new process draws afresh (allocator, thread placement, compile caches);
-- the self-check (`bench.self_check=true`, `SelfCheck` below): the same work at half the batch.
+- the self-check (`bench.self_check=true`, `SelfCheck` below): the same work at half the batch. A
+  stop during it keeps the complete measurement (status ok, derived figures, a warning); the process
+  still exits as interrupted and a sweep ends there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, replace
 import psutil
 
 from xbench import launch
-from xbench.bench import loop, profile
+from xbench.bench import faults, loop, profile
 from xbench.bench.memory import peak_host_rss_gib
 from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, utilisation_sampler
 from xbench.config import XBenchConfig
@@ -215,7 +217,14 @@ class Throughput(Mode):
             rec.warnings.append(f"noisy: spread above bench.noisy_cv={b.noisy_cv} "
                                 f"({noisy_spread(rec.measurements, b.noisy_cv)})")
         if b.self_check:
-            SelfCheck().execute(run)
+            faults.at_phase(cfg.fault, "self_check")
+            try:
+                SelfCheck().execute(run)
+            except StopRequested as e:  # the measurement itself is complete: keep it, derived figures too
+                rec.measurements["self_check_interrupted"] = e.partial
+                rec.warnings.append(f"self-check not done: {run.stop.reason or 'a stop'} arrived during it "
+                                    f"({e.partial.get('phase')}); the measurement above is complete")
+        faults.at_phase(cfg.fault, "derive")
         rec.derived = derive(rec.measurements, run.resolved, baseline=run.baseline)
         rec.warnings += record_gates(rec.measurements, rec.derived)
         rec.finish("ok")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
+import re
 from dataclasses import asdict, dataclass, field
 
 SCHEMA_VERSION = 1
 # running: only ever seen if the process died without a chance to write (kill -9, power loss).
 STATUSES = ("running", "ok", "failed", "oom", "interrupted", "diverged")
+# Figures that cannot be negative: a throughput, a step time, a price or a cost (never averaged if they are).
+NON_NEGATIVE = re.compile(r"samples_per_s|tokens_per_s|^step_time_s|_per_hour$|_per_million_samples$|cost|^price")
 
 
 def utc_now() -> str:
@@ -42,6 +46,8 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunRecord:
+        if not isinstance(d, dict):
+            raise ValueError(f"invalid record: a JSON object is expected, not a {type(d).__name__}")
         known = cls.__dataclass_fields__  # the field names (fields() is slow across 10,000 records)
         rec = cls(**{k: v for k, v in d.items() if k in known})
         problems = rec.problems()
@@ -52,19 +58,56 @@ class RunRecord:
     def problems(self) -> list[str]:
         """What makes this record invalid (empty when valid)."""
         out = []
-        if not self.run_id:
-            out.append("run_id is empty")
+        if not isinstance(self.run_id, str) or not self.run_id:
+            out.append("run_id is empty or not text")
+        if not isinstance(self.schema_version, int) or isinstance(self.schema_version, bool) \
+                or not 1 <= self.schema_version <= SCHEMA_VERSION:
+            out.append(f"schema_version {self.schema_version!r} is not one this xbench reads (1..{SCHEMA_VERSION}; "
+                       "a newer xbench wrote it?)")
         if self.status not in STATUSES:
             out.append(f"status {self.status!r} is not one of {', '.join(STATUSES)}")
         if self.status not in ("ok", "running") and not self.reason:
             out.append(f"status {self.status!r} needs a reason")
-        if self.status == "ok" and "throughput_samples_per_s" not in self.measurements \
-                and self.config.get("bench", {}).get("mode", "throughput") == "throughput":
-            out.append("an ok throughput run has no throughput_samples_per_s")
         for name in ("config", "env", "measurements", "derived", "series", "artifacts"):
             if not isinstance(getattr(self, name), dict):
                 out.append(f"{name} must be a mapping")
+        for name in ("warnings", "ranks"):
+            if not isinstance(getattr(self, name), list):
+                out.append(f"{name} must be a list")
+        if out:
+            return out  # the checks below read inside the mappings
+        bad = [f"config.{k} must be a mapping" for k in ("model", "data", "platform", "runtime", "parallel",
+                                                           "precision", "bench", "goal", "store", "logger")
+               if k in self.config and not isinstance(self.config[k], (dict, type(None)))]
+        if bad:
+            return out + bad
+        mode = (self.config.get("bench") or {}).get("mode", "throughput")
+        if self.status == "ok" and "throughput_samples_per_s" not in self.measurements and mode == "throughput":
+            out.append("an ok throughput run has no throughput_samples_per_s")
+        out += impossible_values(self)
         lengths = {k: len(v) for k, v in self.series.items() if isinstance(v, list)}
         if len(set(lengths.values())) > 1:
             out.append(f"series have unequal lengths: {lengths}")
         return out
+
+
+def impossible_values(rec: RunRecord) -> list[str]:
+    """Figures no measurement can produce: non-finite numbers anywhere in the measurements and derived
+    figures (xbench writes null), a negative throughput, step time, price or cost, a priced component
+    with a negative or non-finite amount."""
+    out = []
+    for where, figures in (("measurements", rec.measurements), ("derived", rec.derived)):
+        for k, v in figures.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if not math.isfinite(v):
+                out.append(f"{where}.{k}={v} is not a finite number")
+            elif v < 0 and NON_NEGATIVE.search(k):
+                out.append(f"{where}.{k}={v} cannot be negative")
+    price = (rec.config.get("platform") or {}).get("price") or []
+    for c in price if isinstance(price, list) else [price]:
+        amount = c.get("amount", 0.0) if isinstance(c, dict) else c
+        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or not math.isfinite(amount) \
+                or amount < 0:
+            out.append(f"config.platform.price amount {amount!r} is not a price (a finite number >= 0)")
+    return out

@@ -1,17 +1,23 @@
 """Keep secrets out of everything a run writes: records, tracebacks, Hydra's files, W&B, the console.
 
-Two nets, because a secret can arrive two ways:
-- by name: a config key or command-line override that looks like a credential (`api_key`,
-  `db_password`, `hf_token`) keeps its key but its value becomes `<redacted>`;
-- by value: the values of environment variables whose names contain KEY, TOKEN, SECRET, PASSWORD
-  (e.g. a config that interpolates `${oc.env:HF_TOKEN}` under an innocent key) are replaced wherever
-  they appear in text. Values shorter than `MIN_SECRET_LEN` are left alone (`TOKENIZERS_PARALLELISM=false`
-  is not a secret, and replacing "false" everywhere would corrupt records).
+Three nets, because a secret can arrive several ways and travel in several shapes:
+- by name, in structures: a config key that looks like a credential (`api_key`, `db_password`,
+  `hf_token`) keeps its key but its value becomes `<redacted>`;
+- by name, in text: `key=value`, `key: value`, `'key': 'value'` with a secret key have the whole value
+  redacted, whatever its shape (a sweep `a,b`, a quoted string with commas or spaces, a list `[a,b]`,
+  a dict `{u:x,p:y}`); the password of a URL (`https://user:PASSWORD@host`) too;
+- by value, everywhere: the values of secret-named environment variables, and the values this process
+  learned from its command line and config (`remember`): every element of a sweep, list or dict given
+  under a secret key, and URL passwords. Environment values shorter than `MIN_SECRET_LEN`, and given
+  values shorter than `MIN_GIVEN_LEN` or that are numbers or booleans, are left to the by-name nets
+  (`TOKENIZERS_PARALLELISM=false` or `key_dim=128` must not turn every "false" or "128" into
+  `<redacted>`).
 No torch import: reports and the store use this too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -19,6 +25,9 @@ from collections.abc import Iterable, Mapping
 REDACTED = "<redacted>"
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 MIN_SECRET_LEN = 8
+MIN_GIVEN_LEN = 4
+_NOT_SECRET = ("FULL_KEY",)  # OmegaConf's error messages name the offending key with it
+_LEARNED: set[str] = set()  # secret values given to this process (command line, config): see remember()
 
 
 def is_secret_name(name: str) -> bool:
@@ -31,20 +40,114 @@ def is_secret_key(key: str) -> bool:
     """A config key or override path that names a credential: a part of it (split on `._-+/`) is a
     secret word or ends with one (`api_key`, `apikey`, `hf_token`, `db_password`), so that
     `max_tokens` or `exclude_keys` stay readable."""
+    if key.upper().lstrip("+~") in _NOT_SECRET:
+        return False
     parts = [p for p in re.split(r"[._\-+/~\s]+", key.upper()) if p]
     return any(p.endswith(w) or p.startswith("PASSW") for p in parts for w in SECRET_WORDS)
 
 
+def _hydra_escaped(v: str) -> str:
+    """How Hydra writes a value back into an override string (its launch lines, multirun.yaml)."""
+    return re.sub(r"([\\()\[\]{}:=,\s'\"])", r"\\\1", v)
+
+
+def _worth_learning(v: str) -> bool:
+    return len(v) >= MIN_GIVEN_LEN and v.lower() not in ("true", "false", "null", "none") \
+        and not re.fullmatch(r"[-+]?[\d_.eE]+", v)
+
+
+def remember(values: Iterable[str]) -> None:
+    """Secret values found on the command line or in the config: from now on they are redacted by value
+    in every output of this process (records, W&B, the console)."""
+    for v in values:
+        if isinstance(v, str) and _worth_learning(v):
+            _LEARNED.update((v, _hydra_escaped(v)))
+
+
+def forget() -> None:
+    """Drop the values learned by remember() (tests)."""
+    _LEARNED.clear()
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Environment secret values (and, for this process's environment, the learned ones), longest first
+    so that a value inside another is still caught."""
     env = os.environ if environ is None else environ
     vals = {v for k, v in env.items() if is_secret_name(k) and v and len(v) >= MIN_SECRET_LEN}
-    return sorted(vals, key=len, reverse=True)  # longest first: a value inside another is still caught
+    if environ is None:
+        vals |= _LEARNED
+    return sorted(vals, key=len, reverse=True)
+
+
+# ---- by name, in text ------------------------------------------------------------------------------
+
+_KEY_CHARS = r"[A-Za-z_][\w.\-/]*"
+# key=value / key: value / 'key': 'value' / "key": "value" (the value starts where the match ends)
+_PAIR = re.compile(rf"""(?P<q>['"])(?P<qkey>{_KEY_CHARS})(?P=q)\s*:\s*"""
+                   rf"""|(?<![\w.\-/+~\\])(?P<key>[+~]*{_KEY_CHARS})(?:=|:(?!//)[ \t]*)""")
+_NEXT_OVERRIDE = re.compile(rf"\s*[+~]*{_KEY_CHARS}=")  # after a comma: a new override begins
+# scheme://user:PASSWORD@ (also as Hydra escapes it: https\://user\:PASSWORD@)
+_URL_CREDENTIALS = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/[^\s:/@\\]*(?:\\?:))(?P<pw>[^\s/@]+)@")
+_CLOSE = {"[": "]", "{": "}", "(": ")"}
+
+
+def _value_end(text: str, i: int, comma_ends: bool) -> int:
+    """Where the value starting at text[i] ends: quotes and brackets are followed, whitespace ends it;
+    a comma ends it in a mapping's repr (`comma_ends`), and in an override only when a new `key=`
+    follows (Hydra's joined overrides): `a,b` is a sweep."""
+    depth, quote, n = [], None, len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c == "\\":
+            i += 2
+            continue
+        elif c in "'\"":
+            quote = c
+        elif c in _CLOSE:
+            depth.append(_CLOSE[c])
+        elif c in "]})":
+            if not depth:
+                break
+            depth.pop()
+        elif not depth and (c.isspace() or (c == "," and (comma_ends or _NEXT_OVERRIDE.match(text, i + 1)))):
+            break
+        i += 1
+    return min(i, n)
+
+
+def redact_pairs(text: str) -> str:
+    """`+db_password=a,b`, `api_key: x`, `'hf_token': '...'` -> the key kept, the whole value redacted."""
+    if "=" not in text and ":" not in text:
+        return text
+    out, pos = [], 0
+    for m in _PAIR.finditer(text):
+        if m.start() < pos:
+            continue  # inside a value already redacted
+        key = m["qkey"] or m["key"]
+        if not is_secret_key(key):
+            continue
+        end = _value_end(text, m.end(), comma_ends=not text[m.start():m.end()].rstrip().endswith("="))
+        if end == m.end():
+            continue  # nothing given
+        out += [text[pos:m.end()], REDACTED]
+        pos = end
+    return "".join(out) + text[pos:] if out else text
 
 
 def redact_text(text: str, values: Iterable[str] | None = None) -> str:
+    """Every net on one string: secret values, secret key=value pairs, URL passwords."""
     for v in secret_values() if values is None else values:
         if v in text:
             text = text.replace(v, REDACTED)
+    text = redact_pairs(text)
+    if "@" in text:
+        text = _URL_CREDENTIALS.sub(lambda m: m["pre"] + REDACTED + "@", text)
     return text
 
 
@@ -58,21 +161,13 @@ def redact(obj, values: Iterable[str] | None = None, by_name: bool = True):
     if isinstance(obj, (list, tuple)):
         return [redact(v, values, by_name) for v in obj]
     if isinstance(obj, str):
-        return redact_text(_OVERRIDE.sub(_redact_override, obj) if by_name and "=" in obj else obj, values)
+        return redact_text(obj, values)
     return obj
 
 
-# key=value pairs inside a string (an override, or Hydra's comma-joined override_dirname)
-_OVERRIDE = re.compile(r"(?P<key>[+~]*[A-Za-z_][\w.\-/]*)=(?P<val>[^,\s]*)")
-
-
-def _redact_override(m: re.Match) -> str:
-    return f"{m['key']}={REDACTED}" if is_secret_key(m["key"]) and m["val"] else m[0]
-
-
 def redact_arg(arg: str, values: Iterable[str] | None = None) -> str:
-    """One command-line argument: `+db_password=x` -> `+db_password=<redacted>`; values by value."""
-    return redact_text(_OVERRIDE.sub(_redact_override, arg), values)
+    """One command-line argument: `+db_password=x,y` -> `+db_password=<redacted>`; values by value."""
+    return redact_text(arg, values)
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
@@ -80,25 +175,82 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return [redact_arg(a, values) for a in argv]
 
 
+# ---- what to learn -----------------------------------------------------------------------------------
+
+def _leaves(x, secret: bool) -> Iterable[str]:
+    """String leaves under a secret key (every element of lists, dicts, sweeps), and URL passwords
+    anywhere."""
+    if isinstance(x, Mapping):
+        for k, v in x.items():
+            yield from _leaves(v, secret or is_secret_key(str(k)))
+    elif isinstance(x, (list, tuple, set)):
+        for v in x:
+            yield from _leaves(v, secret)
+    elif x is not None and not isinstance(x, bool):
+        s = str(getattr(x, "text", x))  # Hydra's QuotedString carries its text
+        if secret:
+            yield s
+        for m in _URL_CREDENTIALS.finditer(s):
+            yield m["pw"]
+
+
+def config_secret_values(cfg) -> list[str]:
+    """Secret values in a (resolved, plain) config: under secret keys, and URL passwords."""
+    return sorted(set(_leaves(cfg, False)))
+
+
+def override_secret_values(arg: str) -> list[str]:
+    """The secret values one command-line override carries, in every shape Hydra accepts: a sweep
+    (`a,b`, `choice(...)`), quoted strings, lists, dicts (secret keys inside too), URL passwords."""
+    key, sep, raw = arg.partition("=")
+    if not sep or arg.startswith("-"):
+        return []
+    secret = is_secret_key(key)
+    found: set[str] = set()
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        ov = OverridesParser.create().parse_overrides([arg])[0]
+        value = ov.value()
+        elements = getattr(value, "list", None)  # a choice sweep
+        found.update(_leaves(elements if elements is not None else value, secret))
+        if secret:
+            found.update(ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.get_value_element_as_str()])
+    except Exception:  # not Hydra's grammar (or no Hydra): split it by hand
+        parts = [p.strip("'\"[]{}() ") for p in re.split(r"[,\s]", raw)]
+        found.update(_leaves(parts, secret))
+    if secret and raw:
+        found.add(raw)
+    return sorted(found)
+
+
 def argv_secret_values(argv: Iterable[str]) -> list[str]:
-    """Secret values given on the command line (`+db_password=x` -> x) plus the environment's."""
-    vals = {a.partition("=")[2] for a in argv if "=" in a and is_secret_key(a.partition("=")[0])}
-    vals = {v for v in vals if len(v) >= 3}
+    """Secret values given on the command line (see override_secret_values) plus the environment's."""
+    vals = {v for a in argv for v in override_secret_values(a) if _worth_learning(v)}
     return sorted(vals | set(secret_values()), key=len, reverse=True)
 
 
 class RedactingStream:
-    """A text stream that redacts given values in everything written through it (stdout/stderr of the
-    CLI). Everything else is delegated, so tqdm, logging and isatty checks behave as before."""
+    """A text stream that redacts (every net, with the values known at the time of each write) all
+    that is written through it: stdout/stderr of the CLI. A console that went away (a closed terminal
+    after SIGHUP, a closed pipe) never fails the run: the record is the result, not the console.
+    Everything else is delegated, so tqdm, logging and isatty checks behave as before."""
 
-    def __init__(self, stream, values: Iterable[str]):
+    def __init__(self, stream, values: Iterable[str] = ()):
         self._stream = stream
-        self._values = list(values)
+        remember(values)
 
     def write(self, text):
-        if self._values and isinstance(text, str):
-            text = redact_text(text, self._values)
-        return self._stream.write(text)
+        if isinstance(text, str):
+            text = redact_text(text)
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):  # EIO/EPIPE, or a closed file
+            return len(text)
+
+    def flush(self):
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -1,15 +1,26 @@
 """The store: one folder per run under a root, each with record.json written atomically.
 
-A reader never sees a half-written record: the JSON goes to a temporary file in the same folder,
-is flushed to disk, then renamed over record.json (rename is atomic on POSIX file systems).
+- A reader never sees a half-written record: the JSON goes to a temporary file in the same folder,
+  is flushed to disk, then renamed over record.json (rename is atomic on POSIX file systems). Files
+  get the permissions the umask gives any file (the user's group reads the store as it says).
+- Names stay where they belong: a run id or `store.run_name` is one plain folder name directly under
+  the root (no '/', no '..').
+- The reader opens only regular files of sane size (a FIFO, a device, a folder named record.json or a
+  huge file is refused without blocking), refuses NaN/Infinity and anything but a JSON object, and
+  names every file it skips.
+- `RunLock`: the process that owns a run holds a lock in its folder, so two resumes never share it.
+- `fallback_roots()`: where a record goes when the store cannot take it (sinks/local.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import secrets
+import stat
 import sys
 import tempfile
 import time
@@ -22,22 +33,45 @@ from xbench.records.redact import redact
 
 RECORD_FILE = "record.json"
 CHECKPOINT_FILE = "checkpoint.pt"  # a train-to-target run's resumable state (modes/target.py)
+LOCK_FILE = ".lock"  # held (flock) by the process that owns the run: a second resume is refused
+ATTEMPT_PREFIX = "attempt-"  # a resume attempt's record until it may replace record.json (runner.py)
+# A record is JSON of a few MB at most (a long series); anything bigger, or not a regular file, is refused
+# before it is read: a FIFO would block the reader, /dev/zero would never end.
+MAX_RECORD_BYTES = 64 << 20
+FALLBACK_ENV = "XBENCH_FALLBACK_DIR"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
+
+
+def name_problem(name: str, what: str) -> str | None:
+    """Why `name` cannot name a folder directly under the store (a run name or id), or None."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        return (f"{what}={name!r} names a folder directly under store.root: use letters, digits, '.', '_' "
+                "and '-' (no '/', no '..', not starting with '.' or '-')")
+    return None
 
 
 def new_run_id(prefix: str | None = None) -> str:
     """Sortable by time and unique across parallel jobs (random suffix, no shared counter)."""
+    if prefix is not None and (why := name_problem(prefix, "store.run_name")):
+        raise ValueError(why)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rid = f"{stamp}-{secrets.token_hex(4)}"
     return f"{prefix}-{rid}" if prefix else rid
 
 
 def run_dir(root: str | os.PathLike, run_id: str) -> Path:
+    """The run's folder, always directly under the root (a run id never climbs out of the store)."""
+    if why := name_problem(run_id, "run_id"):
+        raise ValueError(why)
     return Path(root) / run_id
 
 
 def find_run(ref: str | os.PathLike, root: str | os.PathLike) -> Path:
     """The record.json of a run given by folder (or record.json path) or by run id under `root`."""
-    for cand in (Path(ref), Path(ref) / RECORD_FILE, run_dir(root, str(ref)) / RECORD_FILE):
+    cands = [Path(ref), Path(ref) / RECORD_FILE]
+    if not name_problem(str(ref), "run"):  # an id: only directly under the root
+        cands.append(run_dir(root, str(ref)) / RECORD_FILE)
+    for cand in cands:
         if cand.is_file() and cand.name == RECORD_FILE:
             return cand
     raise FileNotFoundError(f"no run {str(ref)!r}: not a run folder, nor a run id under {root}")
@@ -54,10 +88,27 @@ def _json_safe(x):
     return x
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, for a moment, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Temporary file in the same folder, fsync, rename: a reader sees the old file or the new one.
+    The file gets the permissions any file would (0666 less the umask), not mkstemp's 0600, so the
+    user's group reads the store as the umask says."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -68,17 +119,71 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def write_record(root: str | os.PathLike, record: RunRecord) -> Path:
-    path = run_dir(root, record.run_id) / RECORD_FILE
-    # Last net for secrets: environment secret values never reach the disk, whatever field holds them.
-    text = json.dumps(_json_safe(redact(record.to_dict(), by_name=False)), indent=1, sort_keys=False, allow_nan=False, default=str)
-    atomic_write_text(path, text)
+def record_text(record: RunRecord) -> str:
+    # Last net for secrets: secret values never reach the disk, whatever field holds them.
+    return json.dumps(_json_safe(redact(record.to_dict(), by_name=False)), indent=1, sort_keys=False,
+                      allow_nan=False, default=str)
+
+
+def write_record(root: str | os.PathLike, record: RunRecord, name: str = RECORD_FILE) -> Path:
+    path = run_dir(root, record.run_id) / name
+    atomic_write_text(path, record_text(record))
     return path
 
 
+def fallback_roots() -> list[Path]:
+    """Where a record goes when its store cannot take it: $XBENCH_FALLBACK_DIR, the user's state folder,
+    the temporary folder (most likely other file systems than a full or read-only store)."""
+    roots = [Path(os.environ[FALLBACK_ENV])] if os.environ.get(FALLBACK_ENV) else []
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    roots += [Path(state) / "xbench" / "unsaved", Path(tempfile.gettempdir()) / f"xbench-unsaved-{os.getuid()}"]
+    return roots
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a record can hold (xbench writes null)")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        _reject_constant(text)
+    return v
+
+
+def read_record_dict(path: str | os.PathLike) -> dict:
+    """A record file's JSON object, read only if it is a regular file of sane size (a FIFO, a device,
+    a folder or a huge file is refused without blocking or filling memory); NaN/Infinity are refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
+            raise ValueError(f"{kind}, not a record file")
+        if st.st_size > MAX_RECORD_BYTES:
+            raise ValueError(f"{st.st_size} bytes, more than a record holds ({MAX_RECORD_BYTES} at most)")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_RECORD_BYTES:
+        raise ValueError(f"more than a record holds ({MAX_RECORD_BYTES} bytes at most)")
+    try:
+        d = json.loads(data.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be a record") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"a record is a JSON object; this file holds a {type(d).__name__}")
+    return d
+
+
 def read_record(path: str | os.PathLike) -> RunRecord:
-    with open(path) as f:
-        return RunRecord.from_dict(json.load(f))
+    rec = RunRecord.from_dict(read_record_dict(path))
+    rec.source = str(path)  # not a field: where it was read from, for messages that name the file
+    return rec
 
 
 def iter_record_paths(root: str | os.PathLike) -> Iterator[Path]:
@@ -87,6 +192,41 @@ def iter_record_paths(root: str | os.PathLike) -> Iterator[Path]:
         yield root / RECORD_FILE
         return
     yield from sorted(root.glob(f"*/{RECORD_FILE}"))
+
+
+class RunLocked(RuntimeError):
+    """Another live process owns the run (its lock is held)."""
+
+
+class RunLock:
+    """An exclusive lock on one run folder: flock on `<run>/.lock`, released by the kernel when the
+    owner exits however it exits (SIGKILL included), so a stale lock file never blocks anything."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.path = Path(folder) / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Held read-only: a store that turns read-only under a running run can still be remounted so.
+        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunLocked(f"run folder {self.path.parent} is in use by another process (pid {holder})") from None
+        with contextlib.suppress(OSError), open(self.path, "w") as f:  # who holds it, for the message above
+            f.write(f"{os.getpid()}\n")
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor releases the flock
+            self.fd = None
 
 
 def scan_records(*roots: str | os.PathLike, progress: bool = False,
@@ -105,10 +245,11 @@ def scan_records(*roots: str | os.PathLike, progress: bool = False,
     for path in paths:
         try:
             out.append(read_record(path))
-        except (OSError, ValueError, TypeError) as e:
+        except Exception as e:  # one odd file never stops a reader: it is named and skipped
             if strict:
                 raise
-            skipped.append(f"skipping unreadable record {path}: {e}")
+            what = "" if isinstance(e, (OSError, ValueError)) else f"{type(e).__name__}: "
+            skipped.append(f"skipping unreadable record {path}: {what}{e}")
     return out, skipped
 
 

@@ -5,7 +5,10 @@ the cores being measured). Never fails a run: any W&B error becomes one console 
 the record, and the local record is already on disk by then.
 
 Modes: `auto` is online when credentials are present, else offline (`wandb sync` uploads later);
-online with the service unreachable falls back to offline after `init_timeout_s`.
+online with the service unreachable falls back to offline after `init_timeout_s`. That costs bounded
+time once: W&B's own error reporting (which would retry the dead host for ~24 s at exit) is off during
+the online attempt unless WANDB_ERROR_REPORTING is set, and a host that did not answer is remembered,
+so the later points of a sweep go offline at once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,26 @@ from xbench.wandb_env import has_credentials
 
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
+# W&B hosts that did not answer in this process (base URL -> what happened): not tried again.
+_UNREACHABLE: dict[str, str] = {}
+
+
+def _base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+
+
+@contextlib.contextmanager
+def _no_error_reports():
+    """W&B reports its own errors to the same host at exit (two HTTP posts, 10 s timeout each): off for
+    the online attempt, unless the user set WANDB_ERROR_REPORTING."""
+    if "WANDB_ERROR_REPORTING" in os.environ:
+        yield
+        return
+    os.environ["WANDB_ERROR_REPORTING"] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop("WANDB_ERROR_REPORTING", None)
 
 
 def resolve_mode(mode: str) -> str:
@@ -81,6 +104,7 @@ class WandbSink:
         self.wcfg = wcfg
         self.say = say
         self.fallback_s: float | None = None  # seconds lost to an unreachable online service
+        self.skipped_online: str | None = None  # online not tried: the host failed earlier in this process
 
     def publish(self, record: RunRecord, run_dir: Path) -> dict:
         """Log the record; return what to keep in record.artifacts (mode, run path, offline dir)."""
@@ -137,6 +161,8 @@ class WandbSink:
                if self.mode_used == "online" else None}
         if self.fallback_s is not None:
             out["wandb_online_fallback_s"] = round(self.fallback_s, 2)
+        if self.skipped_online is not None:
+            out["wandb_online_skipped"] = self.skipped_online
         offline = sorted(wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
@@ -147,16 +173,20 @@ class WandbSink:
     def _init(self, wandb, mode: str, kwargs: dict):
         timeout = float(self.wcfg.get("init_timeout_s", 30))
         # console="off": W&B would otherwise copy this process's console output into the run files.
-        if mode == "online":
+        if mode == "online" and _base_url() in _UNREACHABLE:
+            self.skipped_online = _UNREACHABLE[_base_url()]
+            self.say(f"W&B: {_base_url()} did not answer earlier in this process ({self.skipped_online}); offline")
+        elif mode == "online":
             t0 = time.monotonic()
             try:
-                with contextlib.redirect_stderr(io.StringIO()):
+                with contextlib.redirect_stderr(io.StringIO()), _no_error_reports():
                     run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout, console="off"),
                                      **kwargs)
                 self.mode_used = "online"
                 return run
             except Exception as e:
                 self.fallback_s = time.monotonic() - t0
+                _UNREACHABLE[_base_url()] = f"init failed after {self.fallback_s:.1f} s: {type(e).__name__}"
                 self.say(f"W&B: online init failed after {self.fallback_s:.1f} s (init_timeout_s={timeout:g}; "
                          f"{type(e).__name__}); falling back to offline")
         run = wandb.init(mode="offline", settings=wandb.Settings(console="off"), **kwargs)

@@ -1,0 +1,413 @@
+"""Hostile input beyond the drill's first rows: secrets in every shape, names that try to leave the store,
+odd files in a store, impossible values, a store that cannot take the final record, resume safety, stop
+signals at every phase, children that outlive their parent, unknown keys, a W&B host that never answers.
+
+Unit tests first (the functions that decide); then the real CLI, through the fault drill's cases (each
+asserts its rows: the status expected, a complete record, no record lost, no secret found, no hang).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from tests.conftest import REPO
+from xbench.hints import added_key_problems, unknown_keys
+from xbench.records import redact as R
+from xbench.records.record import RunRecord, impossible_values
+from xbench.records.store import (
+    MAX_RECORD_BYTES,
+    RunLock,
+    RunLocked,
+    atomic_write_text,
+    find_run,
+    name_problem,
+    new_run_id,
+    run_dir,
+    scan_records,
+    write_record,
+)
+from xbench.sinks.local import LocalSink
+
+
+@pytest.fixture(autouse=True)
+def _forget_learned_secrets():
+    R.forget()
+    yield
+    R.forget()
+
+
+# ---- secrets: every shape, every net -----------------------------------------------------------------
+
+@pytest.mark.parametrize("arg, values", [
+    ("+db_password=hx-A1aa,hx-B2bb", {"hx-A1aa", "hx-B2bb", "hx-A1aa,hx-B2bb"}),
+    ('+model.options.api_key="a,b c d"', {"a,b c d"}),
+    ("+hf_token=[tok-1111,tok-2222]", {"tok-1111", "tok-2222"}),
+    ("+model.options.creds={user:someone,password:pw-dict-33}", {"pw-dict-33"}),  # the user is no secret
+    ("data.path=https://someone:pw-url-44@example.invalid/x", {"pw-url-44"}),
+    ("+api_key=choice(ch-aaaa,ch-bbbb)", {"ch-aaaa", "ch-bbbb"}),
+    ("data.batch_size=8,16", set()),
+    ("model.options.key_dim=128", set()),  # a number is never learned: "128" stays readable everywhere
+])
+def test_override_secret_values_in_every_shape(arg, values):
+    learned = set(R.argv_secret_values(["xbench", arg])) - set(R.secret_values())
+    assert values <= learned
+    raw = arg.partition("=")[2]  # under a secret key, the whole value as written is learned too
+    assert not learned - values - {raw, *(f'"{v}"' for v in values)}
+
+
+@pytest.mark.parametrize("text, clean", [
+    ("#0 : +db_password=A1", "#0 : +db_password=<redacted>"),  # Hydra's launch line, short values too
+    ("- +db_password=A1,B2", "- +db_password=<redacted>"),  # multirun.yaml's task overrides: the whole sweep
+    ("a=1,+db_password=A1,b=2", "a=1,+db_password=<redacted>,b=2"),  # override_dirname
+    ('+api_key="a,b c" data.x=1', "+api_key=<redacted> data.x=1"),
+    ("+hf_token=[a1,b2] next=1", "+hf_token=<redacted> next=1"),
+    ("{'db_password': 'xyz', 'x': 1}", "{'db_password': <redacted>, 'x': 1}"),
+    ('{"api_key": "abc"}', '{"api_key": <redacted>}'),
+    ("creds={user:u,password:p1}", "creds={user:u,password:<redacted>}"),
+    ("https://u:pw@host/x and https\\://u\\:pw@host", "https://u:<redacted>@host/x and https\\://u\\:<redacted>@host"),
+    ("full_key: bench.step  max_tokens=5  https://host/a  12:30", "full_key: bench.step  max_tokens=5  https://host/a  12:30"),
+])
+def test_redact_text_by_name_keeps_keys_and_drops_whole_values(text, clean):
+    assert R.redact_text(text, []) == clean
+
+
+def test_learned_values_are_redacted_everywhere_and_short_ones_only_by_name(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    R.remember(R.argv_secret_values(["x", "+model.options.creds={user:u,password:pw-dict-33}", "+api_key=ab"]))
+    assert R.redact_text("connect failed for pw-dict-33@db") == "connect failed for <redacted>@db"
+    assert R.redact_text("ab is a short word; api_key=ab") == "ab is a short word; api_key=<redacted>"
+    assert R.redact({"entity": "team-pw-dict-33", "n": 128}) == {"entity": "team-<redacted>", "n": 128}
+
+
+def test_console_stream_redacts_values_learned_later_and_survives_a_closed_terminal():
+    buf = io.StringIO()
+    s = R.RedactingStream(buf)
+    R.remember(["later-secret-1"])  # learned from the composed config after the stream was made
+    s.write("value later-secret-1, +db_password=A1,B2 done\n")
+    assert buf.getvalue() == "value <redacted>, +db_password=<redacted> done\n"
+
+    class Gone(io.StringIO):
+        def write(self, text):
+            raise OSError(5, "Input/output error")  # a terminal closed under SIGHUP
+
+        def flush(self):
+            raise BrokenPipeError
+
+    gone = R.RedactingStream(Gone())
+    assert gone.write("x") == 1
+    gone.flush()  # no exception: the record, not the console, is the result
+
+
+# ---- names and paths stay in the store -----------------------------------------------------------------
+
+def test_names_that_would_leave_the_store_are_refused(tmp_path):
+    for bad in ("../escaped", "a/b", ".hidden", "-flag", "..", "", "x" * 200):
+        assert name_problem(bad, "store.run_name"), bad
+        with pytest.raises(ValueError):
+            run_dir(tmp_path, bad)
+    with pytest.raises(ValueError, match="store.run_name"):
+        new_run_id("../x")
+    assert new_run_id("nightly.v2_a-b").startswith("nightly.v2_a-b-")
+    # an id is looked up only directly under the root; a path must exist as given
+    (tmp_path / "outside").mkdir()
+    write_record(tmp_path / "outside", RunRecord(run_id="r1"))
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(FileNotFoundError):
+        find_run("../outside/r1", root)
+    assert find_run(tmp_path / "outside" / "r1", root).parent.name == "r1"
+
+
+def test_record_files_get_the_umask_permissions(tmp_path):
+    old = os.umask(0o027)
+    try:
+        path = write_record(tmp_path, RunRecord(run_id="r1"))
+        lock = RunLock(path.parent).acquire()
+        lock.release()
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o640  # mkstemp alone gives 0600: the group could not read it
+    assert (path.parent / ".lock").stat().st_mode & 0o777 == 0o640
+
+
+# ---- the reader takes only sane regular files; impossible values never reach an average -------------------
+
+def _odd_store(root):
+    good = RunRecord(run_id="good", status="ok", config={"bench": {"mode": "throughput"}},
+                     measurements={"throughput_samples_per_s": 100.0})
+    write_record(root, good)
+    cases = {}
+    for name in ("fifo", "folder", "huge", "zero", "nan", "inf", "list", "deep", "latin1", "schema", "negative",
+                 "price"):
+        (root / name).mkdir()
+        cases[name] = root / name / "record.json"
+    os.mkfifo(cases["fifo"])
+    cases["folder"].mkdir()
+    with open(cases["huge"], "wb") as f:
+        f.truncate(MAX_RECORD_BYTES + 1)  # sparse
+    cases["zero"].symlink_to("/dev/zero")
+    cases["nan"].write_text('{"run_id": "nan", "measurements": {"throughput_samples_per_s": NaN}}')
+    cases["inf"].write_text('{"run_id": "inf", "measurements": {"throughput_samples_per_s": 1e999}}')
+    cases["list"].write_text("[]")
+    cases["deep"].write_text("[" * 200_000 + "]" * 200_000)
+    cases["latin1"].write_bytes(b'{"run_id": "\xe9"}')
+    d = good.to_dict()
+    cases["schema"].write_text(json.dumps({**d, "run_id": "schema", "schema_version": 99}))
+    cases["negative"].write_text(json.dumps({**d, "run_id": "negative",
+                                             "measurements": {"throughput_samples_per_s": -3.0}}))
+    cases["price"].write_text(json.dumps({**d, "run_id": "price", "config": {
+        "bench": {"mode": "throughput"}, "platform": {"price": [{"amount": -1.0}]}}}))
+    return cases
+
+
+def test_reader_skips_every_odd_file_naming_it_without_blocking(tmp_path):
+    cases = _odd_store(tmp_path)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(out=scan_records(tmp_path)), daemon=True)
+    t.start()
+    t.join(60)  # a FIFO or /dev/zero would block or never end: bounded, generously
+    assert not t.is_alive(), "the reader blocked"
+    records, skipped = result["out"]
+    assert [r.run_id for r in records] == ["good"] and records[0].source.endswith("good/record.json")
+    assert len(skipped) == len(cases)
+    for path in cases.values():
+        [msg] = [m for m in skipped if str(path) in m]
+        assert "skipping unreadable record" in msg
+    text = "\n".join(skipped)
+    for why in ("a FIFO", "a folder", "more than a record holds", "a device", "NaN is not a number",
+                "1e999 is not a number", "holds a list", "nested too deeply", "not UTF-8",
+                "schema_version 99", "throughput_samples_per_s=-3.0 cannot be negative", "is not a price"):
+        assert why in text, why
+
+
+def test_impossible_values_are_named():
+    rec = RunRecord(run_id="r", measurements={"throughput_samples_per_s": -1, "step_time_s_median": -0.1,
+                                              "loss_last": -2.0, "overhead_fraction": -0.3},
+                    derived={"usd_per_hour": float("inf"), "window_cost_usd": -1.0, "mfu": float("nan")})
+    probs = impossible_values(rec)
+    assert len(probs) == 5 and not any("loss_last" in p or "overhead" in p for p in probs)
+    with pytest.raises(ValueError, match="JSON object"):
+        RunRecord.from_dict([1, 2])
+
+
+def test_frame_and_cost_skip_a_record_whose_contents_cannot_be_laid_out(tmp_path, capsys):
+    from xbench.analysis.frame import to_frame
+    from xbench.cost import main as cost_main
+
+    good = RunRecord(run_id="good", status="ok", config={"bench": {"mode": "throughput"}, "platform": {"name": "x"}},
+                     measurements={"throughput_samples_per_s": 100.0, "window_s_total": 1.0})
+    odd = RunRecord(run_id="odd", status="ok", config={"bench": {"mode": "throughput"}},
+                    measurements={"throughput_samples_per_s": 100.0}, warnings=[1, 2])  # not text
+    odd.source = "/somewhere/odd/record.json"
+    skipped = []
+    df = to_frame([good, odd], skipped)
+    assert list(df.run_id) == ["good"] and "/somewhere/odd/record.json" in skipped[0]
+    write_record(tmp_path, good)
+    write_record(tmp_path, RunRecord(run_id="neg", status="ok", config={"bench": {"mode": "throughput"}},
+                                     measurements={"throughput_samples_per_s": -5.0}))
+    assert cost_main([str(tmp_path), "--platform", "gce_n1_standard_8"]) == 0
+    out = capsys.readouterr()
+    assert "good" in out.out and "neg/record.json" in out.err and "cannot be negative" in out.err
+    for bad in ("nan", "-1", "inf"):
+        assert cost_main([str(tmp_path), "--platform", "gce_n1_standard_8", "--price", bad]) == 2
+    assert "finite and not negative" in capsys.readouterr().err
+
+
+# ---- locks and the fallback --------------------------------------------------------------------------------
+
+def test_run_lock_refuses_a_second_owner_and_dies_with_its_process(tmp_path):
+    lock = RunLock(tmp_path).acquire()
+    with pytest.raises(RunLocked, match=f"pid {os.getpid()}"):
+        RunLock(tmp_path).acquire()
+    lock.release()
+    RunLock(tmp_path).acquire().release()
+    code = (f"import os, sys; sys.path.insert(0, {str(REPO)!r}); from xbench.records.store import RunLock; "
+            f"RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); os.kill(os.getpid(), 9)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "held" in p.stdout and p.returncode == -9
+    RunLock(tmp_path).acquire().release()  # SIGKILL released it: a stale lock file never blocks
+
+
+def test_local_sink_falls_back_names_it_and_the_record_says_so(tmp_path, monkeypatch):
+    blocked = tmp_path / "store"
+    blocked.write_text("a file where the store should be")  # writes under it fail (NotADirectoryError)
+    monkeypatch.setenv("XBENCH_FALLBACK_DIR", str(tmp_path / "fallback"))
+    sink = LocalSink(str(blocked))
+    rec = RunRecord(run_id="r1", status="ok")
+    path = sink.write(rec)
+    assert path == tmp_path / "fallback" / "r1" / "record.json" and sink.unsaved and not sink.nowhere
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "ok" and saved["warnings"][0].startswith("not in its store:")
+    sink.write(rec)
+    assert len(rec.warnings) == 1  # said once however often it is written
+    monkeypatch.setattr("xbench.sinks.local.fallback_roots", lambda: [blocked / "x"])
+    assert sink.write(rec) is None and sink.nowhere
+
+
+def test_envelope_prints_the_record_when_no_folder_can_take_it(tmp_path, monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
+    from xbench.config import XBenchConfig
+    from xbench.envelope import EXIT_UNSAVED, RunEnvelope
+
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(XBenchConfig), {
+        "model": {"name": "m"}, "data": {"name": "d"}, "platform": {"name": "p"}, "runtime": {"name": "eager"},
+        "parallel": {"name": "single"}, "precision": {"name": "fp32"}, "logger": {"name": "none"},
+        "store": {"root": str(tmp_path / "store")}}))
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    monkeypatch.setattr("xbench.sinks.local.fallback_roots", lambda: [blocked / "x"])
+    with RunEnvelope(cfg, {"bench": {"mode": "throughput"}}, "r1") as env:
+        env.local.root = str(blocked)  # the store goes away under the run
+        env.record.measurements["throughput_samples_per_s"] = 12.5
+        env.record.finish("ok")
+    out, err = capsys.readouterr()
+    assert env.unsaved and "could not be written anywhere" in err
+    printed = json.loads(out[out.index("{"):])
+    assert printed["measurements"]["throughput_samples_per_s"] == 12.5 and "record: (nowhere" in out
+    cfg.store.root = str(blocked)  # unwritable from the start: nothing runs
+    with pytest.raises(SystemExit) as e, RunEnvelope(cfg, {}, "r2"):
+        raise AssertionError("must not run")
+    assert e.value.code == EXIT_UNSAVED
+
+
+def test_atomic_write_leaves_no_half_file_when_the_disk_refuses(tmp_path, monkeypatch):
+    target = tmp_path / "record.json"
+    target.write_text('{"old": true}')
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError):
+        atomic_write_text(target, '{"new": true}')
+    assert target.read_text() == '{"old": true}' and [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+# ---- unknown keys, whichever way they are written ---------------------------------------------------------
+
+def test_keys_added_with_plus_must_exist_in_the_schema():
+    [step, step2, pw] = added_key_problems(["+bench.step=5", "++bench.step=5", "+db_password=x",
+                                            "+experiment=scaling", "+workload=vgg_cifar10", "+model.options.width=8",
+                                            "+hydra.callbacks.x._target_=y", "bench.steps=5"])
+    assert "did you mean 'bench.steps'" in step and step == step2
+    assert "'db_password' is not a config key" in pw and "x" not in pw.split(";")[0].replace("'db_password'", "")
+    assert unknown_keys({"bench": {"step": 5, "steps": 3}, "extra": 1, "model": {"options": {"any": 1}}}) == \
+        [("bench", "step"), ("extra",)]
+
+
+def test_resume_is_checked_whole_and_unknown_keys_of_an_older_record_are_left_out(tmp_path, capsys):
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from xbench import runner
+    from xbench.config import XBenchConfig
+
+    cfg = {"bench": {"mode": "train_to_target", "step": 5, "seed": 3}, "model": {"name": "mlp"}}
+    write_record(tmp_path, RunRecord(run_id="r1", status="interrupted", reason="SIGTERM", config=cfg))
+    write_record(tmp_path, RunRecord(run_id="tp", status="failed", reason="x", config={"bench": {"mode": "throughput"}}))
+    shutil.copytree(tmp_path / "r1", tmp_path / "renamed")
+    dcfg = OmegaConf.structured(XBenchConfig)
+    dcfg.store.root = str(tmp_path)
+
+    def refused(ref, match):
+        dcfg.resume = ref
+        with pytest.raises(runner.Refused, match=match):
+            prior, path = runner.check_resume(dcfg)
+            runner.resume_config(dcfg, prior, path)
+
+    refused("nosuch", "no run 'nosuch'")
+    refused("../r1", "no run")  # an id never climbs out of the store
+    refused("tp", "train_to_target runs only")
+    refused(str(tmp_path / "renamed"), "holds the record of run 'r1'")
+    refused("r1", "no checkpoint.pt")
+    (tmp_path / "r1" / "checkpoint.pt").write_bytes(b"state")
+    dcfg.resume = "r1"
+    stored = runner.resume_config(dcfg, *runner.check_resume(dcfg))
+    assert "step" not in stored.bench and stored.bench.seed == 3 and stored.bench.mode == "train_to_target"
+    assert "bench.step" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "r1").iterdir()) == ["checkpoint.pt", "record.json"]  # nothing written
+
+
+# ---- children die with their parent -------------------------------------------------------------------------
+
+def _python(code: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, **kw)
+
+
+def test_a_launched_process_dies_with_its_parent_and_exits_on_a_signal_once_idle():
+    import psutil
+
+    # parent -> child; the child watches its parent (child.stop_on_signals) and sleeps; the parent is killed
+    # (the parent passes its pid, as the pool's initializer does: a parent that dies while the child is
+    # still starting is noticed too)
+    parent = _python("""
+        import os, subprocess, sys, time
+        c = subprocess.Popen([sys.executable, "-c", "import sys, time; from xbench.launch import child; "
+                              "child.die_with_parent(int(sys.argv[1])); time.sleep(600)", str(os.getpid())])
+        print(c.pid, flush=True)
+        time.sleep(600)
+    """)
+    pid = int(parent.stdout.readline())
+    kid = psutil.Process(pid)
+    parent.kill()
+    parent.wait(30)
+    kid.wait(30)  # gone within the bound (PARENT_POLL_S polls), not after its sleep (raises if alive)
+    assert not kid.is_running()
+
+    idle = _python("""
+        from xbench.launch import child
+        import time
+        flag = child.stop_on_signals()
+        with child.reason_on_stop(flag):
+            pass                      # the work is done
+        print('idle', flush=True)
+        time.sleep(600)
+    """)
+    assert idle.stdout.readline().strip() == "idle"
+    idle.send_signal(signal.SIGTERM)
+    assert idle.wait(30) == 128 + signal.SIGTERM  # an idle child no longer ignores SIGTERM
+
+
+# ---- the real CLI: the drill's hostile cases ---------------------------------------------------------------
+
+def _drill(tmp_path, only: str) -> list[dict]:
+    out = tmp_path / "rows.json"
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "fault_drill.py"), "--only", only, "--json", str(out)],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, p.stdout[-4000:]
+    assert sum(r["lost"] for r in rows) == 0 and sum(r["leaks"] for r in rows) == 0
+    assert not any(r["hang"] for r in rows)
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, rows", [("resume_safety", 5), ("signal_phases", 6), ("orphans", 2),
+                                        ("odd_store", 4), ("secrets", 2), ("wandb_blackhole", 1)])
+def test_drill_case(tmp_path, case, rows):
+    got = _drill(tmp_path, case)
+    assert len(got) == rows, [r["fault"] for r in got]
+
+
+@pytest.mark.slow
+def test_drill_store_that_fails_mid_run(tmp_path):
+    rows = _drill(tmp_path, "store_fails")
+    if rows[0]["observed"] == "skipped":
+        pytest.skip("no private mount namespace here (unshare -rm): " + rows[0]["detail"])
+    assert [r["observed"] for r in rows] == ["ok", "ok"]
+    assert all("exit 74" in r["detail"] for r in rows)
