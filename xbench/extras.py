@@ -43,9 +43,13 @@ def install_command(*modules: str) -> str:
     return f"pip install 'xbench[{','.join(extras)}]'"
 
 
+# How a package is known to its users, where that differs from its distribution's name.
+NAMES = {"accelerate": "HF Accelerate", "transformers": "HF transformers", "sklearn": "scikit-learn"}
+
+
 def message(what: str, *modules: str) -> str:
-    """`<what> needs <dist>, which is not installed here: pip install 'xbench[<extra>]'`."""
-    dists = " and ".join(EXTRAS[m][0] for m in modules)
+    """`<what> needs <package>, which is not installed here: pip install 'xbench[<extra>]'`."""
+    dists = " and ".join(NAMES.get(m, EXTRAS[m][0]) for m in modules)
     return f"{what} needs {dists}, which {'is' if len(modules) == 1 else 'are'} not installed here: " \
            f"{install_command(*modules)}"
 
