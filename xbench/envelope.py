@@ -114,6 +114,10 @@ class RunEnvelope:
         self.local = LocalSink(cfg.store.root)
         self.stop = StopFlag()
         self.progress = None  # the mode's console bar, set by the runner; closed here whatever happens
+        # One W&B sink for the run: published at the end; a mode may open its run early to log as it goes.
+        self.wandb = (WandbSink(self.record.config.get("logger", {}).get("wandb", {}),
+                                say=lambda s: print(s, file=sys.stderr))
+                      if cfg.logger.name != "none" else None)
         self._signals = _Signals(self.stop, cfg.bench.stop_grace_s, on_force=self._forced)
 
     @property
@@ -175,9 +179,7 @@ class RunEnvelope:
     def _publish(self) -> None:
         """The local record first, always; then W&B; then the console summary."""
         path = self.local.write(self.record)
-        if self.cfg.logger.name != "none":
-            sink = WandbSink(self.record.config.get("logger", {}).get("wandb", {}),
-                             say=lambda s: print(s, file=sys.stderr))
-            self.record.artifacts.update(sink.publish(self.record, self.run_dir))
+        if self.wandb is not None:
+            self.record.artifacts.update(self.wandb.publish(self.record, self.run_dir))
             path = self.local.write(self.record)
         print(summary(self.record, path), flush=True)

@@ -99,7 +99,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         mode = modes.get(cfg.bench.mode)
         env.progress = mode.progress(cfg)
         mode.execute(Run(cfg, facts, env.record, env.run_dir, resolved, env.stop, env.progress,
-                         read_baseline(cfg)))
+                         read_baseline(cfg), env.wandb))
     return env.record
 
 
