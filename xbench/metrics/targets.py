@@ -1,8 +1,8 @@
 """Several quality targets in one train-to-target run: how each is named in flat figures, and the figures.
 
-A run with `goal.targets: [0.757, 0.764]` records, besides the list `to_targets` (one dict per target), flat
-figures per target whose names carry the target with `p` for the decimal point (W&B and the report's frame
-take flat scalars; a dot in a key would read as nesting): `epochs_to_target_0p757`,
+A run with `goal.targets: [0.757, 0.764]` records `goal_targets` (the list) and flat figures per target whose
+names carry the target with `p` for the decimal point (W&B and the report's frame
+take flat scalars; a dot in a key would read as nesting): `target_reached_0p757`, `epochs_to_target_0p757`,
 `train_time_to_target_0p757_s`, `wall_time_to_target_0p757_s`, `metric_at_target_0p757`, and derived
 `train_cost_to_target_0p757_usd`, `cost_to_target_0p757_usd`. The plain `*_to_target*` figures are those of
 the last target (the one the run stops at). Pure Python: the record, W&B, the console and the report share it.
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import re
 
-PER_TARGET = ("epochs_to_target_{t}", "steps_to_target_{t}", "samples_to_target_{t}", "train_time_to_target_{t}_s",
-              "wall_time_to_target_{t}_s", "metric_at_target_{t}")
-_LABELLED = re.compile(r"^epochs_to_target_(\d+(?:p\d+)?(?:e-?\d+)?)$")
+_LABELLED = re.compile(r"^target_reached_(\d+(?:p\d+)?(?:e-?\d+)?)$")
 
 
 def label(target: float) -> str:
@@ -42,6 +40,7 @@ def figures(reached: dict[float, dict | None], metric: str) -> dict:
     """Flat per-target figures from {target: the curve point where it was first met, or None}."""
     out: dict = {}
     for t, point in reached.items():
+        out[f"target_reached_{label(t)}"] = point is not None  # never null: every target has a row
         f = {"epochs_to_target_{t}": "epoch", "steps_to_target_{t}": "step",
              "samples_to_target_{t}": "samples_seen", "train_time_to_target_{t}_s": "train_time_s",
              "wall_time_to_target_{t}_s": "wall_s", "metric_at_target_{t}": metric}
@@ -61,3 +60,18 @@ def summary_rows(values: dict) -> list[tuple[float, dict]]:
                          "train_time_s": values.get(f"train_time_to_target_{lab}_s"),
                          "wall_s": values.get(f"wall_time_to_target_{lab}_s"), **costs}))
     return rows
+
+
+def column(key: str, target: float) -> str:
+    """The per-target name of a run-level figure: `train_time_to_target_s` -> `train_time_to_target_0p757_s`,
+    `epochs_to_target` -> `epochs_to_target_0p757`, `train_cost_to_target_usd` -> `train_cost_to_target_0p757_usd`;
+    figures of the whole run (status, final metric) keep their name."""
+    lab = label(target)
+    for stem in ("train_cost_to_target_", "cost_to_target_"):
+        if key.startswith(stem):
+            return f"{stem}{lab}_{key[len(stem):]}"
+    if key.endswith("_to_target_s"):
+        return f"{key[:-2]}_{lab}_s"
+    if key.endswith("_to_target"):
+        return f"{key}_{lab}"
+    return key

@@ -98,10 +98,14 @@ def summary(record: RunRecord, path) -> str:
         shown = " / ".join(_fmt(values.get(k)) for k in keys)
         lines.append(f"  {label:<30} {shown} {unit}".rstrip())
     for t, row in targets.summary_rows(values):  # several targets: one line each
-        cost = " / ".join(_fmt(row.get(f"{k}_{targets.label(t)}_{cur}")) for k in ("train_cost_to_target",
-                                                                                  "cost_to_target"))
+        costs = [row.get(f"{k}_{targets.label(t)}_{cur}") for k in ("train_cost_to_target", "cost_to_target")]
+        cost = (f", {' / '.join(_fmt(c) for c in costs)} {cur.upper()} train / wall"
+                if any(c is not None for c in costs) else "")
+        if row["epochs"] is None:
+            lines.append(f"  {'to ' + _fmt(t):<30} not reached")
+            continue
         lines.append(f"  {'to ' + _fmt(t):<30} {_fmt(row['epochs'])} epochs, {_fmt(row['train_time_s'])} / "
-                     f"{_fmt(row['wall_s'])} s train / wall, {cost} {cur.upper()} train / wall")
+                     f"{_fmt(row['wall_s'])} s train / wall{cost}")
     for w in record.warnings:
         lines.append(f"  WARNING: {w}")
     lines.append(f"  record: {path}")
