@@ -194,8 +194,10 @@ class TargetTraining:
             w.optimizer.load_state_dict(ckpt["optimizer"])
             if w.precision.scaler is not None and ckpt.get("scaler"):
                 w.precision.scaler.load_state_dict(ckpt["scaler"])
-            torch.set_rng_state(ckpt["rng"][self.ctx.rank])
-            self.p = Progress(**ckpt["progress"])
+            mine = ckpt["ranks"][self.ctx.rank]  # this rank's own RNG and open-segment losses
+            torch.set_rng_state(mine["rng"])
+            self.p = Progress(**{**ckpt["progress"], "pending_loss_sum": mine["pending_loss_sum"],
+                                 "pending_loss_steps": mine["pending_loss_steps"]})
             self.p.resumes += 1
         else:
             self.p = Progress(curve={k: [] for k in (*CURVE_KEYS, self.goal.metric)})
@@ -214,15 +216,17 @@ class TargetTraining:
         return self.wall_before + time.time() - self.created
 
     def save(self) -> None:
-        """Every rank hands over its RNG state; rank 0 alone writes the checkpoint (atomically)."""
+        """Every rank hands over what is its own (RNG state, the losses of a segment a stop cut); rank 0 alone
+        writes the checkpoint (atomically). Model and optimizer are the same on every rank."""
         w, p = self.w, self.p
-        rngs = w.strategy.gather(torch.get_rng_state())
+        ranks = w.strategy.gather({"rng": torch.get_rng_state(), "pending_loss_sum": p.pending_loss_sum,
+                                   "pending_loss_steps": p.pending_loss_steps})
         if self.ctx.rank != 0:
             return
         p.wall_s = self.wall_now()
         _atomic_save({"model": _cpu(self.module.state_dict()), "optimizer": _cpu(w.optimizer.state_dict()),
                       "scaler": w.precision.scaler.state_dict() if w.precision.scaler is not None else None,
-                      "rng": rngs, "world_size": self.ctx.world_size, "progress": asdict(p)},
+                      "ranks": ranks, "world_size": self.ctx.world_size, "progress": asdict(p)},
                      self.run_dir / CHECKPOINT_FILE)
 
     def close_segment(self, seg_start: float, keep: bool = False) -> float:

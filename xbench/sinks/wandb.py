@@ -162,6 +162,7 @@ class WandbSink:
                 return {"wandb_mode": self.mode_used,
                         **({"wandb_error": "wandb not installed"} if self.mode_used == "unavailable" else {})}
         self.live_error = None  # what live logging missed is logged now
+        live = len(self.logged_evals)
         try:
             self._log_series(run, record)
             if self.live_error is not None:
@@ -178,6 +179,8 @@ class WandbSink:
                if self.mode_used == "online" else None}
         if self.fallback_s is not None:
             out["wandb_online_fallback_s"] = round(self.fallback_s, 2)
+        if "eval" in record.series:  # train-to-target: how many points went to W&B as they happened
+            out["wandb_points_logged_live"] = live
         offline = sorted(self.wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
