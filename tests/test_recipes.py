@@ -11,19 +11,18 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from tests.conftest import CONF
 from xbench import compat
 from xbench.bench.epochs import IGNORE_LABEL, EvalShard, TrainFeed, metric_value, score
-from xbench.config import OptimConfig, ScheduleConfig, register_configs
+from xbench.config import OptimConfig, ScheduleConfig
 from xbench.cost import load_platform
 from xbench.metrics import targets as tg
 from xbench.metrics.derived import derive
 from xbench.platforms.detect import HostFacts
 from xbench.precision import resolve
+from xbench.studies.sweep import compose_point
 from xbench.training import optim, schedule
 from xbench.training.step import StepOptions, make_train_step
 
@@ -31,10 +30,7 @@ HOST = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version
 
 
 def _cfg(*overrides):
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return OmegaConf.to_object(compose(config_name="config", overrides=list(overrides)))
+    return OmegaConf.to_object(compose_point(CONF, list(overrides)))
 
 
 def _optim(**kw) -> OptimConfig:
