@@ -55,7 +55,7 @@ from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run, console_progress
 from xbench.platforms.detect import HostFacts
 from xbench.rank import RankContext, RankResult, StopFlag, StopRequested
-from xbench.records.store import CHECKPOINT_FILE
+from xbench.records.store import CHECKPOINT_FILE, find_run
 from xbench.sinks.curve import CURVE_FILE, CurveTail, CurveWriter
 from xbench.training import schedule as schedules
 
@@ -498,6 +498,12 @@ class TrainToTarget(Mode):
 
     def work(self, cfg, facts, run_dir=None, started_at: float | None = None) -> TargetWork:
         return TargetWork(cfg, facts, str(run_dir), started_at)
+
+    def join(self, cfg, facts) -> None:
+        """A rank > 0 under the torchrun command, or a node > 0: it writes nothing, but a resume reads the
+        checkpoint from the run's folder (on a multi-node run, store.root must be storage every node sees)."""
+        run_dir = find_run(cfg.resume, cfg.store.root).parent if cfg.resume else None
+        launch.run(cfg, self.work(cfg, facts, run_dir), facts)
 
     def execute(self, run: Run) -> None:
         started = psutil.Process().create_time()
