@@ -13,16 +13,22 @@ LOGGER=${LOGGER:-none}
 if [ "$#" -eq 0 ]; then set -- tpu_vs_gpu cpu_vs_gpu gpu_clouds xla_speedup pod_scaling; fi
 
 for STUDY in "$@"; do
-  read -ra SMALL <<< "$($PY -m xbench.studies --print small "$STUDY")"
-  read -ra REPORT <<< "$($PY -m xbench.studies --print report "$STUDY")"
-  RUN=("$PY" "${SMALL[@]:1}" "store.root=$STORE" "logger=$LOGGER" "logger.progress=false")
+  mapfile -t SMALLS < <($PY -m xbench.studies --print small "$STUDY")  # the small command, then its `also`
+  # shell words as the manifest quotes them (a baseline query joins keys with '&')
+  mapfile -t REPORT < <($PY -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' \
+                          "$($PY -m xbench.studies --print report "$STUDY")")
   DRAW=("$PY")
   for w in "${REPORT[@]:1}"; do  # the report reads this store and writes under $OUT
     case "$w" in results) DRAW+=("$STORE") ;; report/*) DRAW+=("$OUT/${w#report/}") ;; *) DRAW+=("$w") ;; esac
   done
-  echo "==> $STUDY 1/2 the sweep: ${RUN[*]}"
-  "${RUN[@]}"
+  for SMALL_LINE in "${SMALLS[@]}"; do
+    mapfile -t SMALL < <($PY -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$SMALL_LINE")
+    RUN=("$PY" "${SMALL[@]:1}" "store.root=$STORE" "logger=$LOGGER" "logger.progress=false")
+    echo "==> $STUDY 1/2 the sweep: ${RUN[*]}"
+    "${RUN[@]}"
+  done
   echo "==> $STUDY 2/2 the report: ${DRAW[*]}"
   "${DRAW[@]}" --no-progress
+  $PY -m xbench.studies --check-report "${DRAW[-1]}" "$STUDY"  # every figure kind the study promises
   echo "==> open ${DRAW[-1]}/report.html"
 done

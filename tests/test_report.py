@@ -71,6 +71,9 @@ def write_fixture_store(root) -> Path:
         R("f-noisy", throughput=900, platform="cpu", batch_size=8, experiment="fx_fail",
           measurements={"noisy": True, "step_time_cv": 0.2},
           warnings=["noisy: spread above bench.noisy_cv=0.05 (see throughput_cv / step_time_cv)"]),
+        # A study's run under a published figure's conditions (the published table and plot).
+        R("p-tpu", throughput=2500, model="resnet50", data="synthetic_imagenet", platform="tpu_v2_8", devices=8,
+          batch_size=128, experiment="tpu_vs_gpu"),
         # Two rounds of one configuration, each steady on its own, 26% apart from each other.
         R("r-round0", throughput=1000, platform="cpu", batch_size=16, experiment="fx_rounds"),
         R("r-round1", throughput=1300, platform="cpu", batch_size=16, experiment="fx_rounds"),
@@ -121,7 +124,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device():
 
 def test_corrupt_record_is_skipped_with_a_warning_naming_it(fixture_store):
     loaded = load([fixture_store], progress=False)
-    assert len(loaded.frame) == 25
+    assert len(loaded.frame) == 26
     [msg] = loaded.skipped
     assert "corrupt-run/record.json" in msg
 
@@ -305,7 +308,7 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     rows = read_csv(out / "tables" / "throughput.csv")
     assert any(r["throughput median [samples/s]"] == "6900.0" for r in rows)
     tidy = read_csv(out / "tables" / "tidy_runs.csv")
-    assert len(tidy) == 25
+    assert len(tidy) == 26
 
 
 def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from xbench.studies.sweep import compose_point, distinct_points, expand
 
 STUDIES = studies.all_studies()
 FIVE = [s for s in STUDIES if s.get("study")]
-COMMANDS = [pytest.param(s["id"], "small", id=f"{s['id']}-small") for s in STUDIES] + [
+COMMANDS = [pytest.param(s["id"], e["id"], id=f"{s['id']}-{e['id']}") for s in STUDIES
+            for e in studies.small_entries(s)] + [
     pytest.param(s["id"], c["id"], id=f"{s['id']}-{c['id']}",
                  marks=[pytest.mark.xfail(strict=True, reason=c["pending"]["needs"])]
                  if c.get("pending", {}).get("stage") == "compose" else [])
@@ -54,7 +56,7 @@ def data_root(tmp_path_factory):
 
 def _entry(study_id: str, which: str) -> dict:
     s = studies.get(study_id)
-    return s["small"] if which == "small" else next(c for c in s["full_scale"] if c["id"] == which)
+    return next(c for c in (*studies.small_entries(s), *s["full_scale"]) if c["id"] == which)
 
 
 @functools.cache
@@ -106,7 +108,7 @@ def test_command_composes_to_the_study(study_id, which):
         assert f["devices_used"] == f["devices_billed"] is not None, (
             f"{' '.join(job)}: drives {f['devices_used']} {f['billed_unit']}s, billed for {f['devices_billed']}")
         assert f["price_per_hour"], f"{' '.join(job)}: unpriced (every study command carries a price)"
-    if which != "small":
+    if which not in {e["id"] for e in studies.small_entries(studies.get(study_id))}:
         assert {f["platform"] for f in got} == {entry["platform"]}
 
 
@@ -127,8 +129,9 @@ def test_full_scale_command_passes_compat_on_its_platform(study_id, which, monke
 def test_small_command_passes_compat_here(study_id, monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     here = host_facts()
-    for job, cfg in _points(studies.get(study_id)["small"]["command"]):
-        assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
+    for command in studies.small_commands(studies.get(study_id)):
+        for job, cfg in _points(command):
+            assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
 
 
 def test_every_platform_bills_exactly_the_devices_it_declares():
@@ -201,18 +204,6 @@ def test_distinct_points_catches_the_old_cpu_vs_gpu(tmp_path):
     assert "+workload=cnn_mnist changes nothing" in problems[0]
 
 
-@pytest.mark.slow
-def test_the_sweep_callback_stops_a_repeating_multirun_before_any_run(tmp_path):
-    store = tmp_path / "results"
-    p = subprocess.run([sys.executable, "-m", "xbench", "-m", "+experiment=digits_to_target", "platform=cpu,cpu",
-                        "+hydra.callbacks.distinct_sweep._target_=xbench.studies.sweep.DistinctSweep",
-                        f"store.root={store}", "logger=none"], cwd=REPO, env=cli_env(), capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode != 0
-    assert p.returncode == 2 and "the sweep lists the same values twice" in p.stderr, p.stderr[-2000:]
-    assert records(store) == []
-
-
 # ---------- published figures ----------
 
 def test_published_figures_have_value_unit_conditions_source_and_date():
@@ -246,17 +237,14 @@ def _cfg(command: str):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the CLI does not yet run xbench.studies.sweep.DistinctSweep on every multirun")
 def test_the_cli_refuses_a_repeating_sweep_by_default(tmp_path):
     store = tmp_path / "results"
     p = subprocess.run([sys.executable, "-m", "xbench", "-m", "+experiment=digits_to_target", "platform=cpu,cpu",
                         f"store.root={store}", "logger=none", "bench.steps=2", "goal.max_epochs=1"], cwd=REPO,
                        env=cli_env(), capture_output=True, text=True, timeout=300)
-    assert p.returncode != 0 and "changes nothing" in p.stderr + p.stdout and records(store) == []
+    assert p.returncode == 2 and "compose to the same config" in p.stderr and records(store) == []
 
 
-@pytest.mark.xfail(strict=True, reason="compat's refusal of a preset that cannot run here does not yet add the "
-                                       "command that runs it here (xbench.studies.run_here_hint)")
 def test_a_preset_refused_here_says_what_runs_here(monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     here = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version="2.9.0")
@@ -266,7 +254,6 @@ def test_a_preset_refused_here_says_what_runs_here(monkeypatch):
         assert reasons and any(hint in r for r in reasons), reasons
 
 
-@pytest.mark.xfail(strict=True, reason="launch.xla.xla_env does not give PJRT CUDA the GPU count (GPU_NUM_DEVICES)")
 def test_xla_spmd_on_pjrt_cuda_spans_world_size_gpus(monkeypatch):
     from xbench.launch.xla import xla_env
 
@@ -276,8 +263,6 @@ def test_xla_spmd_on_pjrt_cuda_spans_world_size_gpus(monkeypatch):
     assert xla_env(cfg).get("GPU_NUM_DEVICES") == "8"
 
 
-@pytest.mark.xfail(strict=True, reason="an XLA run on a CUDA platform without PJRT_DEVICE=CUDA silently runs on "
-                                       "PJRT CPU while billing the GPUs; compat should refuse or xla_env pick CUDA")
 def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
     from xbench.launch.xla import xla_env
 
@@ -288,8 +273,6 @@ def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
     assert compat.check(cfg, facts) or xla_env(cfg)["PJRT_DEVICE"] == "CUDA"
 
 
-@pytest.mark.xfail(strict=True, reason="the SPMD mesh spans every device PJRT gives; a world_size other than the "
-                                       "platform's device_count is neither refused nor honoured")
 def test_an_spmd_world_size_other_than_the_slice_is_refused(monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     cfg = compose_point(CONF, ["+experiment=pod_scaling", "workload=resnet50_imagenet_synthetic", "platform=tpu_v2_32",
@@ -314,14 +297,76 @@ def _report_of_small_runs(tmp_path, study_id: str, throughputs: list[float]) -> 
     return (out / "report.md").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="the report does not yet draw the studies' published figures "
-                                       "(xbench.studies.published_rows)")
 def test_the_report_shows_the_published_figures(tmp_path):
     assert "2796" in _report_of_small_runs(tmp_path, "tpu_vs_gpu", [10.0]).replace(",", "")
 
 
-@pytest.mark.xfail(strict=True, reason="the report's scaling table groups runs by platform name, but in the pod "
-                                       "study each device count is its own platform (slice); group by accelerator")
 def test_the_report_scales_over_platforms_of_one_family(tmp_path):
     md = _report_of_small_runs(tmp_path, "pod_scaling", [10.0, 19.0])
     assert "**table scaling**" not in md  # not among "Not drawn"
+
+
+def test_published_figures_are_drawn_beside_matching_runs_and_never_mixed_into_them(tmp_path):
+    """Runs under a published figure's conditions: the published table holds their median beside the figure,
+    the plot is drawn, and no measured statistic counts the published value."""
+    from xbench.analysis.frame import load
+    from xbench.analysis.published import published_beside_measured
+    from xbench.records.record import RunRecord
+    from xbench.records.store import write_record
+    from xbench.report.__main__ import main
+
+    sides = (("tpu_v2_8", ["parallel=xla_spmd", "parallel.world_size=8", "precision=bf16", "data.batch_size=128"], 8),
+             ("aws_p3_8xlarge", ["parallel=ddp", "parallel.world_size=4", "precision=amp_fp16", "data.batch_size=256"], 4))
+    for i, ((plat, extra, n), tp) in enumerate(zip(sides, (2500.0, 2700.0))):
+        cfg = compose_point(CONF, ["+experiment=tpu_vs_gpu", "workload=resnet50_imagenet_synthetic", f"platform={plat}",
+                                   *extra])
+        rec = RunRecord(run_id=f"r{i}", experiment="tpu_vs_gpu", config=OmegaConf.to_container(cfg, resolve=True))
+        rec.measurements = {"throughput_samples_per_s": tp, "devices": n, "global_batch_size": 1024}
+        rec.finish("ok")
+        write_record(tmp_path / "results", rec)
+    rows = {r["figure"]: r for r in published_beside_measured(load([tmp_path / "results"], progress=False).frame)}
+    assert rows["tpu_throughput"]["value"] == 2796 and rows["tpu_throughput"]["measured"] == 2500.0
+    assert rows["gpu_throughput"]["measured"] == 2700.0 and rows["gpu_throughput"]["measured_runs"] == 1
+    assert rows["cost_to_757"]["measured"] is None  # no train-to-target run here
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "results"), "--out", str(out), "--no-progress"]) == 0
+    assert (out / "plots" / "published.png").stat().st_size > 10_000
+    throughput_csv = (out / "tables" / "throughput.csv").read_text()
+    assert "2796" not in throughput_csv and "2,796" not in throughput_csv  # measured tables hold runs only
+
+
+@pytest.mark.parametrize("study_id", [s["id"] for s in FIVE])
+def test_each_small_report_draws_every_figure_kind_of_its_study(study_id, tmp_path):
+    """The report of the study's small points (records shaped as those runs leave them; the figures are
+    the real derive() of made-up throughputs) draws every table and plot its manifest promises.
+    scripts/study_walkthrough.sh checks the same on real runs (python -m xbench.studies --check-report)."""
+    from xbench.metrics.derived import derive
+    from xbench.records.record import RunRecord
+    from xbench.records.store import write_record
+    from xbench.report.__main__ import main
+
+    s = studies.get(study_id)
+    i = 0
+    for command in studies.small_commands(s):
+        for _, cfg in _points(command):
+            c = OmegaConf.to_container(cfg, resolve=True)
+            f = studies.facts(c)
+            n, batch = f["devices_used"], f["batch_size_per_device"]
+            tp = 100.0 * n * (1 + i % 3) * (1 + batch / 64)  # any positive figures: only the shapes matter here
+            step = batch * n / tp
+            m = {"devices": n, "world_size": n, "global_batch_size": batch * n, "batch_size_per_device": batch,
+                 "throughput_samples_per_s": tp, "step_time_s_median": step, "step_time_s_p10": step, "step_time_s_p90": step,
+                 "first_step_s": 3 * step, "warmup_s": 5 * step, "compiles_warmup": 2, "compiles_timed": 0,
+                 "compile_time_s": 1.0 if c["runtime"]["name"] != "eager" else None, "compute_dtype": "fp32",
+                 "flops_per_sample_train": 3e6, "window_s_total": 30 * step, "timed_steps_per_window": 30, "repeats": 1,
+                 "threads_intra": f["threads"]}
+            rec = RunRecord(run_id=f"r{i:03d}", experiment=s["preset"], config=c, measurements=m)
+            rec.derived = derive(m, c)
+            rec.finish("ok")
+            write_record(tmp_path / "results", rec)
+            i += 1
+    words = shlex.split(s["report"]["small"])[3:]  # python -m xbench.report results ... --out report/<study>
+    argv = [str(tmp_path / w) if w == "results" or w.startswith("report/") else w for w in words]
+    assert main([*argv, "--no-progress"]) == 0
+    out = tmp_path / next(w for w in words if w.startswith("report/"))
+    assert studies.missing_figures(s, out) == []

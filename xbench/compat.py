@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench import launch, models, modes, parallel, runtimes
+from xbench import launch, models, modes, parallel, runtimes, studies
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.metrics import cost
@@ -194,6 +194,9 @@ def platform_is_here(cfg, facts):
                        f"{', '.join(seen) or 'no accelerator (CPU only)'}; use platform=local to describe it")
     if p.device_count is not None and p.device == "cuda" and p.device_count > facts.cuda_count:
         out.append(f"platform {p.name!r} declares {p.device_count} GPUs, {facts.cuda_count} are visible")
+    hint = studies.run_here_hint(cfg.experiment) if out else None
+    if hint:  # a study preset refused here: say what runs here instead
+        out[-1] += f"; {hint}"
     return out
 
 
@@ -207,6 +210,27 @@ def precision_fits_device(cfg, facts):
     if name == "amp_fp16" and dev != "cuda":
         return [f"precision amp_fp16 (fp16 autocast with a gradient scaler) needs a CUDA GPU; this run is "
                 f"on {dev}. Use amp_bf16 or bf16 there"]
+    return []
+
+
+CPU_CAPABILITIES = ("default", "avx2", "avx512")  # ATEN_CPU_CAPABILITY values on x86
+
+
+@rule
+def cpu_capability_fits(cfg, facts):
+    """ATen's CPU kernels are chosen when torch starts: xbench must start the processes, on the CPU."""
+    cap = cfg.bench.cpu_capability
+    if cap is None:
+        return []
+    if cap not in CPU_CAPABILITIES:
+        return [f"bench.cpu_capability={cap!r} is unknown; allowed: null (the best this CPU has), "
+                f"{', '.join(CPU_CAPABILITIES)}"]
+    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    if dev != "cpu":
+        return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
+    if launch.under_torchrun():
+        return [f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads it at start); "
+                "run python -m xbench without the torchrun command"]
     return []
 
 

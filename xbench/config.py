@@ -201,6 +201,9 @@ class BenchConfig:
     self_check: bool = False  # also measure at half the batch; flag throughput that falls as the batch grows
     seed: int = 0
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+    # ATen's CPU vector kernels (ATEN_CPU_CAPABILITY, read when torch starts, so the run goes to fresh
+    # processes): default (no SIMD, the "stock build") | avx2 | avx512; None: the best this CPU has.
+    cpu_capability: str | None = None
     interop_threads: int | None = None
     util_interval_s: float = 0.1  # device/CPU utilisation sampling period during timed windows; 0 = off
     # find_max_batch: doubling stops at this per-device batch; bisection stops within this relative gap

@@ -15,11 +15,12 @@ cap, a broken install), the run still leaves a record saying so.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from xbench import launch
+from xbench import launch, runtimes
 from xbench.config import XBenchConfig
 from xbench.envelope import ConfigError, RunEnvelope
 from xbench.records.record import RunRecord
@@ -93,6 +94,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
 
         facts = host_facts()
         env.record.env["torch"] = torch_env(facts)
+        _xla_device_first(cfg, facts)
         reasons = compat.check(cfg, facts)
         if reasons:
             raise ConfigError(reasons)
@@ -101,6 +103,13 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         mode.execute(Run(cfg, facts, env.record, env.run_dir, resolved, env.stop, env.progress,
                          read_baseline(cfg), env.wandb))
     return env.record
+
+
+def _xla_device_first(cfg, facts) -> None:
+    """An XLA runtime picks its PJRT device when torch_xla is imported (compat imports it): name the
+    platform's device first, unless the user did (PJRT_DEVICE)."""
+    if cfg.runtime.name in runtimes.RUNTIMES and "torch_xla" in runtimes.requires(cfg.runtime.name):
+        os.environ.setdefault("PJRT_DEVICE", runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device))
 
 
 def join(cfg: XBenchConfig) -> None:

@@ -31,12 +31,27 @@ def _as_record(rows: Rows, cur: str | None) -> dict:
     return {"measurements": vals, "derived": {}, "config": {"platform": {"price": price}}}
 
 
+def _one_configuration(base: Rows, text: str | None) -> None:
+    """Refuse a baseline that matches several configurations of one work at one global batch."""
+    for gkey, g in groups(base, ["global_batch_size"]):
+        configs = groups(g)
+        if len(configs) > 1:
+            varying = [k for k in CONFIGURATION if len({c[0].get(k) for c in configs}) > 1]
+            listed = "; ".join(", ".join(f"{k}={c[0].get(k)}" for k in varying) for c in configs)
+            raise ValueError(f"--baseline {text!r} is ambiguous: at global batch {gkey['global_batch_size']} it "
+                             f"matches {len(configs)} configurations ({listed}); add the key that tells them apart, "
+                             f"e.g. --baseline '{text}&{varying[0]}=...'")
+
+
 def normalised_rows(rows, query: dict[str, list[str]] | None, text: str | None = None) -> Rows:
     """One row per configuration: its keys, throughput, normalised_time, normalised_cost,
     normalised_basis and is_baseline, against the runs matching `query` (a parsed --baseline).
 
     Within each work, the baseline is its configuration with the same global batch when there is
-    one, else its fastest run. Raises NoData (with the reason) when there is nothing to compare.
+    one, else its fastest run. The query must pick ONE configuration per work and global batch: a
+    query that matches several (two CPU-kernel settings of one platform, a DDP and a single run at
+    one global batch) would average them into a baseline that is neither, so it is refused with the
+    candidates listed (ValueError). Raises NoData (with the reason) when there is nothing to compare.
     """
     if not query:
         raise NoData("no --baseline given (e.g. --baseline platform=cpu)")
@@ -51,6 +66,7 @@ def normalised_rows(rows, query: dict[str, list[str]] | None, text: str | None =
         base = Rows(r for r in wsub if matches(r, query))
         if not base:
             continue
+        _one_configuration(base, text)
         by_batch = {k["global_batch_size"]: _as_record(g, cur) for k, g in groups(base, ["global_batch_size"])}
         fastest = _as_record(Rows([max(base, key=lambda r: r[TP])]), cur)
         for keys, sub in groups(wsub):

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xbench.analysis.workload import CONFIGURATION, detail_columns
+from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
 from xbench.records.record import RunRecord
 from xbench.records.store import scan_records
 
@@ -93,7 +93,9 @@ def flatten(rec: RunRecord) -> dict:
         "noisy_cv": bench.get("noisy_cv"),  # the run's own bound; the report applies it across runs too
         "batch_size_per_device": data.get("batch_size"),
         "threads": m.get("threads_intra", bench.get("threads")),
+        "cpu_capability": bench.get("cpu_capability"),  # ATen's kernels as asked (None: the best the CPU has)
         "cpu_model": ((rec.env or {}).get("cpu") or {}).get("model"),
+        "device_kind": device_kind(platform, ((rec.env or {}).get("cpu") or {}).get("model")),
         "hostname": (rec.env or {}).get("hostname"),
         **detail_columns(c),
     }

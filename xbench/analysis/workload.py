@@ -23,16 +23,19 @@ from __future__ import annotations
 
 WORK = ("model", "model_options", "data", "data_shape")
 RUNTIME = ("runtime", "runtime_options")
-WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
+WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision", "cpu_capability",
             "batch_size_per_device")
 PLACEMENT = ("parallel", "devices", "threads")
 # In the order tables show them (and sort rows by).
 CONFIGURATION = ("experiment", "model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
-                 "parallel", "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
+                 "cpu_capability", "parallel", "pricing_model", "batch_size_per_device", "global_batch_size", "devices",
+                 "threads")
 # Detail columns: implied by the name in the usual case, so a caption leaves them out when constant.
 DETAILS = ("model_options", "data_shape", "runtime_options")
 
-SCALING = WORKLOAD
+# Scaling varies the device count; on a pod each count is its own platform (a slice: v2-8, v2-32, ...),
+# so it holds the kind of device fixed instead of the platform.
+SCALING = tuple("device_kind" if k == "platform" else k for k in WORKLOAD)
 VERSUS_EAGER = (*(k for k in WORKLOAD if k not in RUNTIME), *PLACEMENT)
 BASELINE = WORK
 
@@ -56,6 +59,16 @@ def detail_columns(config: dict) -> dict:
     return {"model_options": _text(options),
             "data_shape": _text({k: data[k] for k in DATA_SHAPE if k in data}),
             "runtime_options": _text({k: runtime[k] for k in RUNTIME_OPTIONS if k in runtime})}
+
+
+def device_kind(platform: dict, cpu_model: str | None = None) -> str | None:
+    """What one device of the platform is: its accelerator ("TPU v2", "V100"), else the CPU (its model
+    when the record knows it); None without a platform."""
+    if not platform:
+        return None
+    if platform.get("accelerator"):
+        return platform["accelerator"]
+    return f"cpu: {cpu_model}" if cpu_model else platform.get("device") or platform.get("name")
 
 
 def key(row: dict, level: tuple[str, ...]) -> tuple:

@@ -142,6 +142,7 @@ class PreparedRank:
     warnings: list[str]
     data_info: dict
     batch_size: int  # per device
+    cpu_capability: str = ""  # ATen's CPU kernels in force (DEFAULT, AVX2, AVX512, ...)
     accumulate: int = 1  # micro-batches of `batch_size` per device in one step (gradient accumulation)
 
     @property
@@ -163,6 +164,11 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
     threads = set_threads(ctx.threads, cfg.bench.interop_threads)
     torch.manual_seed(cfg.bench.seed)
     warnings: list[str] = threads_not_applied(ctx.threads, cfg.bench.interop_threads, threads)
+    cpu_capability = torch.backends.cpu.get_cpu_capability()
+    asked = cfg.bench.cpu_capability
+    if asked and asked.upper() != cpu_capability:
+        warnings.append(f"bench.cpu_capability={asked}, but ATen runs {cpu_capability} kernels (this CPU lacks "
+                        f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)")
     batch_size = batch_size or cfg.data.batch_size
 
     work = build_workload(cfg, facts, ctx)
@@ -209,7 +215,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
     )
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
-    return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, accumulate)
+    return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability, accumulate)
 
 
 def rank_gpus(p: PreparedRank) -> list[int]:

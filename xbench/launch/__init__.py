@@ -19,6 +19,7 @@ import importlib
 import os
 
 from xbench import parallel
+from xbench.launch import child
 from xbench.launch.torchrun import under_torchrun
 from xbench.launch.xla import host_index
 from xbench.rank import LaunchResult
@@ -44,10 +45,19 @@ def writes_record(cfg) -> bool:
     return cfg.parallel.node_rank == 0
 
 
+def process_environment(cfg) -> dict[str, str]:
+    """Settings torch reads once, when it starts: a run that asks for one runs in fresh processes
+    started with it (the rank records what was in force)."""
+    cap = cfg.bench.cpu_capability
+    return {"ATEN_CPU_CAPABILITY": cap} if cap else {}
+
+
 def run(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
     """Every rank's results (rank 0 first), or None in a process that does not write the record.
 
-    `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats); the other
-    launchers start fresh processes anyway."""
+    `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats, or settings
+    torch reads at start); the other launchers start fresh processes anyway."""
     module, fn = LAUNCHERS[launcher(cfg)].split(":")
-    return getattr(importlib.import_module(module), fn)(cfg, work, facts, on_step, stop, fresh)
+    env = process_environment(cfg)
+    with child.environ(env):
+        return getattr(importlib.import_module(module), fn)(cfg, work, facts, on_step, stop, fresh or bool(env))

@@ -7,6 +7,7 @@ interruptions and divergence come back as the same exceptions (pickled).
 
 from __future__ import annotations
 
+import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -65,3 +66,19 @@ def in_fresh_process(fn, args: tuple, stop, what: str):
     """fn(*args) in a freshly spawned interpreter (a one-worker pool), waited for as `wait` does."""
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
         return wait(pool.submit(fn, *args), stop, what)
+
+
+@contextmanager
+def environ(env: dict[str, str]):
+    """`env` in this process's environment while processes are started (they inherit it at exec, before
+    they import torch); restored afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -25,15 +25,12 @@ from pathlib import Path
 from xbench.launch import child
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
 from xbench.rank import LaunchResult, RankContext
-from xbench.runtimes import default_pjrt_device
+from xbench.runtimes import default_pjrt_device, xla_environment
 
 
 def xla_env(cfg) -> dict:
-    """Environment the XLA processes need before torch_xla is imported (N CPU devices for PJRT CPU)."""
-    env = {"PJRT_DEVICE": default_pjrt_device()}
-    if env["PJRT_DEVICE"] == "CPU" and cfg.parallel.name == "xla_spmd":
-        env["CPU_NUM_DEVICES"] = str(cfg.parallel.world_size)
-    return env
+    """Environment the XLA processes need before torch_xla is imported (runtimes.xla_environment)."""
+    return xla_environment(cfg)
 
 
 def host_index() -> int:

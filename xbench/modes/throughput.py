@@ -139,6 +139,7 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         "flops_per_sample_train": p.work.flops["train"],
         "compute_dtype": precision.compute_dtype,
         **p.threads,
+        "cpu_capability_in_force": p.cpu_capability,
         "warmup_steps": wu.steps,
         "warmup_s": wu.time_s,
         "warmup_stable": wu.stable,

@@ -11,6 +11,7 @@ All torch_xla calls go through xbench.runtimes.xla (the only module that imports
 
 from __future__ import annotations
 
+from xbench import runtimes
 from xbench.parallel.base import Strategy
 from xbench.runtimes import xla as rx
 
@@ -28,7 +29,15 @@ class XlaSpmd(Strategy):
 
     @classmethod
     def rules(cls, cfg, facts, dev):
-        return xla_rules(cfg, facts, dev)
+        """On a TPU the mesh spans every core of the slice: the run must be billed for exactly that many."""
+        out = xla_rules(cfg, facts, dev)
+        p, declared = cfg.parallel, cfg.platform.device_count
+        if runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device) == "TPU" and declared \
+                and p.world_size != declared:
+            out.append(f"parallel.world_size={p.world_size}, but the SPMD mesh on platform {cfg.platform.name!r} "
+                       f"spans all its {declared} TPU cores (the slice that is billed): use "
+                       f"parallel.world_size={declared}, or the platform of a slice with {p.world_size} cores")
+        return out
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -20,6 +20,7 @@ class HostFacts:
     logical_cores: int = 1
     torch_version: str = ""
     tpu_chips: int = 0  # TPU device files seen (no torch_xla import needed)
+    torch_xla_cuda_plugin: bool = False  # PJRT's CUDA client for torch-xla (a separate package)
 
     @property
     def cuda_count(self) -> int:
@@ -39,6 +40,7 @@ def host_facts() -> HostFacts:
         logical_cores=os.cpu_count() or 1,
         torch_version=torch.__version__,
         tpu_chips=tpu_chips(),
+        torch_xla_cuda_plugin=importable("torch_xla_cuda_plugin"),
     )
 
 

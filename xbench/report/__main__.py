@@ -58,7 +58,11 @@ def main(argv=None) -> int:
     for s in loaded.skipped:
         print(f"xbench.report: WARNING {s}", file=sys.stderr)
     t_load = time.perf_counter() - t0
-    tables, skipped_tables = build_tables(df, ctx)
+    try:  # a query the frame cannot answer (a typo'd key, an ambiguous baseline) is the user's to fix
+        tables, skipped_tables = build_tables(df, ctx)
+    except ValueError as e:
+        print(f"xbench.report: {e}", file=sys.stderr)
+        return 2
     t_tables = time.perf_counter() - t0 - t_load
 
     out = Path(args.out)

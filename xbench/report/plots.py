@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,13 +22,14 @@ import pandas as pd  # noqa: E402  (build_plots takes the tidy frame)
 
 from xbench.analysis.baseline import normalised_rows  # noqa: E402
 from xbench.analysis.overhead import compile_columns  # noqa: E402
+from xbench.analysis.published import published_beside_measured
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups  # noqa: E402
 from xbench.analysis.scaling import scaling_rows  # noqa: E402
 from xbench.analysis.workload import SCALING, WORK  # noqa: E402
 from xbench.report.rows import Context, varying_keys  # noqa: E402
 
 PLOTS: dict[str, Callable] = {}
-LINE_KEYS = ("platform", "runtime", "precision", "parallel", "pricing_model", "threads")
+LINE_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model", "threads")
 MARKERS = "osD^v<>PX*h"
 STYLE = {"axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
          "font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8, "figure.dpi": 110}
@@ -49,6 +51,9 @@ def label(keys: dict, names: list[str]) -> str:
     parts = []
     for k in names:
         v = keys.get(k)
+        if k == "cpu_capability":  # None is a setting too: the best kernels the CPU has
+            parts.append(f"{v or 'best'} CPU kernels")
+            continue
         if v is None:
             continue
         if k == "threads":
@@ -58,9 +63,11 @@ def label(keys: dict, names: list[str]) -> str:
     return " / ".join(parts) or "run"
 
 
-def _work_title(k: dict) -> str:
+def _work_title(k: dict, width: int = 60) -> str:
+    """A facet's title: the work, then its options and data shape wrapped to the facet's width."""
     details = ", ".join(v for v in (k.get("model_options"), k.get("data_shape")) if v)
-    return f"{k['model']} on {k['data']}" + (f"\n({details})" if details else "")
+    head = f"{k['model']} on {k['data']}"
+    return head + ("\n" + textwrap.fill(f"({details})", width) if details else "")
 
 
 def workloads(rows: Rows) -> list[tuple[str, Rows]]:
@@ -285,7 +292,7 @@ def scaling(rows: Rows, ctx: Context):
     s = scaling_rows(rows)
     if not s:
         raise NoData("no workload was run at two or more device counts")
-    wl = [(f"{_work_title(k)}\n{k['platform']}, {k['runtime']}, {k['precision']}, "
+    wl = [(f"{_work_title(k)}\n{k['device_kind']}, {k['runtime']}, {k['precision']}, "
            f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, SCALING)]
     styles = _styles_for(sorted({str(v) for v in s.col("parallel")}))
     fig, cells = facets(len(wl), rows_per=2, h=3.0)
@@ -376,6 +383,38 @@ def overhead(rows: Rows, ctx: Context):
             ax.set_xscale("log")
         ax.set(xlabel=xlabel, title=xlabel.split(" [")[0])
     fig.suptitle("Framework overhead per runtime (median over runs; n/a: not measured, e.g. eager never compiles)")
+    fig.tight_layout()
+    return fig
+
+
+@plot("published")
+def published(rows: Rows, ctx: Context):
+    """Each published figure that these runs can be compared with: the published value (hatched, grey)
+    beside the measured median, one panel per unit."""
+    pub = [r for r in published_beside_measured(rows) if r["measured"] is not None]
+    if not pub:
+        raise NoData("no run matches the conditions of a study's published figure (the published table lists them)")
+    units = sorted({r["unit"] for r in pub})
+    tallest = max(sum(r["unit"] == u for r in pub) for u in units)
+    fig, cells = facets(len(units), ncols_max=1, w=9.0, h=1.4 + 0.8 * tallest)
+    for unit, [ax] in zip(units, cells):
+        mine = [r for r in pub if r["unit"] == unit]
+        ys = list(range(len(mine)))
+        pub_bars = ax.barh([y - 0.2 for y in ys], [float(r["value"]) for r in mine], height=0.38, color="0.75",
+                           hatch="//", edgecolor="0.4", label="published")
+        run_bars = ax.barh([y + 0.2 for y in ys], [r["measured"] for r in mine], height=0.38, color="tab:blue",
+                           label="measured here")
+        ax.bar_label(pub_bars, labels=[nice(float(r["value"])) for r in mine], fontsize=7, padding=2)
+        ax.bar_label(run_bars, labels=[f"{nice(r['measured'])} ({r['measured_runs']} runs)" for r in mine],
+                     fontsize=7, padding=2)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([textwrap.fill(f"{r['study']}: {r['what']}", 44) for r in mine], fontsize=8)
+        ax.set_ylim(len(mine) - 0.5, -0.5)
+        ax.margins(x=0.25)
+        ax.set(xlabel=unit)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / max(1, len(mine)) - 0.12), ncols=2, fontsize=7,
+                  frameon=False)
+    fig.suptitle("Published figures (hatched) beside these runs")
     fig.tight_layout()
     return fig
 

@@ -18,7 +18,8 @@ from xbench.analysis.workload import CONFIGURATION, DETAILS
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing",
-              "model_options": "model options", "data_shape": "data shape", "runtime_options": "runtime options"}
+              "model_options": "model options", "data_shape": "data shape", "runtime_options": "runtime options",
+              "cpu_capability": "CPU kernels", "device_kind": "device"}
 
 
 @dataclass

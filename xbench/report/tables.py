@@ -17,6 +17,7 @@ import pandas as pd
 
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.overhead import compile_columns, versus_eager
+from xbench.analysis.published import published_beside_measured
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import noisy, spread
@@ -230,6 +231,24 @@ RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("
                ("devices", "devices"), ("threads", "threads"), (TP, "throughput [samples/s]"),
                ("step_time_s_median", "step time median [s]"), ("throughput_cv", "throughput CV"),
                ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"), ("warnings", "warnings"))
+
+
+@table("published")
+def published_table(rows: Rows, ctx: Context) -> Table:
+    pub = published_beside_measured(rows)
+    if not pub:
+        raise NoData("no run of a study preset (the studies' published figures are shown beside their runs)")
+    out = pd.DataFrame([{
+        "study": r["study"], "figure": r["what"], "published [unit]": r["value"], "unit": r["unit"],
+        "measured here [unit]": r["measured"],
+        "measured as": (f"{r['measured_column']} ({r['measured_where']}; {r['measured_runs']} runs)"
+                        if r["measured_column"] else "not comparable here"),
+        "conditions": r["conditions"], "source": r["source"], "date": r["date"],
+    } for r in pub])
+    return Table("published", "Published figures of the studies, beside what these runs measured", out,
+                 note="Published figures come from xbench/studies/studies.yaml (with their source and date); they are "
+                      "never runs: no median, spread or baseline includes them. 'measured here' is the median of "
+                      "the matching ok runs, blank when no run matches the published conditions.")
 
 
 @table("runs")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 
 # name -> ("module:Class", packages it needs beyond torch). The packages are judged from the host's
 # facts before the module is imported (runtimes/xla.py imports torch_xla at import time).
@@ -38,19 +39,37 @@ def create(cfg, device_type: str, local_rank: int = 0):
     return runtime_class(cfg.name)(cfg, device_type, local_rank)
 
 
-def default_pjrt_device(tpu_chips: int | None = None) -> str:
+def default_pjrt_device(tpu_chips: int | None = None, platform_device: str | None = None) -> str:
     """PJRT device torch-xla will use: $PJRT_DEVICE, else TPU on a TPU VM (accelerator device nodes
-    present; `tpu_chips` when the caller already counted them), else CPU. A GPU through PJRT needs
-    PJRT_DEVICE=CUDA set explicitly. No torch_xla import."""
-    import os
-
+    present; `tpu_chips` when the caller already counted them), else CUDA when the platform declares
+    CUDA GPUs (an XLA run there must not fall back to the CPU while the GPUs are billed), else CPU.
+    No torch_xla import."""
     if os.environ.get("PJRT_DEVICE"):
         return os.environ["PJRT_DEVICE"]
     if tpu_chips is None:
         from xbench.platforms.detect import tpu_chips as count
 
         tpu_chips = count()
-    return "TPU" if tpu_chips else "CPU"
+    if tpu_chips:
+        return "TPU"
+    return "CUDA" if platform_device == "cuda" else "CPU"
+
+
+XLA_PLUGINS = {"CUDA": "torch_xla_cuda_plugin"}  # PJRT devices whose client is a separate package
+
+
+def xla_environment(cfg, tpu_chips: int | None = None) -> dict[str, str]:
+    """What the XLA processes need in their environment before torch_xla is imported: the PJRT
+    device, and for SPMD exactly `parallel.world_size` devices (PJRT reads the count once, at start)."""
+    env = {"PJRT_DEVICE": default_pjrt_device(tpu_chips, cfg.platform.device)}
+    n = str(cfg.parallel.world_size)
+    if cfg.parallel.name == "xla_spmd" and env["PJRT_DEVICE"] == "CPU":
+        env["CPU_NUM_DEVICES"] = n
+    if cfg.parallel.name in ("xla_spmd", "xla_mp") and env["PJRT_DEVICE"] == "CUDA":
+        env["GPU_NUM_DEVICES"] = n
+        if "CUDA_VISIBLE_DEVICES" not in os.environ:  # the mesh spans exactly the GPUs asked for
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(cfg.parallel.world_size)))
+    return env
 
 
 def preload_xla(mentions: str) -> None:

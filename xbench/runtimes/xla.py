@@ -25,7 +25,7 @@ import os
 import statistics
 import time
 
-from xbench.runtimes import default_pjrt_device
+from xbench.runtimes import XLA_PLUGINS, default_pjrt_device
 
 # PJRT reads this at import: set it first (an explicit value from the environment wins).
 os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
@@ -64,6 +64,21 @@ def _median(xs: list[float]) -> float | None:
 class XlaRuntime(Runtime):
     name = "xla"
     drives_xla = True
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        """The PJRT device must be the one the platform bills, and its client must be installed."""
+        out = super().rules(cfg, facts, dev)
+        pjrt = default_pjrt_device(facts.tpu_chips, cfg.platform.device)
+        if cfg.platform.device == "cuda" and pjrt != "CUDA":
+            out.append(f"platform {cfg.platform.name!r} bills CUDA GPUs, but PJRT_DEVICE={pjrt} would run XLA on "
+                       f"the {pjrt}: unset PJRT_DEVICE (xbench then uses CUDA) or use a CPU platform")
+        plugin = XLA_PLUGINS.get(pjrt)
+        if plugin and not getattr(facts, plugin, False):
+            out.append(f"XLA on PJRT {pjrt} needs the {plugin} package matching torch-xla {torch_xla.__version__} "
+                       "(pip install the torch_xla_cuda_plugin wheel of that version, see "
+                       "https://github.com/pytorch/xla#gpu-plugin), which is not installed here")
+        return out
 
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
         super().__init__(cfg, device_type, local_rank)

@@ -58,8 +58,17 @@ def by_preset(preset: str) -> dict | None:
 
 def commands(study: dict) -> list[str]:
     """Every command the study names: small, full scale, reports."""
-    return [study["small"]["command"], *(c["command"] for c in study["full_scale"]),
+    return [*small_commands(study), *(c["command"] for c in study["full_scale"]),
             study["report"]["small"], study["report"]["full"]]
+
+
+def small_entries(study: dict) -> list[dict]:
+    """The small command, then the ones that complete it here (`small.also`), each {id, what, command, expect}."""
+    return [{"id": "small", **study["small"]}, *(study["small"].get("also") or [])]
+
+
+def small_commands(study: dict) -> list[str]:
+    return [e["command"] for e in small_entries(study)]
 
 
 @dataclass
@@ -208,6 +217,7 @@ def simulated_host(p: dict) -> dict:
            "cuda_devices": [], "tpu_chips": 0}
     if p.get("device") == "cuda":
         out["cuda_devices"] = [f"NVIDIA {acc or 'GPU'}"] * n
+        out["torch_xla_cuda_plugin"] = True  # a GPU host set up for XLA too (study 4 runs both)
     if p.get("device") == "xla" and "tpu" in acc.lower():
         out["tpu_chips"] = max(1, n // cores_per_chip(acc))
     return out
@@ -237,6 +247,19 @@ def published_problems() -> list[str]:
     return out
 
 
+def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
+    """The figure kinds the study's small report must show (`small.figures`: table:<name> or plot:<name>)
+    that `report_dir` (a `python -m xbench.report` output) lacks."""
+    where = {"table": ("tables", ".csv"), "plot": ("plots", ".png")}
+    out = []
+    for fig in study["small"].get("figures") or []:
+        kind, name = fig.split(":", 1)
+        folder, ext = where[kind]
+        if not (Path(report_dir) / folder / f"{name}{ext}").is_file():
+            out.append(fig)
+    return out
+
+
 def run_here_hint(experiment: str | None) -> str | None:
     """What to run here instead, for a preset refused on this machine (compat appends it)."""
     s = by_preset(experiment) if experiment else None
@@ -255,6 +278,7 @@ def header_lines(study: dict) -> list[str]:
            f"# Axis: {study['axis']}.",
            f"# Small, here ({study['small']['what']}):",
            f"#   {study['small']['command']}",
+           *(line for e in study["small"].get("also") or [] for line in (f"#   and {e['what']}:", f"#     {e['command']}")),
            "# Full scale, one command per machine (XBENCH_DATA=/data for real data sets):"]
     for c in study["full_scale"]:
         pending = f" [pending: {c['pending']['needs']}]" if c.get("pending") else ""
@@ -270,6 +294,8 @@ def docs_section(study: dict) -> str:
              else study["title"])
     lines = [f"### {title}", "", f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
              f"Small, here ({study['small']['what']}):", "", "```", study["small"]["command"], "```", "",
+             *(line for e in study["small"].get("also") or []
+               for line in (f"and {e['what']}:", "", "```", e["command"], "```", "")),
              "Full scale, one command per machine:", ""]
     for c in study["full_scale"]:
         pending = f" *Pending: {c['pending']['needs']}.*" if c.get("pending") else ""

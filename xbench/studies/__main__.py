@@ -54,8 +54,10 @@ def main(argv=None) -> int:
     p.add_argument("ids", nargs="*", help="study ids (default: all)")
     p.add_argument("--published", action="store_true", help="the published figures, one row a line")
     p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
+    p.add_argument("--check-report", metavar="DIR",
+                   help="exit 1 unless the report in DIR draws every figure kind the study's small command promises")
     p.add_argument("--print", dest="which", choices=("small", "report"),
-                   help="only the small command, or the small report command, one line per study (scripts)")
+                   help="only the small commands (one a line), or the small report command (scripts)")
     args = p.parse_args(argv)
     chosen = [studies.get(i) for i in args.ids] if args.ids else studies.all_studies()
     if args.write:
@@ -66,9 +68,14 @@ def main(argv=None) -> int:
         if write_docs(REPO / "docs" / "studies.md"):
             print(f"wrote {REPO / 'docs' / 'studies.md'}")
         return 0
+    if args.check_report:
+        missing = [f"{s['id']}: {f}" for s in chosen for f in studies.missing_figures(s, args.check_report)]
+        for m in missing:
+            print(f"xbench.studies: the report in {args.check_report} lacks {m}", file=sys.stderr)
+        return 1 if missing else 0
     if args.which:
         for s in chosen:
-            print(s["small"]["command"] if args.which == "small" else s["report"]["small"])
+            print("\n".join(studies.small_commands(s)) if args.which == "small" else s["report"]["small"])
         return 0
     if args.published:
         for s in chosen:
