@@ -26,6 +26,7 @@ from xbench.data.spec import InputSpec
 from xbench.metrics import cost
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
+from xbench.training import optim
 
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
@@ -160,6 +161,12 @@ def data_source(cfg, facts):
     if cfg.data.num_workers < 0:
         out.append(f"data.num_workers must be >= 0, got {cfg.data.num_workers}")
     return out
+
+
+@rule
+def optimizer_is_valid(cfg, facts):
+    """The optimizer's own options (training/optim.py): e.g. LARS/LAMB options on an optimizer that has none."""
+    return optim.rules(cfg.optim)
 
 
 @rule

@@ -148,11 +148,40 @@ class LoggerConfig:
 
 
 @dataclass
+class ScheduleConfig:
+    """Learning rate over training (train_to_target; xbench/training/schedule.py). Lengths in epochs (fractions
+    allowed); the learning rate is a multiple of optim.lr (after the linear scaling rule)."""
+
+    name: str = "constant"  # constant | step | cosine | poly
+    warmup_epochs: float = 0.0  # linear warm-up from warmup_start_factor x lr to lr
+    warmup_start_factor: float = 0.0
+    milestones_epochs: list[float] = field(default_factory=list)  # step: multiply by `gamma` at each
+    gamma: float = 0.1  # step: the factor at each milestone
+    decay_epochs: float | None = None  # cosine/poly: the decay's length after warm-up; None: to goal.max_epochs
+    power: float = 1.0  # poly: (1 - progress) ** power
+    end_factor: float = 0.0  # cosine/poly: where the decay ends, as a multiple of lr
+    end_lr: float | None = None  # cosine/poly: where the decay ends, absolute (MLPerf's LARS: 0.0001); wins
+
+
+@dataclass
 class OptimConfig:
-    name: str = "sgd"  # sgd | adamw
-    lr: float = 0.01
-    momentum: float = 0.9
+    """The optimizer and its recipe (xbench/training/optim.py). LARS and LAMB are the large-batch optimizers
+    of MLPerf's ResNet-50 and BERT recipes."""
+
+    name: str = "sgd"  # sgd | adamw | lars | lamb
+    lr: float = 0.01  # at `lr_reference_batch` when that is set (the linear scaling rule), else as given
+    # The linear scaling rule: lr is given for this global batch and scaled by global batch / this; null: none.
+    lr_reference_batch: int | None = None
+    momentum: float = 0.9  # sgd, lars
+    nesterov: bool = False  # sgd, lars
     weight_decay: float = 0.0
+    no_decay_norm_bias: bool = False  # no weight decay (and no LARS/LAMB trust ratio) on norms and biases
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw, lamb
+    eps: float = 1e-8  # adamw, lamb, lars (denominator of the trust ratio)
+    trust_coefficient: float = 0.001  # lars: eta of the layer-wise trust ratio
+    label_smoothing: float = 0.0  # classification loss
+    accumulate_steps: int = 1  # micro-batches per optimizer step (gradient accumulation); each is data.batch_size
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
 
 @dataclass
@@ -195,14 +224,20 @@ class BenchConfig:
 
 @dataclass
 class GoalConfig:
-    """Train to a quality target (bench.mode=train_to_target); see xbench/bench/target.py."""
+    """Train to a quality target (bench.mode=train_to_target); see xbench/modes/target.py."""
 
-    metric: str = "top1"  # top1 | accuracy (same as top1) | top5 | perplexity (lower is better)
-    target: float | None = None  # fraction for accuracies (0.95, not 95); perplexity value; None: no goal
-    eval_every_steps: int = 0  # evaluate every N training steps; 0: at the end of every epoch
+    metric: str = "top1"  # top1 | accuracy (same as top1) | top5 | mlm_accuracy | perplexity (lower is better)
+    # fraction for accuracies (0.95, not 95); perplexity value. None (and no `targets`): train max_epochs
+    # epochs and record the final metric and the whole training's time and cost.
+    target: float | None = None
+    # Several targets in one run, in the order they are reached (e.g. [0.757, 0.764]): epochs, time and cost
+    # to each; the run stops at the last. Empty: `target` alone.
+    targets: list[float] = field(default_factory=list)
+    eval_every_steps: int = 0  # evaluate every N training steps; 0: every `eval_every_epochs` epochs
+    eval_every_epochs: int = 1  # with eval_every_steps=0: after every N epochs (and after the last)
     max_epochs: int = 10  # stop (target not reached) after this many epochs
     max_time_s: float | None = None  # stop after this much training time (evaluation excluded); None: no limit
-    eval_batch_size: int | None = None  # None: data.batch_size
+    eval_batch_size: int | None = None  # per device, like data.batch_size; None: data.batch_size
     checkpoint_every_evals: int = 0  # write a resumable checkpoint every N evaluations; 0: only on SIGTERM
     # A throughput run projects the time and cost of a full training of this many epochs over
     # data.dataset_size (derived `projected_training_*`); None: no projection.

@@ -170,6 +170,9 @@ class RunEnvelope:
         self.stop = SIGNALS.flag
         self.progress = None  # the mode's console bar, set by the runner; closed here whatever happens
         self._owns_signals = False
+        # One W&B sink for the run: published at the end; a mode may open its run early to log as it goes.
+        self.wandb = (WandbSink(self.record.config.get("logger", {}).get("wandb", {}), say=say)
+                      if cfg.logger.name != "none" else None)
 
     @property
     def run_dir(self) -> Path:
@@ -276,9 +279,8 @@ class RunEnvelope:
         """The local record first, always; then W&B; then the console summary."""
         path = self._write()
         faults.at_phase(self.cfg.fault, "sinks")
-        if self.cfg.logger.name != "none":
-            sink = WandbSink(self.record.config.get("logger", {}).get("wandb", {}), say=say)
-            self.record.artifacts.update(sink.publish(self.record, self.run_dir))
+        if self.wandb is not None:
+            self.record.artifacts.update(self.wandb.publish(self.record, self.run_dir))
             path = self._write()
         with contextlib.suppress(Exception):
             print(summary(self.record, path or "(nowhere: see below)"), flush=True)

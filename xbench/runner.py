@@ -149,7 +149,8 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         env.check_stop("start-up")
         mode = modes.get(cfg.bench.mode)
         env.progress = mode.progress(cfg)
-        mode.execute(Run(cfg, facts, env.record, env.run_dir, resolved, env.stop, env.progress, baseline))
+        mode.execute(Run(cfg, facts, env.record, env.run_dir, resolved, env.stop, env.progress, baseline,
+                         env.wandb))
     if env.unsaved:
         raise SystemExit(EXIT_UNSAVED)
     return env.record

@@ -1,8 +1,10 @@
 """MLPerf-style event log of a train-to-target run, written with the `mlperf-logging` package's mllog.
 
 One `:::MLLOG {...}` line per event in `mlperf.log` beside the record: init start/stop, run start/stop,
-epoch start/stop, eval start/stop and eval accuracy, with MLPerf's own key names. A resumed run appends
-to the same file and marks the resume with an `xbench_resume` event (MLPerf has no resume).
+epoch start/stop, eval start/stop and eval accuracy, with MLPerf's own key names, and the recipe's
+hyperparameters under MLPerf's keys (the optimizer's, the schedule's, gradient accumulation). A resumed run
+appends to the same file and marks the resume with an `xbench_resume` event (MLPerf has no resume). In a
+multi-rank run only rank 0 writes (`for_rank`); the others get a log that writes nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class MLPerfLog:
         self._logger.addHandler(self._handler)
         self.ml = MLLogger(logger=self._logger, default_stack_offset=1)
 
-    def run_start(self, cfg, train_samples: int, eval_samples: int, global_batch: int) -> None:
+    def run_start(self, cfg, train_samples: int, eval_samples: int, global_batch: int,
+                  hyper: dict | None = None) -> None:
         e = self.ml.event
         e(key=C.SUBMISSION_BENCHMARK, value=f"{cfg.model.name}_{cfg.data.name}")
         e(key=C.SUBMISSION_ORG, value="xbench")
@@ -36,8 +39,8 @@ class MLPerfLog:
         self.ml.start(key=C.INIT_START)
         e(key=C.SEED, value=cfg.bench.seed)
         e(key=C.GLOBAL_BATCH_SIZE, value=global_batch)
-        e(key=C.OPT_NAME, value=cfg.optim.name)
-        e(key=C.OPT_BASE_LR, value=cfg.optim.lr)
+        for key, value in recipe_events(cfg.optim, hyper or {"lr_base": cfg.optim.lr, "lr_schedule": "constant"}):
+            e(key=key, value=value)
         e(key=C.TRAIN_SAMPLES, value=train_samples)
         e(key=C.EVAL_SAMPLES, value=eval_samples)
         self.ml.end(key=C.INIT_STOP)
@@ -66,3 +69,53 @@ class MLPerfLog:
     def close(self) -> None:
         self._logger.removeHandler(self._handler)
         self._handler.close()
+
+
+class NullLog:
+    """What ranks other than 0 log: nothing (one mlperf.log per run)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def for_rank(path: Path, rank: int):
+    return MLPerfLog(path) if rank == 0 else NullLog()
+
+
+def recipe_events(optim, hyper: dict) -> list[tuple[str, object]]:
+    """(MLPerf key, value) for the optimizer and schedule (`hyper`: training.schedule.hyperparameters)."""
+    name, lr, warm = optim.name, hyper["lr_base"], hyper.get("lr_warmup_epochs", 0.0)
+    out = [(C.OPT_NAME, C.LARS if name == "lars" else C.LAMB if name == "lamb" else name),
+           (C.GRADIENT_ACCUMULATION_STEPS, optim.accumulate_steps)]
+    if name == "lars":  # MLPerf's ResNet-50 keys
+        out += [(C.LARS_OPT_BASE_LEARNING_RATE, lr), (C.LARS_OPT_MOMENTUM, optim.momentum),
+                (C.LARS_OPT_WEIGHT_DECAY, optim.weight_decay), (C.LARS_EPSILON, optim.eps),
+                (C.LARS_OPT_LEARNING_RATE_WARMUP_EPOCHS, warm)]
+        if "lr_decay_steps" in hyper:
+            out += [(C.LARS_OPT_END_LR, hyper["lr_end"]), (C.LARS_OPT_LR_DECAY_STEPS, hyper["lr_decay_steps"])]
+        if "lr_poly_power" in hyper:
+            out.append((C.LARS_OPT_LR_DECAY_POLY_POWER, hyper["lr_poly_power"]))
+    elif name == "lamb":  # MLPerf's BERT keys
+        out += [(C.OPT_BASE_LR, lr), (C.OPT_LAMB_BETA_1, optim.betas[0]), (C.OPT_LAMB_BETA_2, optim.betas[1]),
+                (C.OPT_LAMB_EPSILON, optim.eps), (C.OPT_LAMB_WEIGHT_DECAY, optim.weight_decay),
+                (C.OPT_LR_WARMUP_STEPS, hyper.get("lr_warmup_steps", 0))]
+        if "lr_decay_steps" in hyper:
+            out.append((C.OPT_LR_TRAINING_STEPS, hyper["lr_warmup_steps"] + hyper["lr_decay_steps"]))
+        if "lr_poly_power" in hyper:
+            out.append((C.OPT_LAMB_LR_DECAY_POLY_POWER, hyper["lr_poly_power"]))
+    else:
+        out += [(C.OPT_BASE_LR, lr), (C.OPT_WEIGHT_DECAY, optim.weight_decay), (C.OPT_LR_WARMUP_EPOCHS, warm)]
+        if name == "sgd":
+            out.append(("opt_momentum", optim.momentum))
+        if name == "adamw":
+            out += [(C.OPT_ADAMW_BETA_1, optim.betas[0]), (C.OPT_ADAMW_BETA_2, optim.betas[1]),
+                    (C.OPT_ADAMW_EPSILON, optim.eps), (C.OPT_ADAMW_WEIGHT_DECAY, optim.weight_decay)]
+        if "lr_milestones_epochs" in hyper:
+            out += [(C.OPT_LR_DECAY_BOUNDARY_EPOCHS, hyper["lr_milestones_epochs"]),
+                    (C.OPT_LR_DECAY_FACTOR, hyper["lr_gamma"])]
+        if "lr_decay_steps" in hyper:
+            out += [(C.OPT_LR_DECAY_STEPS, hyper["lr_decay_steps"]), (C.OPT_END_LR, hyper["lr_end"])]
+    if optim.label_smoothing:
+        out.append(("label_smoothing", optim.label_smoothing))
+    out.append(("opt_learning_rate_schedule", hyper["lr_schedule"]))
+    return out

@@ -28,7 +28,9 @@ from xbench.data.synthetic import synthetic_pool
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import resolve
 from xbench.rank import Diverged, RankContext, StopFlag
-from xbench.training.step import make_optimizer
+from xbench.training.optim import make_optimizer
+from xbench.training.schedule import base_lr
+from xbench.training.step import StepOptions
 
 
 def set_threads(intra: int | None, interop: int | None) -> dict:
@@ -120,13 +122,15 @@ def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Wor
     model = model.to(device=runtime.device, dtype=precision.param_dtype, memory_format=memory_format)
     model = strategy.wrap(model, runtime.device)
     model.train()
-    optimizer = strategy.wrap_optimizer(make_optimizer(cfg.optim, model.parameters()))
+    # The linear scaling rule (optim.lr_reference_batch) reads the global batch of one optimizer step.
+    global_batch = cfg.data.batch_size * ctx.devices * cfg.optim.accumulate_steps
+    optimizer = strategy.wrap_optimizer(make_optimizer(cfg.optim, model, base_lr(cfg.optim, global_batch)))
     return Workload(runtime, precision, strategy, spec, entry, model, optimizer, flops, params_count)
 
 
 def make_step(w: Workload, cfg: XBenchConfig, rank: int = 0):
     """The runtime's step over the workload (after any checkpoint was loaded), with a fault if asked."""
-    step = w.runtime.prepare(w.model, w.optimizer, w.entry.task, w.precision)
+    step = w.runtime.prepare(w.model, w.optimizer, w.entry.task, w.precision, StepOptions.of(cfg.optim))
     return _inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step
 
 
@@ -141,6 +145,7 @@ class PreparedRank:
     data_info: dict
     batch_size: int  # per device
     cpu_capability: str = ""  # ATen's CPU kernels in force (DEFAULT, AVX2, AVX512, ...)
+    accumulate: int = 1  # micro-batches of `batch_size` per device in one step (gradient accumulation)
 
     @property
     def devices_per_rank(self) -> int:
@@ -148,8 +153,9 @@ class PreparedRank:
 
     @property
     def samples_per_step(self) -> int:
-        """Samples one step of this rank trains: its batch per device over every device it drives."""
-        return self.batch_size * self.devices_per_rank
+        """Samples one step of this rank trains: its batch per device over every device it drives (and over
+        the step's micro-batches when gradients are accumulated)."""
+        return self.batch_size * self.devices_per_rank * self.accumulate
 
 
 def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_size: int | None = None,
@@ -170,7 +176,9 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
     work = build_workload(cfg, facts, ctx)
     runtime, precision, spec, entry, strategy = work.runtime, work.precision, work.spec, work.entry, work.strategy
     step = make_step(work, cfg, ctx.rank)
-    per_rank = batch_size * strategy.devices_per_rank  # DataParallel, SPMD: one batch for all the rank's devices
+    accumulate = cfg.optim.accumulate_steps
+    # DataParallel, SPMD: one batch for all the rank's devices; accumulation: the step's micro-batches too
+    per_rank = batch_size * strategy.devices_per_rank * accumulate
 
     def prepare_inputs(x):
         return input_format(x, precision, cfg.model.channels_last)
@@ -209,7 +217,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
     )
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
-    return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability)
+    return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability, accumulate)
 
 
 def rank_gpus(p: PreparedRank) -> list[int]:

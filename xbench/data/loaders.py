@@ -73,6 +73,11 @@ SOURCES: dict[str, Source] = {
         "SentimentText, then one tweet a line: Sentiment 1 positive / 0 negative, the text after the third "
         "comma, quoted or not; 1,578,627 tweets); 90% train / 10% eval as the GPU-cloud study", "tokens",
         path_kind="file"),
+    "text_mlm": Source(
+        "xbench.data.text:text_mlm",
+        "a folder of plain UTF-8 text files <path>/*.txt (e.g. Wikipedia articles extracted one per line, as "
+        "MLPerf's BERT data starts from); word tokens, masked once per split as BERT (15%: 80/10/10)", "tokens",
+        task="mlm", required=("*.txt",)),
     "digits": Source("xbench.data.digits:build", "nothing: scikit-learn ships it", "features|image",
                      needs_path=False, packages=("sklearn",)),
     "text_chars": Source(

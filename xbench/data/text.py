@@ -240,3 +240,56 @@ def text_chars(data, task: str) -> Splits:
     if len(train) == 0:
         raise malformed(data, f"{path} is too short for one training window of {data.seq_len + 1} characters")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": len(c["vocab"])})
+
+
+MASK = 2  # the [MASK] token's id in a text_mlm vocabulary (after <pad> and <unk>)
+MLM_SEED = {"train": 1, "eval": 2}  # masks are drawn once per split (static, like MLPerf's prepared BERT data)
+
+
+def mask_static(ids: torch.Tensor, vocab_size: int, seed: int, fraction: float = 0.15):
+    """BERT's masking, drawn once: `fraction` of the real tokens carry a target; of those 80% become [MASK],
+    10% a random token, 10% stay. Returns (inputs, targets) with targets -100 where no loss is taken."""
+    g = torch.Generator().manual_seed(seed)
+    chosen = (torch.rand(ids.shape, generator=g) < fraction) & (ids != PAD)
+    targets = torch.where(chosen, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, generator=g)
+    inputs = torch.where(chosen & (roll < 0.8), torch.full_like(ids, MASK), ids)
+    random_ids = torch.randint(MASK + 1, max(MASK + 2, vocab_size), ids.shape, generator=g)
+    inputs = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
+    return inputs, targets
+
+
+def text_mlm(data, task: str) -> Splits:
+    """Plain UTF-8 text files (`<path>/*.txt`, e.g. Wikipedia articles extracted one per line) for masked-LM
+    training: words tokenised as the other text sets, a vocabulary of the `vocab_size - 3` most frequent
+    training words after <pad>, <unk> and [MASK], the stream cut into windows of `seq_len` tokens; the last
+    `eval_fraction` of the windows (in file order) held out; masks drawn once per split (cached beside)."""
+    root = Path(data.path)
+    files = sorted(root.glob("*.txt"))
+
+    def make():
+        words = []
+        for p in files:
+            try:
+                words += tokenize(p.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as e:
+                raise malformed(data, f"{p} is not UTF-8 text ({e})") from e
+        n = len(words) // data.seq_len
+        if n < 2:
+            raise malformed(data, f"{len(words)} words make fewer than two windows of {data.seq_len} tokens")
+        cut = min(n - 1, max(1, round(n * (1 - data.eval_fraction))))
+        train_words = words[: cut * data.seq_len]
+        ranked = build_vocab([train_words], data.vocab_size - 1)[2:]
+        vocab = ["<pad>", "<unk>", "[MASK]", *ranked]
+        index = {t: i for i, t in enumerate(vocab)}
+        ids = torch.tensor([index.get(t, UNK) for t in words[: n * data.seq_len]], dtype=torch.long)
+        windows = ids.view(n, data.seq_len)
+        tr_x, tr_y = mask_static(windows[:cut], len(vocab), MLM_SEED["train"])
+        ev_x, ev_y = mask_static(windows[cut:], len(vocab), MLM_SEED["eval"])
+        return {"vocab": vocab, "train_x": tr_x, "train_y": tr_y, "eval_x": ev_x, "eval_y": ev_y}
+
+    cache = _cache_file(data, files, {"kind": "mlm", "eval_fraction": data.eval_fraction})
+    c = _cached(cache, make)
+    return Splits(TensorDataset(c["train_x"], c["train_y"]), TensorDataset(c["eval_x"], c["eval_y"]),
+                  info={"train": len(c["train_y"]), "eval": len(c["eval_y"]), "vocab": len(c["vocab"]),
+                        "cache": str(cache)})

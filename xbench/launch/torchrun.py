@@ -69,11 +69,26 @@ def rank_main(cfg, work, facts, on_step=None, stop=None):
                             timeout=timedelta(seconds=cfg.parallel.timeout_s))
     if dist.get_world_size() != world:  # silent fallbacks to a world of one exist (GOTCHAS)
         raise RuntimeError(f"process group has {dist.get_world_size()} ranks, expected {world}")
-    result = run_rank(work, ctx, on_step, stop)
+    try:
+        result = run_rank(work, ctx, on_step, stop)
+    except StopRequested as e:
+        if not e.partial.get("ranks_agreed"):
+            raise
+        result = e  # every rank stopped at the same step (train_to_target agrees on stops): gather as usual
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(result, gathered, dst=0)
     dist.destroy_process_group()
     return gathered
+
+
+def _results(gathered: list, stop) -> LaunchResult:
+    """Rank 0's gathered results; an agreed stop comes back as the StopRequested it was (with its signal)."""
+    stopped = next((r for r in gathered if isinstance(r, StopRequested)), None)
+    if stopped is not None:
+        if stop is not None:
+            stop.requested, stop.reason = True, stop.reason or stopped.partial.pop("stop_reason", None)
+        raise stopped
+    return LaunchResult.of(gathered)
 
 
 def _spawned_rank(cfg, work, facts):
@@ -116,7 +131,7 @@ def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> La
     node without rank 0."""
     if under_torchrun():
         gathered = rank_main(cfg, work, facts, on_step, stop)
-        return None if gathered is None else LaunchResult.of(gathered)
+        return None if gathered is None else _results(gathered, stop)
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -138,4 +153,4 @@ def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> La
     gathered = (out or {}).get(0)
     if gathered is None:
         return None
-    return LaunchResult.of(gathered)
+    return _results(gathered, stop)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from xbench.metrics.cost import currency, price_per_hour, run_cost
 from xbench.metrics.overhead import steady_step_s
+from xbench.metrics.targets import label as target_label
 
 DERIVED: list[Callable[[dict, dict], dict]] = []
 
@@ -106,7 +107,9 @@ def cost_to_target(m: dict, cfg: dict) -> dict:
     """Train-to-target runs: what reaching the target (and the whole run) cost, billing rules applied.
 
     `cost_to_target` bills the wall time to target (the machine runs through evaluation and start-up);
-    `train_cost_to_target` bills the training time alone, the figure the studies publish.
+    `train_cost_to_target` bills the training time alone, the figure the studies publish; `train_cost` bills
+    the whole training time (a run of a fixed number of epochs: the study's "cost of the 4-epoch training").
+    With several targets (`goal_targets`), each has its own pair, named as metrics/targets.py says.
     """
     if not _platform(cfg).get("price") or "target_reached" not in m:
         return {}
@@ -114,8 +117,13 @@ def cost_to_target(m: dict, cfg: dict) -> dict:
     out = {
         f"cost_to_target_{cur}": _billed(cfg, m.get("wall_time_to_target_s")),
         f"train_cost_to_target_{cur}": _billed(cfg, m.get("train_time_to_target_s")),
+        f"train_cost_{cur}": _billed(cfg, m.get("train_time_s")),
         f"run_cost_{cur}": _billed(cfg, m.get("wall_s_total")),
     }
+    for t in m.get("goal_targets") or []:
+        lab = target_label(t)
+        out[f"cost_to_target_{lab}_{cur}"] = _billed(cfg, m.get(f"wall_time_to_target_{lab}_s"))
+        out[f"train_cost_to_target_{lab}_{cur}"] = _billed(cfg, m.get(f"train_time_to_target_{lab}_s"))
     if _has_amortised(_platform(cfg)):  # rented only for this job: whole months, whole setup fee
         out[f"cost_to_target_standalone_{cur}"] = _billed(cfg, m.get("wall_time_to_target_s"), standalone=True)
     return out

@@ -1,24 +1,37 @@
-"""`bench.mode=train_to_target`: epochs over real data to a quality target, evaluation at a cadence,
-the curve, checkpoints and resume (`resume=<run id>`). The throughput loop (loop.py) is not involved;
-the rank work (`TargetWork`) runs through the same launch path as every mode.
+"""`bench.mode=train_to_target`: epochs over real data to one or several quality targets (or a fixed number of
+epochs), evaluation at a cadence, the curve, checkpoints and resume (`resume=<run id>`), on every strategy.
+The throughput loop (loop.py) is not involved; the rank work (`TargetWork`) runs through the same launch path
+as every mode: one device, DDP/Accelerate ranks (torchrun launcher), one SPMD process, torch_xla.launch replicas.
+
+Every rank trains its share of each global batch (bench/epochs.py: a DistributedSampler reshuffled per epoch
+with the seed, so one global step trains what one device at that global batch trains), scores its shard of
+the eval set, and the strategy sums the counts: every rank computes the same metric and so the same decision
+("target reached", "stop"). The learning rate follows the recipe's schedule (training/schedule.py), set before
+each step.
 
 Clocks
 ------
-- training time: the device is synchronised at both edges of every training segment (the steps
-  between two evaluations); only those segments count. Evaluation, checkpoints and start-up do not.
-- wall time: from the process start (imports, data, model build included) to now, plus the wall time
-  of earlier attempts up to their last checkpoint when the run was resumed. Work done after the last
-  checkpoint of a killed attempt is redone and its time is not known (SIGKILL leaves no trace); a
-  SIGTERM writes a checkpoint at once, so a graceful preemption loses nothing.
+- training time: the device is synchronised at both edges of every training segment (the steps between two
+  evaluations; under DDP a barrier too, so every rank's segment is the common one); only those segments count.
+  Evaluation, checkpoints and start-up do not. Each rank keeps its own; the record's is rank 0's.
+- wall time: from the start of the process that launched the run (imports, data, model build included) to
+  now, plus the wall time of earlier attempts up to their last checkpoint when the run was resumed. Work done
+  after the last checkpoint of a killed attempt is redone and its time is not known (SIGKILL leaves no
+  trace); a SIGTERM writes a checkpoint at once, so a graceful preemption loses nothing.
 - start-up: process start to the first training step of this attempt.
 
-Not reached: the run still ends `ok` (it measured what it set out to); `target_reached` is false,
-`target_status` says why (max_epochs | max_time), the *_to_target fields are null and a warning says so.
+Stops: a signal (SIGTERM, the preemption notice) or `goal.max_time_s` is acted on at a control point every
+step on one process and every `CONTROL_EVERY_STEPS` steps when there are several (one small all-reduce; every
+rank then stops at the same step, writes nothing but rank 0's checkpoint, and hands back its figures).
+
+Targets: `goal.targets` (or `goal.target`): the epochs, steps, samples, training and wall time, and (derived)
+cost to each; the run stops at the last. No target: `goal.max_epochs` epochs and the final metric. Not reached:
+the run still ends `ok` (it measured what it set out to); `target_reached` is false, `target_status` says why
+(max_epochs | max_time), the figures of the targets not reached are null and a warning says so.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,25 +39,32 @@ from pathlib import Path
 
 import psutil
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from xbench import launch, models
 from xbench.bench import loop
+from xbench.bench.epochs import METRICS, EvalShard, TrainFeed, metric_value, score
 from xbench.bench.memory import peak_host_rss_gib
-from xbench.bench.mlperf_log import LOG_FILE, MLPerfLog
+from xbench.bench.mlperf_log import LOG_FILE, for_rank
 from xbench.bench.worker import build_workload, check_finite, input_format, make_step, set_threads
 from xbench.config import XBenchConfig
 from xbench.data import loaders
+from xbench.launch import child
+from xbench.metrics import targets as tg
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run, console_progress
 from xbench.platforms.detect import HostFacts
 from xbench.rank import RankContext, RankResult, StopFlag, StopRequested
-from xbench.records.store import CHECKPOINT_FILE
+from xbench.records.store import CHECKPOINT_FILE, find_run
+from xbench.sinks.curve import CURVE_FILE, CurveTail, CurveWriter
+from xbench.training import schedule as schedules
 
-HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "perplexity": False}
-GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "perplexity": "lm/mlm"}
-CURVE_KEYS = ("eval", "attempt", "epoch", "step", "samples_seen", "train_time_s", "wall_s", "train_loss")
+HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "mlm_accuracy": True, "perplexity": False}
+GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "mlm_accuracy": "mlm",
+                "perplexity": "lm/mlm"}
+assert set(GOAL_METRICS) == set(METRICS)
+CURVE_KEYS = ("eval", "attempt", "epoch", "step", "samples_seen", "train_time_s", "wall_s", "train_loss", "lr")
+CONTROL_EVERY_STEPS = 8  # several processes: how often they agree on a stop (one tiny all-reduce)
 
 
 @dataclass
@@ -60,59 +80,26 @@ class Progress:
     wall_s: float = 0.0  # wall time of the whole run up to the checkpoint (all attempts)
     evals: int = 0
     resumes: int = 0
-    reached_at: dict | None = None  # the curve point where the target was first met
+    reached: dict = field(default_factory=dict)  # target label -> the curve point where it was first met
+    # Losses of an open segment cut by a stop: the resume folds them into that segment's mean train loss.
+    pending_loss_sum: float = 0.0
+    pending_loss_steps: int = 0
     curve: dict = field(default_factory=dict)
-
-
-def datasets(cfg, task: str = "classify"):
-    """(train, eval) TensorDatasets of a real data source from the loader registry.
-
-    Train-to-target keeps both splits as device tensors (evaluation then costs no host I/O), so the
-    source must fit in memory: digits, MNIST, CIFAR-10, the text sets; ImageNet does not.
-    """
-    splits = loaders.build(cfg.data, task)
-    return _as_tensors(splits.train, splits.collate), _as_tensors(splits.eval, splits.collate)
-
-
-MAX_IN_MEMORY_SAMPLES = 2_000_000
-
-
-def _as_tensors(ds, collate):
-    if isinstance(ds, TensorDataset):
-        return ds
-    if len(ds) > MAX_IN_MEMORY_SAMPLES:
-        raise ValueError(f"train_to_target holds the data set in memory; {len(ds)} samples is more than "
-                         f"{MAX_IN_MEMORY_SAMPLES} (use a smaller set, or bench.mode=throughput for this one)")
-    x, y = next(iter(DataLoader(ds, batch_size=len(ds), collate_fn=collate)))
-    return TensorDataset(x, y)
 
 
 def better(metric: str, value: float, target: float) -> bool:
     return value >= target if HIGHER_IS_BETTER[metric] else value <= target
 
 
-@torch.no_grad()
-def evaluate(model, task: str, precision, x, y, batch_size: int, metric: str) -> float:
-    """The goal metric over the whole eval set: top-1/top-5 accuracy as a fraction, or perplexity."""
-    model.eval()
-    hits, loss_sum, count = 0, 0.0, 0
-    for i in range(0, len(x), batch_size):
-        xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        with precision.autocast():
-            logits = model(xb)
-        logits = logits.float()
-        if metric == "perplexity":
-            flat, tgt = logits.flatten(0, -2), yb.flatten()
-            keep = tgt != -100
-            loss_sum += torch.nn.functional.cross_entropy(flat[keep], tgt[keep], reduction="sum").item()
-            count += int(keep.sum())
-        else:
-            k = 5 if metric == "top5" else 1
-            top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
-            hits += int((top == yb.unsqueeze(-1)).any(-1).sum())
-            count += len(yb)
-    model.train()
-    return math.exp(loss_sum / count) if metric == "perplexity" else hits / count
+def _cpu(obj):
+    """Tensors of a (nested) state dict on the host: a checkpoint loads on any device."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -134,43 +121,83 @@ def load_checkpoint(run_dir: Path) -> dict | None:
 
 
 class TargetTraining:
-    """One rank's training to the target: built once, then `run()` until the target, a limit or a stop.
+    """One rank's training to the target(s): built once, then `run()` until the last target, a limit or a stop.
 
     `p` (Progress) is everything a checkpoint needs to continue; the clocks are described above.
     """
 
-    def __init__(self, cfg, facts, ctx: RankContext, run_dir: Path, on_step=None, stop=None):
-        self.created = psutil.Process().create_time()
+    def __init__(self, cfg, facts, ctx: RankContext, run_dir: Path, started_at: float | None = None,
+                 on_step=None, stop=None):
+        self.created = started_at or psutil.Process().create_time()
         self.cfg, self.goal, self.ctx = cfg, cfg.goal, ctx
+        self.targets = tg.effective_targets(cfg.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
         self.threads = set_threads(ctx.threads, cfg.bench.interop_threads)
         torch.manual_seed(cfg.bench.seed)
         self.w = build_workload(cfg, facts, ctx)
+        self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
+        self._data()
         ckpt = self._load()
         self.step = make_step(self.w, cfg, ctx.rank)
-        self._data()
-        self.mlog = MLPerfLog(self.run_dir / LOG_FILE)
+        self.sched = schedules.Schedule(cfg.optim, self.global_batch, self.steps_per_epoch, self.goal.max_epochs)
+        self.hyper = schedules.hyperparameters(cfg.optim, self.global_batch, self.steps_per_epoch,
+                                               self.goal.max_epochs)
+        self.mlog = for_rank(self.run_dir / LOG_FILE, ctx.rank)
         if ckpt:
             self.mlog.resumed(self.p.resumes, self.epoch_f(), self.p.samples)
         else:
-            self.mlog.run_start(cfg, len(self.x_tr), len(self.x_ev), self.bs)
+            self.mlog.run_start(cfg, self.train_samples, self.eval_samples, self.global_batch, self.hyper)
+        # Rank 0 writes the curve as it grows (the launching process tails it into W&B); a resume starts
+        # the file again from the checkpoint's curve.
+        self.curve_out = CurveWriter(self.run_dir / CURVE_FILE, self._points()) if ctx.rank == 0 else None
+        self.control_every = 1 if ctx.world_size == 1 else CONTROL_EVERY_STEPS
+        self.lr = self.sched.lr(self.p.step)
         self.losses: list = []
         self.warnings: list[str] = []
 
+    def _data(self) -> None:
+        """This rank's training feed and eval shard, and the batch sizes that follow from the strategy."""
+        cfg, ctx, w = self.cfg, self.ctx, self.w
+        splits = loaders.build(cfg.data, w.entry.task)
+        devices = w.strategy.devices_per_rank
+        self.bs = cfg.data.batch_size  # per device
+        self.accumulate = cfg.optim.accumulate_steps
+        self.rank_batch = self.bs * devices * self.accumulate
+        self.global_batch = self.rank_batch * ctx.world_size  # samples of one optimizer step, all ranks
+        self.feed = TrainFeed(splits.train, ctx.rank, ctx.world_size, self.rank_batch, cfg.bench.seed, cfg.data,
+                              splits.collate)
+        self.steps_per_epoch = self.feed.steps_per_epoch
+        self.eval_bs = self.goal.eval_batch_size or self.bs
+        self.shard = EvalShard(splits.eval, ctx.rank, ctx.world_size, self.eval_bs * devices, cfg.data,
+                               splits.collate)
+        self.train_samples, self.eval_samples = len(splits.train), len(splits.eval)
+
+    def to_device(self, x, y):
+        """A host batch on this rank's device(s), in the model's input format, as the strategy takes it."""
+        w = self.w
+        x = input_format(x.to(w.runtime.device), w.precision, self.cfg.model.channels_last)
+        return w.strategy.place_batch(x, y.to(w.runtime.device))
+
     def _load(self) -> dict | None:
-        """Model, optimizer, scaler and RNG from the checkpoint when resuming; the progress so far."""
+        """Model, optimizer, scaler and this rank's RNG from the checkpoint when resuming; the progress so far.
+        Every rank reads the one file rank 0 wrote."""
         cfg, w = self.cfg, self.w
         ckpt = load_checkpoint(self.run_dir) if cfg.resume else None
         if cfg.resume and ckpt is None:
             raise FileNotFoundError(f"resume={cfg.resume!r}: no {CHECKPOINT_FILE} in {self.run_dir} "
                                     f"(set goal.checkpoint_every_evals, or stop the run with SIGTERM, to leave one)")
         if ckpt:
-            w.model.load_state_dict(ckpt["model"])
+            if ckpt.get("world_size", 1) != self.ctx.world_size:
+                raise ValueError(f"the checkpoint was written by {ckpt.get('world_size', 1)} rank(s); this attempt "
+                                 f"has {self.ctx.world_size} (resume with the stored config)")
+            self.module.load_state_dict(ckpt["model"])
             w.optimizer.load_state_dict(ckpt["optimizer"])
             if w.precision.scaler is not None and ckpt.get("scaler"):
                 w.precision.scaler.load_state_dict(ckpt["scaler"])
-            torch.set_rng_state(ckpt["rng"])
-            self.p = Progress(**ckpt["progress"])
+            mine = ckpt["ranks"][self.ctx.rank]  # this rank's own RNG and open-segment losses
+            torch.set_rng_state(mine["rng"])
+            self.p = Progress(**{**ckpt["progress"], "pending_loss_sum": mine["pending_loss_sum"],
+                                 "pending_loss_steps": mine["pending_loss_steps"]})
             self.p.resumes += 1
         else:
             self.p = Progress(curve={k: [] for k in (*CURVE_KEYS, self.goal.metric)})
@@ -178,18 +205,9 @@ class TargetTraining:
         self.wall_before = self.p.wall_s  # earlier attempts, up to the checkpoint this one starts from
         return ckpt
 
-    def _data(self) -> None:
-        """Both splits as device tensors in the model's input format."""
-        w = self.w
-        train, held_out = datasets(self.cfg, w.entry.task)
-        x_tr, self.y_tr = (t.to(w.runtime.device) for t in train.tensors)
-        x_ev, self.y_ev = (t.to(w.runtime.device) for t in held_out.tensors)
-        self.x_tr, self.x_ev = (input_format(x, w.precision, self.cfg.model.channels_last) for x in (x_tr, x_ev))
-        self.bs = self.cfg.data.batch_size
-        self.steps_per_epoch = len(self.x_tr) // self.bs  # the last partial batch is dropped: one shape
-        if self.steps_per_epoch < 1:
-            raise ValueError(f"data.batch_size={self.bs} is larger than the training set ({len(self.x_tr)} samples)")
-        self.eval_bs = self.goal.eval_batch_size or self.bs
+    def _points(self) -> list[dict]:
+        c = self.p.curve
+        return [{k: c[k][i] for k in c} for i in range(len(c["eval"]))]
 
     def epoch_f(self) -> float:
         return self.p.epoch + self.p.batch / self.steps_per_epoch
@@ -198,83 +216,117 @@ class TargetTraining:
         return self.wall_before + time.time() - self.created
 
     def save(self) -> None:
+        """Every rank hands over what is its own (RNG state, the losses of a segment a stop cut); rank 0 alone
+        writes the checkpoint (atomically). Model and optimizer are the same on every rank."""
         w, p = self.w, self.p
+        ranks = w.strategy.gather({"rng": torch.get_rng_state(), "pending_loss_sum": p.pending_loss_sum,
+                                   "pending_loss_steps": p.pending_loss_steps})
+        if self.ctx.rank != 0:
+            return
         p.wall_s = self.wall_now()
-        _atomic_save({"model": w.model.state_dict(), "optimizer": w.optimizer.state_dict(),
+        _atomic_save({"model": _cpu(self.module.state_dict()), "optimizer": _cpu(w.optimizer.state_dict()),
                       "scaler": w.precision.scaler.state_dict() if w.precision.scaler is not None else None,
-                      "rng": torch.get_rng_state(), "progress": asdict(p)}, self.run_dir / CHECKPOINT_FILE)
+                      "ranks": ranks, "world_size": self.ctx.world_size, "progress": asdict(p)},
+                     self.run_dir / CHECKPOINT_FILE)
 
-    def close_segment(self, seg_start: float) -> float:
-        """Synchronise, add the segment to training time, fold the losses into the mean train loss."""
-        self.w.runtime.sync()
-        self.p.train_time_s += loop.perf_counter() - seg_start
+    def close_segment(self, seg_start: float, keep: bool = False) -> float:
+        """Synchronise, add the segment to training time, fold the losses into the mean train loss (`keep`:
+        hold them for the segment's rest, as a stop before an evaluation does)."""
+        p = self.p
+        self.w.strategy.sync(self.w.runtime.sync)()
+        p.train_time_s += loop.perf_counter() - seg_start
         vals = self.w.runtime.read_losses(self.losses)
         self.losses.clear()
-        check_finite(vals, self.p.step - len(vals), "train")
-        return sum(vals) / len(vals) if vals else float("nan")
+        check_finite(vals, p.step - len(vals), "train")
+        total, n = sum(vals) + p.pending_loss_sum, len(vals) + p.pending_loss_steps
+        p.pending_loss_sum, p.pending_loss_steps = (total, n) if keep else (0.0, 0)
+        return total / n if n else float("nan")
 
     def evaluate(self, train_loss: float) -> bool:
-        """Score the eval split (outside the training clock), extend the curve; True once the target is met."""
+        """Score the eval set (outside the training clock), extend the curve; True once the last target is met."""
         p, goal, w = self.p, self.goal, self.w
         epoch_f = self.epoch_f()
         t0 = loop.perf_counter()
         self.mlog.eval_start(epoch_f)
-        value = evaluate(w.model, w.entry.task, w.precision, self.x_ev, self.y_ev, self.eval_bs, goal.metric)
+        sums = score(self.module, self.shard, goal.metric, w.precision, self.to_device, w.runtime.cut)
+        # One sum over the ranks: the eval counts, and the ranks' mean train losses (equal batches: the mean
+        # over the global batch, as one device at that batch would report it).
+        *sums, loss_sum = w.strategy.all_sum([*sums, train_loss], w.runtime.device)
+        value, train_loss = metric_value(goal.metric, *sums), loss_sum / self.ctx.world_size
         w.runtime.sync()
         p.eval_time_s += loop.perf_counter() - t0
         self.mlog.eval_stop(epoch_f, goal.metric, value, p.samples)
         point = {"eval": p.evals, "attempt": self.attempt, "epoch": epoch_f, "step": p.step, "samples_seen": p.samples,
-                 "train_time_s": p.train_time_s, "wall_s": self.wall_now(), "train_loss": train_loss,
+                 "train_time_s": p.train_time_s, "wall_s": self.wall_now(), "train_loss": train_loss, "lr": self.lr,
                  goal.metric: value}
         for k, v in point.items():
             p.curve[k].append(v)
         p.evals += 1
-        if p.reached_at is None and goal.target is not None and better(goal.metric, value, goal.target):
-            p.reached_at = point
+        for t in self.targets:
+            if tg.label(t) not in p.reached and better(goal.metric, value, t):
+                p.reached[tg.label(t)] = point
+        if self.curve_out is not None:
+            self.curve_out.write(point)
         if goal.checkpoint_every_evals and p.evals % goal.checkpoint_every_evals == 0:
             self.save()
-        return p.reached_at is not None
+        return bool(self.targets) and tg.label(self.targets[-1]) in p.reached
+
+    def _control(self, seg: float) -> str | None:
+        """At a control point: 'stop' (a signal on any rank) or 'max_time' (any rank's clock), else None."""
+        goal = self.goal
+        time_up = bool(goal.max_time_s) and self.p.train_time_s + loop.perf_counter() - seg >= goal.max_time_s
+        flags = [float(self.stop.requested), float(time_up)]
+        if self.ctx.world_size > 1:  # every rank must take the same decision at the same step
+            flags = self.w.strategy.all_sum(flags, self.w.runtime.device)
+        return "stop" if flags[0] else "max_time" if flags[1] else None
 
     def _stop_now(self, seg: float):
         """Preemption notice: checkpoint now, so the resume loses nothing."""
         p = self.p
-        self.close_segment(seg)
+        self.close_segment(seg, keep=True)
         self.save()
-        self.mlog.close()
+        self._close_logs()
         raise StopRequested({"phase": "train_to_target", "epochs_done": self.epoch_f(),
-                             "train_time_s": p.train_time_s, "samples_seen": p.samples,
-                             "checkpoint": CHECKPOINT_FILE, "resumes": p.resumes})
+                             "train_time_s": p.train_time_s, "samples_seen": p.samples, "steps_done": p.step,
+                             "checkpoint": CHECKPOINT_FILE, "resumes": p.resumes,
+                             "ranks_agreed": self.ctx.world_size > 1})
 
     def _epoch(self, seg: float) -> tuple[str | None, float]:
         """Train the rest of the current epoch; (why it stopped or None, the open segment's start)."""
-        p, goal, bs = self.p, self.goal, self.bs
-        gen = torch.Generator().manual_seed(self.cfg.bench.seed * 100_003 + p.epoch)
-        perm = torch.randperm(len(self.x_tr), generator=gen).to(self.w.runtime.device)
-        while p.batch < self.steps_per_epoch:
-            idx = perm[p.batch * bs:(p.batch + 1) * bs]
-            self.losses.append(self.step(self.x_tr[idx], self.y_tr[idx]))
+        p, goal = self.p, self.goal
+        opt = self.w.optimizer
+        for x, y in self.feed.batches(p.epoch, p.batch):
+            self.lr = self.sched.apply(opt, p.step)  # a host float: XLA takes it as data, no recompilation
+            self.losses.append(self.step(*self.to_device(x, y)))
             p.batch += 1
             p.step += 1
-            p.samples += bs
+            p.samples += self.global_batch
             if self.on_step:  # the console bar shows the epoch, its step and the latest evaluation
                 self.on_step("train", p.step, epoch=p.epoch, epochs=goal.max_epochs, batch=p.batch,
                              batches=self.steps_per_epoch, metric=goal.metric,
                              value=p.curve[goal.metric][-1] if p.curve[goal.metric] else None)
-            if self.stop.requested:
-                self._stop_now(seg)
+            if p.step % self.control_every == 0:
+                why = self._control(seg)
+                if why == "stop":
+                    self._stop_now(seg)
+                if why == "max_time":
+                    return why, seg
             if goal.eval_every_steps and p.step % goal.eval_every_steps == 0:
                 if self.evaluate(self.close_segment(seg)):
                     return "reached", seg
                 seg = loop.perf_counter()
-            if goal.max_time_s and p.train_time_s + loop.perf_counter() - seg >= goal.max_time_s:
-                return "max_time", seg
         return None, seg
+
+    def _close_logs(self) -> None:
+        self.mlog.close()
+        if self.curve_out is not None:
+            self.curve_out.close()
 
     def run(self) -> RankResult:
         startup_s = time.time() - self.created
         p, goal = self.p, self.goal
         status = None
-        self.w.runtime.sync()
+        self.w.strategy.sync(self.w.runtime.sync)()
         seg = loop.perf_counter()
         while status is None:
             if p.epoch >= goal.max_epochs:
@@ -287,53 +339,68 @@ class TargetTraining:
                 break
             p.epoch, p.batch = p.epoch + 1, 0
             self.mlog.epoch_stop(p.epoch - 1)
-            if not goal.eval_every_steps:
+            last = p.epoch >= goal.max_epochs
+            if not goal.eval_every_steps and (p.epoch % goal.eval_every_epochs == 0 or last):
                 if self.evaluate(self.close_segment(seg)):
                     status = "reached"
                     break
                 seg = loop.perf_counter()
         if self.losses:
             self.close_segment(seg)
-        self.mlog.run_stop(status == "reached")
-        self.mlog.close()
+        if not self.targets and status == "max_epochs":
+            status = "fixed_epochs"  # no target: the run did what it set out to do
+        self.mlog.run_stop(status in ("reached", "fixed_epochs"))
+        self._close_logs()
         p.wall_s = self.wall_now()
         return self._result(status, startup_s)
 
     def _result(self, status: str, startup_s: float) -> RankResult:
-        p, goal, w = self.p, self.goal, self.w
-        if status != "reached":
-            best = (max if HIGHER_IS_BETTER[goal.metric] else min)(p.curve[goal.metric], default=None)
-            self.warnings.append(f"target {goal.metric} {'>=' if HIGHER_IS_BETTER[goal.metric] else '<='} "
-                                 f"{goal.target} not reached ({status}: {self.epoch_f():.3g} epochs, "
-                                 f"{p.train_time_s:.3g} s training); best {goal.metric} {best}")
-        if p.resumes:
+        p, w, metric = self.p, self.w, self.goal.metric
+        reached = {t: p.reached.get(tg.label(t)) for t in self.targets}
+        missing = [t for t, point in reached.items() if point is None]
+        if missing and self.ctx.rank == 0:  # said once (each rank's clock differs a little)
+            best = (max if HIGHER_IS_BETTER[metric] else min)(p.curve[metric], default=None)
+            self.warnings.append(f"target {metric} {'>=' if HIGHER_IS_BETTER[metric] else '<='} "
+                                 f"{', '.join(f'{t:g}' for t in missing)} not reached ({status}: {self.epoch_f():.3g} "
+                                 f"epochs, {p.train_time_s:.3g} s training); best {metric} {best}")
+        if p.resumes and self.ctx.rank == 0:
             self.warnings.append(f"resumed {p.resumes} time(s) from a checkpoint; time after an attempt's last "
                                  "checkpoint is not counted")
-        r = p.reached_at
+        last = reached[self.targets[-1]] if self.targets else None
         m = {
             "device": str(w.runtime.device),
-            "devices": 1,
-            "world_size": 1,
+            "devices": self.ctx.devices,
+            "world_size": self.ctx.world_size,
+            "devices_per_rank": w.strategy.devices_per_rank,
+            "rank": self.ctx.rank,
             "batch_size_per_device": self.bs,
-            "global_batch_size": self.bs,
-            "samples_per_step": self.bs,
+            "eval_batch_size_per_device": self.eval_bs,
+            "accumulate_steps": self.accumulate,
+            "global_batch_size": self.global_batch,
+            "samples_per_step": self.global_batch,
             "params_count": w.params_count,
             "flops_per_sample_forward": w.flops["forward"],
             "flops_per_sample_train": w.flops["train"],
             "compute_dtype": w.precision.compute_dtype,
             **self.threads,
-            "goal_metric": goal.metric,
-            "goal_target": goal.target,
-            "target_reached": status == "reached",
+            **self.hyper,
+            "optimizer": self.cfg.optim.name,
+            "goal_metric": metric,
+            "goal_target": self.targets[-1] if self.targets else None,
+            "goal_targets": list(self.targets),
+            "targets_reached": len(self.targets) - len(missing),
+            "target_reached": (not missing) if self.targets else None,
             "target_status": status,
-            "train_time_to_target_s": r["train_time_s"] if r else None,
-            "wall_time_to_target_s": r["wall_s"] if r else None,
-            "epochs_to_target": r["epoch"] if r else None,
-            "samples_to_target": r["samples_seen"] if r else None,
-            "steps_to_target": r["step"] if r else None,
-            "metric_at_target": r[goal.metric] if r else None,
-            "metric_final": p.curve[goal.metric][-1] if p.curve[goal.metric] else None,
+            "train_time_to_target_s": last["train_time_s"] if last else None,
+            "wall_time_to_target_s": last["wall_s"] if last else None,
+            "epochs_to_target": last["epoch"] if last else None,
+            "samples_to_target": last["samples_seen"] if last else None,
+            "steps_to_target": last["step"] if last else None,
+            "metric_at_target": last[metric] if last else None,
+            **(tg.figures(reached, metric) if len(self.targets) > 1 else {}),
+            "metric_final": p.curve[metric][-1] if p.curve[metric] else None,
             "epochs_done": self.epoch_f(),
+            "steps_done": p.step,
             "samples_seen": p.samples,
             "train_time_s": p.train_time_s,
             "eval_time_s": p.eval_time_s,
@@ -341,14 +408,16 @@ class TargetTraining:
             "startup_s": startup_s,
             "wall_s_total": p.wall_s,
             "resumes": p.resumes,
-            "train_samples": len(self.x_tr),
-            "eval_samples": len(self.x_ev),
+            "train_samples": self.train_samples,
+            "eval_samples": self.eval_samples,
             "steps_per_epoch": self.steps_per_epoch,
             # Training throughput over the whole training time: epoch-level work (shuffles) included.
             "throughput_samples_per_s": p.samples / p.train_time_s if p.train_time_s > 0 else None,
             "peak_host_rss_gib": peak_host_rss_gib(),
+            **w.runtime.overhead(),
+            **w.strategy.rank_figures(w.model),
         }
-        artifacts = {"mlperf_log": LOG_FILE}
+        artifacts = {"mlperf_log": LOG_FILE, "curve": CURVE_FILE}
         if (self.run_dir / CHECKPOINT_FILE).is_file():
             artifacts["checkpoint"] = CHECKPOINT_FILE
         return RankResult(self.ctx.rank, m, dict(p.curve), self.warnings, artifacts)
@@ -361,12 +430,53 @@ class TargetWork:
     cfg: XBenchConfig
     facts: HostFacts
     run_dir: str
+    started_at: float | None = None  # the launching process's start (wall time counts from there)
 
     def progress(self):
         return console_progress(self.cfg) if self.cfg.logger.progress else None
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
-        return TargetTraining(self.cfg, self.facts, ctx, Path(self.run_dir), on_step, stop).run()
+        if stop is None:  # a rank the torchrun launcher started: a signal stops it after an agreed step
+            stop = child.stop_on_signals()
+        with child.reason_on_stop(stop):
+            return TargetTraining(self.cfg, self.facts, ctx, Path(self.run_dir), self.started_at, on_step,
+                                  stop).run()
+
+
+def goal_rules(cfg) -> list[str]:
+    """The goal: a metric the model's task has, targets in the order they are reached, sane cadences."""
+    g, out = cfg.goal, []
+    if g.metric not in GOAL_METRICS:
+        return [f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(GOAL_METRICS)}"]
+    try:
+        task = models.get(cfg.model.name).task
+    except KeyError:
+        task = None
+    if task and task not in GOAL_METRICS[g.metric].split("/"):
+        out.append(f"goal.metric={g.metric} needs a {GOAL_METRICS[g.metric]} model; {cfg.model.name!r} is {task}")
+    if g.targets and g.target is not None and g.target != g.targets[-1]:
+        out.append(f"goal.target={g.target} and goal.targets={list(g.targets)} disagree: give goal.targets alone "
+                   "(goal.target=null), the run stops at its last")
+    ts = tg.effective_targets(g)
+    accuracy = HIGHER_IS_BETTER[g.metric] and g.metric != "perplexity"
+    for t in ts:
+        if accuracy and not 0 < t <= 1:
+            out.append(f"goal target {t} for {g.metric} must be a fraction in (0, 1] (0.95, not 95)")
+    up = HIGHER_IS_BETTER[g.metric]
+    if any((b <= a) if up else (b >= a) for a, b in zip(ts, ts[1:])):
+        out.append(f"goal.targets={ts} must {'increase' if up else 'decrease'} (the order a {g.metric} curve "
+                   "reaches them; the run stops at the last)")
+    for label, v, low in (("goal.max_epochs", g.max_epochs, 1), ("goal.eval_every_steps", g.eval_every_steps, 0),
+                          ("goal.eval_every_epochs", g.eval_every_epochs, 1),
+                          ("goal.checkpoint_every_evals", g.checkpoint_every_evals, 0)):
+        if v < low:
+            out.append(f"{label} must be >= {low}, got {v}")
+    if g.eval_batch_size is not None and g.eval_batch_size < 1:
+        out.append(f"goal.eval_batch_size must be a positive number of samples per device, or null "
+                   f"(data.batch_size), got {g.eval_batch_size}")
+    if g.max_time_s is not None and g.max_time_s <= 0:
+        out.append(f"goal.max_time_s must be > 0 or null, got {g.max_time_s}")
+    return out
 
 
 class TrainToTarget(Mode):
@@ -374,46 +484,55 @@ class TrainToTarget(Mode):
 
     @classmethod
     def rules(cls, cfg, facts) -> list[str]:
-        """Real data, a target, a metric the model's task has, and (for now) one device."""
-        g, out = cfg.goal, []
-        if g.metric not in GOAL_METRICS:
-            out.append(f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(GOAL_METRICS)}")
-        else:
-            try:
-                task = models.get(cfg.model.name).task
-            except KeyError:
-                task = None
-            if task and task not in GOAL_METRICS[g.metric].split("/"):
-                out.append(f"goal.metric={g.metric} needs a {GOAL_METRICS[g.metric]} model; {cfg.model.name!r} is {task}")
-        if g.target is None:
-            out.append("bench.mode=train_to_target needs goal.target (e.g. goal.target=0.95 for 95% top-1)")
-        elif g.metric in ("top1", "accuracy", "top5") and not 0 < g.target <= 1:
-            out.append(f"goal.target={g.target} for {g.metric} must be a fraction in (0, 1] (0.95, not 95)")
+        """Real data; a goal that can be met; a schedule that fits the run; what the strategies need."""
+        out = goal_rules(cfg)
         if cfg.data.source == "synthetic":
             out.append("bench.mode=train_to_target needs a real data set (e.g. data=digits); synthetic data has "
                        "no accuracy to reach")
-        if cfg.parallel.name != "single":
-            out.append(f"bench.mode=train_to_target runs on one device for now (parallel=single), not {cfg.parallel.name!r}")
-        for label, v, low in (("goal.max_epochs", g.max_epochs, 1), ("goal.eval_every_steps", g.eval_every_steps, 0),
-                              ("goal.checkpoint_every_evals", g.checkpoint_every_evals, 0)):
-            if v < low:
-                out.append(f"{label} must be >= {low}, got {v}")
-        if g.max_time_s is not None and g.max_time_s <= 0:
-            out.append(f"goal.max_time_s must be > 0 or null, got {g.max_time_s}")
+        out += schedules.rules(cfg.optim, cfg.goal.max_epochs)
+        sched = cfg.optim.schedule
+        if cfg.runtime.name == "compile" and cfg.runtime.target == "step" and (sched.name != "constant"
+                                                                               or sched.warmup_epochs):
+            out.append("runtime.target=step compiles the optimizer step, whose learning rate then changes every step "
+                       f"(optim.schedule.name={sched.name}): torch.compile would recompile it each time; use "
+                       "runtime.target=model (the default) or runtime=xla")
         return out
 
-    def work(self, cfg, facts, run_dir=None) -> TargetWork:
-        return TargetWork(cfg, facts, str(run_dir))
+    def work(self, cfg, facts, run_dir=None, started_at: float | None = None) -> TargetWork:
+        return TargetWork(cfg, facts, str(run_dir), started_at)
+
+    def join(self, cfg, facts) -> None:
+        """A rank > 0 under the torchrun command, or a node > 0: it writes nothing, but a resume reads the
+        checkpoint from the run's folder (on a multi-node run, store.root must be storage every node sees)."""
+        run_dir = find_run(cfg.resume, cfg.store.root).parent if cfg.resume else None
+        launch.run(cfg, self.work(cfg, facts, run_dir), facts)
 
     def execute(self, run: Run) -> None:
-        work = self.work(run.cfg, run.facts, run.run_dir)
-        result = launch.run(run.cfg, work, run.facts, run.progress, run.stop)
+        started = psutil.Process().create_time()
+        work = self.work(run.cfg, run.facts, run.run_dir, started)
+        curve = Path(run.run_dir) / CURVE_FILE
+        curve.unlink(missing_ok=True)  # rank 0 writes it afresh (a resume: from the checkpoint's curve)
+        tail = None
+        if run.wandb is not None and run.wandb.start(run.record, run.run_dir):
+            tail = CurveTail(curve, run.wandb.log_point)
+            tail.start()
+        try:
+            result = launch.run(run.cfg, work, run.facts, run.progress, run.stop)
+        finally:
+            if tail is not None:
+                tail.stop()
         run.progress.close()
         rec, r0 = run.record, result.ranks[0]
         rec.measurements = r0.measurements
         rec.series = r0.series
+        rec.ranks = [r.measurements for r in result.ranks] if len(result.ranks) > 1 else []
         rec.artifacts.update(r0.artifacts)
         rec.warnings += result.warnings
+        metric = r0.measurements["goal_metric"]
+        if any(r.series.get(metric) != r0.series.get(metric) for r in result.ranks[1:]):
+            rec.warnings.append("ranks computed different evaluation curves (the summed counts should make them "
+                                "equal): a rank trained or scored other data")
         rec.derived = derive(rec.measurements, run.resolved, baseline=run.baseline)
         rec.warnings += record_gates(rec.measurements, rec.derived)
         rec.finish("ok")
+

@@ -48,6 +48,18 @@ class Strategy:
         """ok -> whether every rank says ok (the warm-up's exit decision)."""
         return lambda ok: ok
 
+    def all_sum(self, values: list[float], device) -> list[float]:
+        """Element-wise sum of `values` over the ranks, on every rank (evaluation counts)."""
+        return list(values)
+
+    def gather(self, obj) -> list:
+        """Every rank's `obj` (picklable), in rank order, on every rank (e.g. RNG states for a checkpoint)."""
+        return [obj]
+
+    def unwrap(self, model):
+        """The module itself, without the strategy's wrapper (what a checkpoint stores and loads)."""
+        return model
+
     def rank_figures(self, model) -> dict:
         """Strategy-specific figures of one rank after training (e.g. a parameter checksum)."""
         return {}

@@ -92,6 +92,19 @@ class DDP(Strategy):
 
         return all_agree
 
+    def all_sum(self, values: list[float], device) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def gather(self, obj) -> list:
+        out = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+
+    def unwrap(self, model):
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
     def rank_figures(self, model) -> dict:
         return {
             "params_sha256": params_sha256(model),

@@ -7,6 +7,8 @@ there with more than one process; one process on CPU runs the same code path wit
 
 from __future__ import annotations
 
+import pickle
+
 from xbench import runtimes
 from xbench.parallel.base import Strategy
 from xbench.parallel.ddp import params_sha256
@@ -51,6 +53,12 @@ class XlaMultiProcess(Strategy):
 
     def agree(self, device):
         return rx.all_replicas_agree
+
+    def all_sum(self, values: list[float], device) -> list[float]:
+        return [sum(col) for col in zip(*self.gather(list(values)))]
+
+    def gather(self, obj) -> list:
+        return [pickle.loads(b) for b in rx.gather_bytes("xbench_gather", pickle.dumps(obj))]
 
     def rank_figures(self, model) -> dict:
         ordinal, world, local = rx.replica()

@@ -22,6 +22,7 @@ from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import noisy, spread
 from xbench.analysis.workload import SCALING
+from xbench.metrics import targets
 from xbench.report.rows import (
     Context,
     Table,
@@ -115,7 +116,8 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
 def to_target_table(rows: Rows, ctx: Context) -> Table:
     cur = currency(rows) or "usd"  # cost columns are named after the records' currency (derived.py)
     cols = [(c.format(cur=cur), label.format(CUR=cur.upper())) for c, label in TO_TARGET]
-    cols = [(c, label) for c, label in cols if rows.has(c)]
+    several = targets.targets_in(rows.columns())  # runs with goal.targets carry figures per target
+    cols = [(c, label) for c, label in cols if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)]
     if not any(c != "target_status" for c, _ in cols):
         raise NoData("no train-to-target figures (train_time_to_target_s, epochs_to_target, "
                      f"train_cost_to_target_{cur}) in these records")
@@ -124,14 +126,20 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
     show = varying_keys(sub_rows) or ["platform"]
     out = []
     for keys, sub in groups(sub_rows):
-        row = {**key_cols(keys, show), "runs": len(sub), "status": status_text(sub.col("status")),
-               "metric": join_unique(sub.col("goal_metric")), "target": sub.median("target")}
-        for c, label in cols:
-            row[label] = join_unique(sub.col(c)) if c == "target_status" else sub.median(c)
-        row["reason"] = reasons(sub)
-        out.append(row)
-    return Table("to_target", "Time, epochs and cost to the quality target (median over runs)", frame(out),
-                 note=constant_caption(sub_rows))
+        # Several targets in one run (goal.targets): one row per target, from its own figures.
+        for t in targets.targets_in(sub.columns()) or [None]:
+            row = {**key_cols(keys, show), "runs": len(sub), "status": status_text(sub.col("status")),
+                   "metric": join_unique(sub.col("goal_metric")), "target": sub.median("target") if t is None else t}
+            for c, label in cols:
+                row[label] = (join_unique(sub.col(c)) if c == "target_status"
+                              else sub.median(c if t is None else targets.column(c, t)))
+            if t is not None and "target status" in row:  # this target's own: reached, or why not
+                row["target status"] = join_unique("reached" if r.get(f"target_reached_{targets.label(t)}")
+                                                   else r.get("target_status") for r in sub)
+            row["reason"] = reasons(sub)
+            out.append(row)
+    return Table("to_target", "Time, epochs and cost to the quality target (median over runs; a run with several "
+                 "targets gives a row for each)", frame(out), note=constant_caption(sub_rows))
 
 
 @table("scaling")

@@ -41,9 +41,10 @@ class AccelerateRuntime(Runtime):
             raise RuntimeError(f"Accelerate sees {self.accelerator.num_processes} process(es), the process "
                                f"group has {world}")
 
-    def prepare(self, model, optimizer, task: str, precision):
+    def prepare(self, model, optimizer, task: str, precision, options=None):
         model, optimizer = self.accelerator.prepare(model, optimizer)
-        return make_train_step(model, optimizer, task, precision, backward=self.accelerator.backward)
+        return make_train_step(model, optimizer, task, precision, backward=self.accelerator.backward,
+                               options=options)
 
     def overhead(self) -> dict:
         return {"accelerate_version": self.version, "accelerate_device": str(self.accelerator.device),

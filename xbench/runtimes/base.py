@@ -34,13 +34,17 @@ class Runtime:
             return torch.device("cuda", local_rank)
         return torch.device(device_type)
 
-    def prepare(self, model, optimizer, task: str, precision):
-        """-> step(inputs, targets) returning the detached loss. Default: the shared eager step."""
-        return make_train_step(model, optimizer, task, precision)
+    def prepare(self, model, optimizer, task: str, precision, options=None):
+        """-> step(inputs, targets) returning the detached loss. Default: the shared eager step.
+        `options`: training.step.StepOptions (label smoothing, gradient accumulation)."""
+        return make_train_step(model, optimizer, task, precision, options=options)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def cut(self) -> None:
+        """End the work traced so far without waiting for it (lazy XLA graphs); nothing for eager devices."""
 
     def compile_count(self) -> int | None:
         """Graph compilations so far; None for runtimes that do not compile."""

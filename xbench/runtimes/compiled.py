@@ -62,12 +62,12 @@ class CompiledRuntime(Runtime):
         return torch.compile(fn, backend=c.backend, mode=None if c.mode == "default" else c.mode,
                              fullgraph=c.fullgraph, dynamic=c.dynamic)
 
-    def prepare(self, model, optimizer, task: str, precision):
+    def prepare(self, model, optimizer, task: str, precision, options=None):
         self._start = _dynamo_state()
         if self.cfg.target == "step":
             # The whole step: dynamo breaks the graph at backward() and compiles the optimizer step apart.
-            return self._compile(make_train_step(model, optimizer, task, precision))
-        return make_train_step(self._compile(model), optimizer, task, precision)
+            return self._compile(make_train_step(model, optimizer, task, precision, options=options))
+        return make_train_step(self._compile(model), optimizer, task, precision, options=options)
 
     def _delta(self) -> dict:
         now = _dynamo_state()

@@ -91,12 +91,12 @@ class XlaRuntime(Runtime):
     def _device(device_type: str, local_rank: int) -> torch.device:
         return torch_xla.device()
 
-    def _build(self, model, optimizer, task, precision):
+    def _build(self, model, optimizer, task, precision, options=None):
         """The traced step (no sync): what torch_xla.compile or the lazy loop runs."""
-        return make_train_step(model, optimizer, task, precision)
+        return make_train_step(model, optimizer, task, precision, options=options)
 
-    def prepare(self, model, optimizer, task: str, precision):
-        inner = self._build(model, optimizer, task, precision)
+    def prepare(self, model, optimizer, task: str, precision, options=None):
+        inner = self._build(model, optimizer, task, precision, options)
         trace, syncs, sync = self._trace_s.append, self._sync_s.append, torch_xla.sync
 
         def step(inputs, targets):
@@ -113,6 +113,9 @@ class XlaRuntime(Runtime):
     def sync(self) -> None:
         torch_xla.sync()  # pending work traced outside a step (e.g. a data pool cast) runs too
         xm.wait_device_ops()
+
+    def cut(self) -> None:
+        torch_xla.sync()  # one graph per evaluation batch (compiled once), launched without waiting
 
     def compile_count(self) -> int:
         return _metric("CompileTime")[0] - self._compile0[0]
@@ -166,14 +169,14 @@ class XlaCompileRuntime(XlaRuntime):
                        f"allowed: {', '.join(cls.BACKENDS)}")
         return out
 
-    def _build(self, model, optimizer, task, precision):
+    def _build(self, model, optimizer, task, precision, options=None):
         c = self.cfg
         if c.backend == "openxla":
             model = torch.compile(model, backend="openxla", fullgraph=c.fullgraph, dynamic=c.dynamic)
-            return make_train_step(model, optimizer, task, precision)
+            return make_train_step(model, optimizer, task, precision, options=options)
         if c.backend == "torch_xla":
             # torch_xla.compile syncs when the function returns; the outer sync then finds nothing to do.
-            return torch_xla.compile(make_train_step(model, optimizer, task, precision),
+            return torch_xla.compile(make_train_step(model, optimizer, task, precision, options=options),
                                      full_graph=c.fullgraph, name="xbench_step")
         raise ValueError(f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: {', '.join(self.BACKENDS)}")
 

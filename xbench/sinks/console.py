@@ -7,6 +7,7 @@ import sys
 
 from tqdm import tqdm
 
+from xbench.metrics import targets
 from xbench.metrics.cost import currency
 from xbench.records.record import RunRecord
 
@@ -100,6 +101,9 @@ SUMMARY_ROWS = (
     ("time to target train / wall", ("train_time_to_target_s", "wall_time_to_target_s"), "s"),
     ("start-up / evaluation", ("startup_s", "eval_time_s"), "s"),
     ("cost to target train / wall", ("train_cost_to_target_{cur}", "cost_to_target_{cur}"), "{CUR}"),
+    ("final metric", ("goal_metric", "metric_final"), ""),
+    ("training time / epochs (all)", ("train_time_s", "epochs_done"), "s / epochs"),
+    ("training cost (all)", "train_cost_{cur}", "{CUR}"),
     ("resumes", "resumes", ""),
     # runs that did not end ok, and the batch search
     ("largest batch that fits / fails", ("max_batch_size_per_device", "min_failing_batch_size_per_device"),
@@ -129,6 +133,15 @@ def summary(record: RunRecord, path) -> str:
             continue
         shown = " / ".join(_fmt(values.get(k)) for k in keys)
         lines.append(f"  {label:<30} {shown} {unit}".rstrip())
+    for t, row in targets.summary_rows(values):  # several targets: one line each
+        costs = [row.get(f"{k}_{targets.label(t)}_{cur}") for k in ("train_cost_to_target", "cost_to_target")]
+        cost = (f", {' / '.join(_fmt(c) for c in costs)} {cur.upper()} train / wall"
+                if any(c is not None for c in costs) else "")
+        if row["epochs"] is None:
+            lines.append(f"  {'to ' + _fmt(t):<30} not reached")
+            continue
+        lines.append(f"  {'to ' + _fmt(t):<30} {_fmt(row['epochs'])} epochs, {_fmt(row['train_time_s'])} / "
+                     f"{_fmt(row['wall_s'])} s train / wall{cost}")
     for w in record.warnings:
         lines.append(f"  WARNING: {w}")
     lines.append(f"  record: {path}")

@@ -1,8 +1,11 @@
 """Weights & Biases sink: config, per-step series and summary, with group and tags.
 
-Called after the measurement (never during a timed window: W&B's service process would compete for
-the cores being measured). Never fails a run: any W&B error becomes one console line and a note in
-the record, and the local record is already on disk by then.
+Throughput runs are logged after the measurement (never during a timed window: W&B's service process
+would compete for the cores being measured). A train-to-target run opens its W&B run at the start
+(`start`) and logs each evaluation point as it happens (`log_point`, fed from rank 0's curve file outside
+any training segment); `publish` then logs whatever was not logged live, the summary (time, epochs and cost
+to each target, the final metric) and finishes. Never fails a run: any W&B error becomes one console line
+and a note in the record, and the local record is already on disk by then.
 
 Modes: `auto` is online when credentials are present, else offline (`wandb sync` uploads later);
 online with the service unreachable falls back to offline after `init_timeout_s`. That costs bounded
@@ -86,17 +89,24 @@ def flat_summary(record: RunRecord) -> dict:
     return out
 
 
-def upload_profile(wandb, run, record: RunRecord, run_dir: Path) -> None:
+def upload_profile(run, record: RunRecord, run_dir: Path) -> None:
     """The profile files the record names (`profile_*` in record.artifacts, bench.profile) as one W&B
     artifact of type `profile`, laid out as in the run folder."""
     paths = [Path(run_dir) / rel for key, rel in record.artifacts.items() if key.startswith("profile_")]
     paths = [p for p in paths if p.exists()]
     if not paths:
         return
+    import wandb  # optional: only reached with a W&B run open
+
     artifact = wandb.Artifact(f"profile-{record.run_id}", type="profile")
     for p in paths:
         (artifact.add_dir if p.is_dir() else artifact.add_file)(str(p), name=str(p.relative_to(run_dir)))
     run.log_artifact(artifact)
+
+
+def curve_row(point: dict) -> dict:
+    """The numbers of one evaluation point, as W&B history takes them."""
+    return {k: v for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 class WandbSink:
@@ -105,6 +115,32 @@ class WandbSink:
         self.say = say
         self.fallback_s: float | None = None  # seconds lost to an unreachable online service
         self.skipped_online: str | None = None  # online not tried: the host failed earlier in this process
+        self.run = None  # opened by `start` (live logging) or by `publish`
+        self.mode_used: str | None = None
+        self.logged_evals: set[int] = set()  # curve points already logged live
+        self.live_error: str | None = None
+
+    def start(self, record: RunRecord, run_dir: Path) -> bool:
+        """Open the W&B run now, to log as the run goes; False when W&B is off or could not start."""
+        try:
+            with redacted_argv():
+                self.run = self._open(record, run_dir)
+        except Exception as e:  # W&B trouble never fails a run
+            self.live_error = f"{type(e).__name__}: {e}"
+            self.say(f"W&B: could not start a run ({self.live_error}); the local record is complete")
+            return False
+        return self.run is not None
+
+    def log_point(self, point: dict) -> None:
+        """One evaluation point (step = its index on the curve); a failure stops live logging, once."""
+        if self.run is None or self.live_error is not None or point.get("eval") in self.logged_evals:
+            return
+        try:
+            self.run.log(curve_row(point), step=int(point["eval"]))
+            self.logged_evals.add(int(point["eval"]))
+        except Exception as e:
+            self.live_error = f"{type(e).__name__}: {e}"
+            self.say(f"W&B: live logging stopped ({self.live_error}); the rest is logged at the end")
 
     def publish(self, record: RunRecord, run_dir: Path) -> dict:
         """Log the record; return what to keep in record.artifacts (mode, run path, offline dir)."""
@@ -115,41 +151,66 @@ class WandbSink:
             self.say(f"W&B: skipped ({type(e).__name__}: {e}); the local record is complete")
             return {"wandb_mode": "error", "wandb_error": f"{type(e).__name__}: {e}"}
 
-    def _publish(self, record: RunRecord, run_dir: Path) -> dict:
+    def _open(self, record: RunRecord, run_dir: Path):
+        """A new W&B run for the record (None: W&B disabled or not installed, and said why)."""
         mode = resolve_mode(self.wcfg.get("mode", "auto"))
+        self.mode_used = mode
         if mode == "disabled":
-            return {"wandb_mode": "disabled"}
+            return None
         try:
             import wandb
         except ImportError:
+            self.mode_used = "unavailable"
             self.say(f"W&B: skipped, the local record is complete ({message('logging to W&B', 'wandb')}; "
                      "or logger=none)")
-            return {"wandb_mode": "unavailable", "wandb_error": "wandb not installed"}
+            return None
         os.environ.setdefault("WANDB_SILENT", "true")
         wdir = Path(self.wcfg.get("dir") or run_dir)
         wdir.mkdir(parents=True, exist_ok=True)
+        self.wdir = wdir
         group, tags = group_and_tags(record, self.wcfg)
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
                       group=group, tags=tags, name=record.run_id,
                       config={**redact(record.config), "xbench_version": record.env.get("xbench_version")},
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
+        return self._init(wandb, mode, kwargs)
+
+    def _log_series(self, run, record: RunRecord) -> None:
+        s = record.series
+        if "phase" not in s:  # a train-to-target curve: the points not logged live, in order
+            for i in range(len(s.get("eval", []))):
+                self.log_point({k: v[i] for k, v in s.items() if isinstance(v, list) and i < len(v)})
+            return
+        per_sample = record.measurements.get("global_batch_size")
+        for i, step in enumerate(s.get("step", [])):
+            row = {k: s[k][i] for k in ("loss", "step_time_s") if k in s}
+            row["phase_timed"] = int(s["phase"][i] == "timed")
+            if per_sample and row.get("step_time_s"):
+                row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
+            run.log(row, step=step)
+
+    def _publish(self, record: RunRecord, run_dir: Path) -> dict:
+        run = self.run
+        if run is None:
+            if self.live_error is not None:  # start() already failed and said so
+                return {"wandb_mode": self.mode_used, "wandb_error": self.live_error}
+            try:
+                run = self.run = self._open(record, run_dir)
+            except Exception as e:  # W&B trouble never fails a run
+                self.say(f"W&B: could not start a run ({type(e).__name__}: {e}); the local record is complete")
+                return {"wandb_mode": self.mode_used, "wandb_error": f"{type(e).__name__}: {e}"}
+            if run is None:
+                return {"wandb_mode": self.mode_used,
+                        **({"wandb_error": "wandb not installed"} if self.mode_used == "unavailable" else {})}
+        self.live_error = None  # what live logging missed is logged now
+        live = len(self.logged_evals)
         try:
-            run = self._init(wandb, mode, kwargs)
-        except Exception as e:  # W&B trouble never fails a run
-            self.say(f"W&B: could not start a run ({type(e).__name__}: {e}); the local record is complete")
-            return {"wandb_mode": mode, "wandb_error": f"{type(e).__name__}: {e}"}
-        try:
-            s = record.series
-            per_sample = record.measurements.get("global_batch_size")
-            for i, step in enumerate(s.get("step", [])):
-                row = {k: s[k][i] for k in ("loss", "step_time_s") if k in s}
-                row["phase_timed"] = int(s["phase"][i] == "timed")
-                if per_sample and row.get("step_time_s"):
-                    row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
-                run.log(row, step=step)
+            self._log_series(run, record)
+            if self.live_error is not None:
+                raise RuntimeError(self.live_error)
             run.summary.update(redact(flat_summary(record)))
-            upload_profile(wandb, run, record, run_dir)
+            upload_profile(run, record, run_dir)
             if record.status == "interrupted":
                 with contextlib.suppress(Exception):
                     run.mark_preempting()
@@ -163,7 +224,9 @@ class WandbSink:
             out["wandb_online_fallback_s"] = round(self.fallback_s, 2)
         if self.skipped_online is not None:
             out["wandb_online_skipped"] = self.skipped_online
-        offline = sorted(wdir.glob(f"wandb/offline-run-*-{run.id}"))
+        if "eval" in record.series:  # train-to-target: how many points went to W&B as they happened
+            out["wandb_points_logged_live"] = live
+        offline = sorted(self.wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
             self.say(f"W&B: offline (no credentials, no network or WANDB_MODE=offline); "

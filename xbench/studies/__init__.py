@@ -30,7 +30,7 @@ CORES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 FACTS = ("model", "lstm_impl", "data", "image_size", "seq_len", "augment", "dataset_size", "batch_size_per_device",
          "global_batch", "devices", "devices_used", "devices_billed", "billed_unit", "threads", "precision", "runtime",
          "pjrt_device", "parallel", "platform", "price_per_hour", "currency", "pricing_model", "bench_mode",
-         "epochs", "target", "projection_epochs", "cpu_capability")
+         "epochs", "target", "targets", "metric", "optimizer", "lr_schedule", "projection_epochs", "cpu_capability")
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,6 +131,8 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
     xla = cfg["runtime"]["name"].startswith("xla")
     image = d.get("modality") == "image"
     to_target = b.get("mode") == "train_to_target"
+    targets = list(g.get("targets") or []) or ([g["target"]] if g.get("target") is not None else [])
+    optim = cfg.get("optim") or {}
     return {
         "model": cfg["model"]["name"],
         "lstm_impl": (cfg["model"].get("options") or {}).get("lstm_impl"),
@@ -156,7 +158,11 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
         "pricing_model": p.get("pricing_model"),
         "bench_mode": b.get("mode"),
         "epochs": g.get("max_epochs") if to_target else None,
-        "target": g.get("target") if to_target else None,
+        "target": (targets[-1] if targets else None) if to_target else None,  # where the run stops
+        "targets": ",".join(f"{t:g}" for t in targets) if to_target and targets else None,
+        "metric": g.get("metric") if to_target else None,
+        "optimizer": optim.get("name"),
+        "lr_schedule": (optim.get("schedule") or {}).get("name"),
         "projection_epochs": g.get("projection_epochs"),
         "cpu_capability": b.get("cpu_capability"),
     }

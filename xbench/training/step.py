@@ -1,56 +1,87 @@
 """The one training step every runtime shares: forward under the precision policy, loss, backward,
 optimizer step. Runtimes wrap it (torch.compile, XLA sync, Accelerate) instead of rewriting it, so
 the step being compared is the same code everywhere.
+
+A recipe adds two things here (`StepOptions`): label smoothing in the classification loss, and gradient
+accumulation (one step = `accumulate` micro-batches, then one optimizer update; under DDP the gradients of
+all but the last micro-batch stay local, `no_sync`). The learning rate is set outside the step
+(training/schedule.py), and the optimizer is built in training/optim.py.
 """
 
 from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 
-def loss_for_task(task: str, logits, targets):
+@dataclass(frozen=True)
+class StepOptions:
+    label_smoothing: float = 0.0
+    accumulate: int = 1  # micro-batches per optimizer step; the step's batch is split into this many
+
+    @classmethod
+    def of(cls, optim) -> StepOptions:
+        return cls(optim.label_smoothing, optim.accumulate_steps)
+
+
+def loss_for_task(task: str, logits, targets, label_smoothing: float = 0.0):
     if task == "classify":
-        return F.cross_entropy(logits.float(), targets)
+        return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
     if task in ("lm", "mlm"):
         # logits (B, T, V), targets (B, T); -100 marks positions that carry no loss (MLM).
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100,
+                               label_smoothing=label_smoothing)
     raise ValueError(f"unknown task {task!r}; allowed: classify, lm, mlm")
 
 
-def make_optimizer(optim_cfg, params):
-    if optim_cfg.name == "sgd":
-        return torch.optim.SGD(
-            params, lr=optim_cfg.lr, momentum=optim_cfg.momentum, weight_decay=optim_cfg.weight_decay
-        )
-    if optim_cfg.name == "adamw":
-        return torch.optim.AdamW(params, lr=optim_cfg.lr, weight_decay=optim_cfg.weight_decay)
-    raise ValueError(f"unknown optimizer {optim_cfg.name!r}; allowed: sgd, adamw")
-
-
-def forward_loss(model, task, precision, inputs, targets):
+def forward_loss(model, task, precision, inputs, targets, label_smoothing: float = 0.0):
     with precision.autocast():
         logits = model(inputs)
-    return loss_for_task(task, logits, targets)
+    return loss_for_task(task, logits, targets, label_smoothing)
 
 
-def make_train_step(model, optimizer, task, precision, backward=None):
+def make_train_step(model, optimizer, task, precision, backward=None, options: StepOptions | None = None):
     """Return step(inputs, targets) -> detached loss tensor (never read on the host here).
 
     `backward` lets a runtime substitute its own (Accelerate's `accelerator.backward`).
     """
     scaler = precision.scaler
+    opts = options or StepOptions()
+    k, smooth = opts.accumulate, opts.label_smoothing
+    no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce only with the last micro-batch
 
-    def step(inputs, targets):
-        loss = forward_loss(model, task, precision, inputs, targets)
+    def backward_of(loss):
         if scaler is not None:
             scaler.scale(loss).backward()
+        else:
+            (backward or torch.Tensor.backward)(loss)
+
+    def update():
+        if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
         else:
-            (backward or torch.Tensor.backward)(loss)
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    def step(inputs, targets):
+        loss = forward_loss(model, task, precision, inputs, targets, smooth)
+        backward_of(loss)
+        update()
         return loss.detach()
 
-    return step
+    def accumulated_step(inputs, targets):
+        losses = []
+        for i, (x, y) in enumerate(zip(inputs.chunk(k), targets.chunk(k))):
+            local = no_sync() if no_sync is not None and i < k - 1 else contextlib.nullcontext()
+            with local:
+                loss = forward_loss(model, task, precision, x, y, smooth)
+                backward_of(loss / k)  # the mean over the step's micro-batches, as one batch of k x theirs
+            losses.append(loss.detach())
+        update()
+        return torch.stack(losses).mean()
+
+    return step if k == 1 else accumulated_step

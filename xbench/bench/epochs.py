@@ -1,0 +1,149 @@
+"""Epochs over real data for train-to-target, on one rank of any strategy: the training batches of an epoch
+and the evaluation of this rank's shard of the eval set.
+
+Training order: a DistributedSampler reshuffled per epoch with (bench.seed, epoch), `drop_last`, the rank's
+indices `rank::world`, in batches of `data.batch_size x devices of the rank x accumulate_steps`. One global
+step then trains exactly the samples a single device at the same global batch trains in that step (rank r's
+batch i is perm[(i*B + j)*W + r], j < B: together perm[i*G:(i+1)*G]), so curves match across strategies. A
+resumed run starts the same epoch's order at the batch it stopped at (`start`). Data sets held as tensors
+(TensorDataset) are indexed on the host; others go through a DataLoader with workers.
+
+Evaluation: rank r scores eval samples r::world in fixed-shape batches (`goal.eval_batch_size` per device); the
+last batch is padded with targets that count nowhere (-1 for labels, -100 for tokens), so no sample counts
+twice and XLA compiles one evaluation graph. Sums (hits, scored targets, loss) are summed over the ranks by
+the strategy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
+
+IGNORE_LABEL = -1  # a padded classification sample: never a hit, never counted
+IGNORE_TOKEN = -100  # a position without a target (the MLM/LM loss's ignore_index)
+
+
+class EpochSampler(DistributedSampler):
+    """DistributedSampler (drop_last, shuffled per epoch with seed + epoch) that can start mid-epoch."""
+
+    def __init__(self, n: int, world: int, rank: int, seed: int):
+        super().__init__(range(n), num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.start = 0  # indices of this rank's epoch to skip (a resume mid-epoch)
+
+    def __iter__(self):
+        return iter(list(super().__iter__())[self.start:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+class TrainFeed:
+    """This rank's training batches (host tensors), epoch by epoch."""
+
+    def __init__(self, dataset, rank: int, world: int, batch: int, seed: int, data_cfg, collate=None):
+        self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
+        self.sampler = EpochSampler(len(dataset), world, rank, seed)
+        self.steps_per_epoch = self.sampler.num_samples // batch
+        if self.steps_per_epoch < 1:
+            raise ValueError(f"one step takes {batch} samples per rank over {world} rank(s), but the training set "
+                             f"has {len(dataset)} samples: lower data.batch_size (per device)")
+        self.in_memory = isinstance(dataset, TensorDataset)
+
+    def batches(self, epoch: int, start: int):
+        """(inputs, targets) of `epoch` from batch `start` on (the last partial batch is dropped: one shape)."""
+        self.sampler.set_epoch(epoch)
+        self.sampler.start = 0
+        if self.in_memory:
+            order = torch.tensor(list(self.sampler), dtype=torch.long)
+            x, y = self.dataset.tensors
+            for b in range(start, self.steps_per_epoch):
+                idx = order[b * self.batch:(b + 1) * self.batch]
+                yield x[idx], y[idx]
+            return
+        self.sampler.start = start * self.batch
+        d = self.data_cfg
+        loader = DataLoader(self.dataset, batch_size=self.batch, sampler=self.sampler, drop_last=True,
+                            num_workers=d.num_workers, pin_memory=d.pin_memory, collate_fn=self.collate)
+        for i, batch in enumerate(loader):
+            if start + i >= self.steps_per_epoch:
+                break
+            yield batch
+
+
+def _pad(x: torch.Tensor, y: torch.Tensor, size: int):
+    """Pad a batch to `size` samples: zero inputs, targets that count nowhere."""
+    n = len(y)
+    if n == size:
+        return x, y
+    fill = IGNORE_LABEL if y.dim() == 1 else IGNORE_TOKEN
+    x = torch.cat([x, x.new_zeros((size - n, *x.shape[1:]))])
+    y = torch.cat([y, y.new_full((size - n, *y.shape[1:]), fill)])
+    return x, y
+
+
+class EvalShard:
+    """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded."""
+
+    def __init__(self, dataset, rank: int, world: int, batch: int, data_cfg, collate=None):
+        self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
+        self.indices = list(range(rank, len(dataset), world))
+        self.size = len(dataset)
+        self.batches_per_eval = math.ceil(len(self.indices) / batch)
+
+    def __iter__(self):
+        if isinstance(self.dataset, TensorDataset):
+            x, y = (t[self.indices] for t in self.dataset.tensors)
+            for i in range(0, len(self.indices), self.batch):
+                yield _pad(x[i:i + self.batch], y[i:i + self.batch], self.batch)
+            return
+        d = self.data_cfg
+        loader = DataLoader(Subset(self.dataset, self.indices), batch_size=self.batch, shuffle=False,
+                            num_workers=d.num_workers, pin_memory=d.pin_memory, collate_fn=self.collate)
+        for xb, yb in loader:
+            yield _pad(xb, yb, self.batch)
+
+
+METRICS = ("top1", "accuracy", "top5", "mlm_accuracy", "perplexity")
+
+
+@torch.no_grad()
+def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> list[float]:
+    """[hits, scored targets, loss sum] of this rank's shard. `to_device(x, y)` places a batch as the strategy
+    takes it; `cut()` ends a lazy (XLA) graph after each batch, so one evaluation graph is compiled."""
+    was_training = model.training
+    model.eval()
+    sums = None
+    for xb, yb in shard:
+        xb, yb = to_device(xb, yb)
+        with precision.autocast():
+            logits = model(xb)
+        logits = logits.float()
+        if metric in ("top1", "accuracy", "top5"):
+            k = min(5 if metric == "top5" else 1, logits.shape[-1])
+            top = logits.topk(k, dim=-1).indices
+            valid = yb >= 0
+            part = torch.stack([((top == yb.unsqueeze(-1)).any(-1) & valid).sum().float(), valid.sum().float(),
+                                torch.zeros((), device=logits.device)])
+        else:
+            flat, tgt = logits.flatten(0, -2), yb.flatten()
+            valid = tgt != IGNORE_TOKEN
+            safe = torch.where(valid, tgt, torch.zeros_like(tgt))  # fixed shapes: mask, never select
+            nll = torch.nn.functional.cross_entropy(flat, safe, reduction="none")
+            hits = ((flat.argmax(-1) == tgt) & valid).sum().float()
+            part = torch.stack([hits, valid.sum().float(), (nll * valid).sum()])
+        sums = part if sums is None else sums + part
+        cut()
+    if was_training:
+        model.train()
+    return [0.0, 0.0, 0.0] if sums is None else [float(v) for v in sums.cpu().tolist()]
+
+
+def metric_value(metric: str, hits: float, count: float, loss_sum: float) -> float:
+    """The goal metric from the summed counts: an accuracy as a fraction, or perplexity."""
+    if count <= 0:
+        raise ValueError("the eval set has no scored target")
+    if metric == "perplexity":
+        return math.exp(loss_sum / count)
+    return hits / count
