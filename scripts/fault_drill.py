@@ -640,7 +640,7 @@ def resume_safety(tmp: Path) -> list[Row]:
     started = first.wait_for(f"xbench: run {rid}", stream="out")  # it holds the run's lock from here
     second = cli(s2, f"resume={rid}", "logger=none", "logger.progress=false", timeout=120)
     during = record_bytes(s2, rid)
-    started = started and first.wait_for("timed steps")  # training: a SIGTERM now writes a checkpoint
+    started = started and first.wait_for("epoch ")  # its training bar: a SIGTERM now writes a checkpoint
     first.p.send_signal(signal.SIGTERM)
     rc = first.finish(120)
     row = Row("two resumes of one run at once", "refused")

@@ -245,7 +245,7 @@ def test_console_and_report_show_each_target(tmp_path):
     rec.derived = derive(rec.measurements, cfg)
     rec.finish("ok")
     text = summary(rec, "record.json")
-    assert "to 0.757" in text and "30 epochs, 100 / 130 s train / wall" in text
+    assert "to 0.757" in text and "30 epochs, 100.0 / 130.0 s train / wall" in text
     assert [line.split() for line in text.splitlines() if "to 0.764" in line] == [["to", "0.764", "not", "reached"]]
     write_record(tmp_path / "results", rec)
     out = tmp_path / "report"

@@ -69,6 +69,7 @@ def test_xla_mp_on_cpu_fails_before_work_with_the_reason(monkeypatch):
     [reason] = compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), CPU_HOST)
     assert "collectives do not work" in reason and "PJRT CPU" in reason and "xla_spmd" in reason
     assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=1"), CPU_HOST) == []  # nothing to reduce
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)  # importing runtimes/xla.py above set it for this process
     on_tpu = HostFacts(torch_xla=True, logical_cores=96, torch_version="2.9.0", tpu_chips=4)
     assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), on_tpu) == []
 

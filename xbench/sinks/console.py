@@ -137,10 +137,11 @@ def summary(record: RunRecord, path) -> str:
         costs = [row.get(f"{k}_{targets.label(t)}_{cur}") for k in ("train_cost_to_target", "cost_to_target")]
         cost = (f", {' / '.join(_fmt(c) for c in costs)} {cur.upper()} train / wall"
                 if any(c is not None for c in costs) else "")
+        goal = f"to {t:g}"  # the target and the epochs as counted, not as measured figures
         if row["epochs"] is None:
-            lines.append(f"  {'to ' + _fmt(t):<30} not reached")
+            lines.append(f"  {goal:<30} not reached")
             continue
-        lines.append(f"  {'to ' + _fmt(t):<30} {_fmt(row['epochs'])} epochs, {_fmt(row['train_time_s'])} / "
+        lines.append(f"  {goal:<30} {row['epochs']:g} epochs, {_fmt(row['train_time_s'])} / "
                      f"{_fmt(row['wall_s'])} s train / wall{cost}")
     for w in record.warnings:
         lines.append(f"  WARNING: {w}")
