@@ -340,6 +340,7 @@ def test_each_small_report_draws_every_figure_kind_of_its_study(study_id, tmp_pa
     """The report of the study's small points (records shaped as those runs leave them; the figures are
     the real derive() of made-up throughputs) draws every table and plot its manifest promises.
     scripts/study_walkthrough.sh checks the same on real runs (python -m xbench.studies --check-report)."""
+    from xbench.metrics import targets
     from xbench.metrics.derived import derive
     from xbench.records.record import RunRecord
     from xbench.records.store import write_record
@@ -360,7 +361,16 @@ def test_each_small_report_draws_every_figure_kind_of_its_study(study_id, tmp_pa
                  "compile_time_s": 1.0 if c["runtime"]["name"] != "eager" else None, "compute_dtype": "fp32",
                  "flops_per_sample_train": 3e6, "window_s_total": 30 * step, "timed_steps_per_window": 30, "repeats": 1,
                  "threads_intra": f["threads"]}
-            rec = RunRecord(run_id=f"r{i:03d}", experiment=s["preset"], config=c, measurements=m)
+            series = {}
+            if f["bench_mode"] == "train_to_target":  # epochs to each target, and the curve they come from
+                reached = {float(t): {"epoch": 2 + j, "step": 100 * (j + 1), "samples_seen": 3200 * (j + 1),
+                                      "train_time_s": 10.0 * (j + 1) / n, "wall_s": 12.0 * (j + 1) / n, "top1": float(t)}
+                           for j, t in enumerate(str(f["targets"] or f["target"]).split(","))}
+                m.update(targets.figures(reached, "top1"), target_reached=True, goal_metric="top1",
+                         train_time_to_target_s=max(p["train_time_s"] for p in reached.values()),
+                         wall_time_to_target_s=max(p["wall_s"] for p in reached.values()), wall_s_total=40.0 / n)
+                series = {"eval": [0, 1], "epoch": [1, 2], "train_time_s": [5.0 / n, 10.0 / n], "top1": [0.5, 0.9]}
+            rec = RunRecord(run_id=f"r{i:03d}", experiment=s["preset"], config=c, measurements=m, series=series)
             rec.derived = derive(m, c)
             rec.finish("ok")
             write_record(tmp_path / "results", rec)
