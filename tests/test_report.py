@@ -62,6 +62,11 @@ def write_fixture_store(root) -> Path:
         R("g-gpu", throughput=3000, model="resnet18", platform="gpu", usd_per_hour=2.0, mode="train_to_target",
           experiment="fx_target", series={**CURVE, "train_time_s": [5.0, 10.0, 20.0]},
           measurements={**TARGET, "train_time_to_target_s": 20.0, "wall_time_to_target_s": 24.0}),
+        # The same work trained for 3 epochs on two machines: did the hardware change the final accuracy?
+        R("q-cpu", throughput=500, model="resnet18", platform="cpu", mode="train_to_target", experiment="fx_quality",
+          measurements={"goal_metric": "top1", "epochs_done": 3, "metric_final": 0.801, "target_status": "fixed_epochs"}),
+        R("q-gpu", throughput=3000, model="resnet18", platform="gpu", mode="train_to_target", experiment="fx_quality",
+          measurements={"goal_metric": "top1", "epochs_done": 3, "metric_final": 0.797, "target_status": "fixed_epochs"}),
         # Runs that did not finish ok, and a noisy one.
         R("f-config", status="failed", reason="config: tf32 needs a CUDA GPU", platform="cpu", experiment="fx_fail"),
         R("f-oom", status="oom", reason="OutOfMemoryError: CUDA out of memory", platform="gpu", batch_size=4096,
@@ -124,7 +129,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device():
 
 def test_corrupt_record_is_skipped_with_a_warning_naming_it(fixture_store):
     loaded = load([fixture_store], progress=False)
-    assert len(loaded.frame) == 26
+    assert len(loaded.frame) == 28
     [msg] = loaded.skipped
     assert "corrupt-run/record.json" in msg
 
@@ -254,6 +259,7 @@ def test_every_numeric_header_carries_a_unit(fixture_store):
     t, _ = _tables(fixture_store, baseline="platform=k80")
     assert set(t) == set(TABLES), f"every table is drawn from the whole fixture, missing: {set(TABLES) - set(t)}"
     unitless_ok = {"runs", "devices", "global batch", "batch/device", "threads", "epochs to target", "target",
+                   "epochs trained", "lowest final", "highest final", "final metric",
                    "warm-up steps", "compilations in warm-up", "recompilations after warm-up",
                    "throughput CV", "step time CV"}
     for name, frame in t.items():
@@ -308,7 +314,7 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     rows = read_csv(out / "tables" / "throughput.csv")
     assert any(r["throughput median [samples/s]"] == "6900.0" for r in rows)
     tidy = read_csv(out / "tables" / "tidy_runs.csv")
-    assert len(tidy) == 26
+    assert len(tidy) == 28
 
 
 def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):
@@ -359,3 +365,11 @@ def test_report_of_a_real_interleaved_sweep_has_one_row_per_run_and_groups_round
     assert len(tp) == 2 and all(float(r["throughput median [samples/s]"]) > 0 for r in tp)
     assert all(r["runs"] == "2" and r["spread"] == "2 runs min-max" for r in tp), tp
     assert (out / "plots" / "throughput_vs_batch.png").is_file()
+
+
+def test_quality_parity_compares_final_metrics_of_one_work_across_machines(fixture_store):
+    t, _ = _tables(fixture_store, filters=["experiment=fx_quality"])
+    [row] = t["quality"].to_dict("records")
+    assert row["configurations"] == 2 and row["spread [metric]"] == pytest.approx(0.004)
+    assert row["verdict"] == "same quality"  # within one point of accuracy
+    assert "platform=cpu: 0.801" in row["final metric per configuration"]

@@ -240,12 +240,16 @@ def samples_per_dollar(rows: Rows, ctx: Context):
 
 @plot("cost_to_target")
 def cost_to_target(rows: Rows, ctx: Context):
+    """The cost to the target; for runs of a fixed number of epochs (no target), the whole training's."""
     cur = currency(rows) or "usd"
-    names = (f"train_cost_to_target_{cur}", f"cost_to_target_{cur}")
+    names = (f"train_cost_to_target_{cur}", f"cost_to_target_{cur}", f"train_cost_{cur}")
     col = next((c for c in names if rows.ok(c)), None)
     if col is None:
-        raise NoData(f"no ok record has {names[0]} / {names[1]}")
+        raise NoData(f"no ok record has {' / '.join(names)}")
     hue = "pricing_model" if len(set(rows.col("pricing_model"))) > 1 else None
+    if col == names[2]:
+        return _bar_plot(rows, col, hue, "Cost of the whole training (training time only)",
+                         f"training cost [{cur.upper()}]")
     what = "training time only" if col.startswith("train_") else "wall time, incl. evaluation"
     return _bar_plot(rows, col, hue, f"Cost to reach the quality target ({what})", f"cost to target [{cur.upper()}]")
 

@@ -18,6 +18,7 @@ import pandas as pd
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.overhead import compile_columns, versus_eager
 from xbench.analysis.published import published_beside_measured
+from xbench.analysis.quality import quality_parity
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import noisy, spread
@@ -42,7 +43,9 @@ TO_TARGET = (("target_status", "target status"), ("train_time_to_target_s", "tra
              ("wall_time_to_target_s", "wall time to target [s]"), ("time_to_target_s", "time to target [s]"),
              ("epochs_to_target", "epochs to target"), ("samples_to_target", "samples to target"),
              ("train_cost_to_target_{cur}", "training cost to target [{CUR}]"),
-             ("cost_to_target_{cur}", "wall cost to target [{CUR}]"), ("metric_final", "final metric"))
+             ("cost_to_target_{cur}", "wall cost to target [{CUR}]"), ("epochs_done", "epochs trained"),
+             ("train_time_s", "whole training time [s]"), ("train_cost_{cur}", "whole training cost [{CUR}]"),
+             ("metric_final", "final metric"))
 
 TABLES: dict[str, Callable] = {}
 
@@ -231,6 +234,23 @@ RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("
                ("devices", "devices"), ("threads", "threads"), (TP, "throughput [samples/s]"),
                ("step_time_s_median", "step time median [s]"), ("throughput_cv", "throughput CV"),
                ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"), ("warnings", "warnings"))
+
+
+@table("quality")
+def quality_table(rows: Rows, ctx: Context) -> Table:
+    q = quality_parity(rows)
+    if not q:
+        raise NoData("no work was trained to its end on two or more configurations (train_to_target runs)")
+    out = pd.DataFrame([{
+        "model": r["model"], "data": r["data"], "metric": r["goal_metric"], "epochs trained": r["epochs_done"],
+        "configurations": r["configurations"], "lowest final": r["final_min"], "highest final": r["final_max"],
+        "spread [metric]": r["spread"], "tolerance [metric]": r["tolerance"],
+        "verdict": "same quality" if r["same_quality"] else "DIFFERS beyond the tolerance",
+        "final metric per configuration": r["finals"],
+    } for r in q])
+    return Table("quality", "Did the hardware change the quality of training? Final metric across configurations",
+                 out, note="Runs of the same work trained for the same number of epochs; the spread of their final "
+                           "metrics against an absolute tolerance (one point of accuracy) gives the verdict.")
 
 
 @table("published")
