@@ -27,6 +27,17 @@ TARGET = {"goal_metric": "top1", "goal_target": 0.75, "target_reached": True, "t
           "epochs_to_target": 3}
 
 
+def _search(trials: list[tuple[int, float | None]], limit: int) -> dict:
+    """A find_max_batch record's measurements (xbench/modes/batch_search.py): (batch, samples/s or None
+    for a trial that ran out of memory)."""
+    fits = [b for b, tp in trials if tp is not None]
+    fails = [b for b, tp in trials if tp is None]
+    return {"max_batch_size_per_device": max(fits), "min_failing_batch_size_per_device": min(fails, default=None),
+            "batch_search_limit": limit, "batch_search_limit_reached": not fails, "batch_search_s": 12.0,
+            "batch_search_trials": [{"batch_size": b, "fits": tp is not None, "throughput_samples_per_s": tp,
+                                     "host_rss_gib": b / 16, "device_peak_allocated_gib": None} for b, tp in trials]}
+
+
 def write_fixture_store(root) -> Path:
     root = Path(root)
     R = fake_record
@@ -67,6 +78,11 @@ def write_fixture_store(root) -> Path:
           measurements={"goal_metric": "top1", "epochs_done": 3, "metric_final": 0.801, "target_status": "fixed_epochs"}),
         R("q-gpu", throughput=3000, model="resnet18", platform="gpu", mode="train_to_target", experiment="fx_quality",
           measurements={"goal_metric": "top1", "epochs_done": 3, "metric_final": 0.797, "target_status": "fixed_epochs"}),
+        # Batch searches: eager fails at 64 (largest 32), XLA reaches the limit of 64 without failing.
+        R("m-eager", throughput=None, model="bert", mode="find_max_batch", batch_size=16, experiment="fx_max_batch",
+          measurements=_search([(16, 100.0), (32, 120.0), (64, None)], 64)),
+        R("m-xla", throughput=None, model="bert", runtime="xla", mode="find_max_batch", batch_size=16,
+          experiment="fx_max_batch", measurements=_search([(16, 90.0), (32, 150.0), (64, 160.0)], 64)),
         # Runs that did not finish ok, and a noisy one.
         R("f-config", status="failed", reason="config: tf32 needs a CUDA GPU", platform="cpu", experiment="fx_fail"),
         R("f-oom", status="oom", reason="OutOfMemoryError: CUDA out of memory", platform="gpu", batch_size=4096,
@@ -129,7 +145,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device():
 
 def test_corrupt_record_is_skipped_with_a_warning_naming_it(fixture_store):
     loaded = load([fixture_store], progress=False)
-    assert len(loaded.frame) == 28
+    assert len(loaded.frame) == 30
     [msg] = loaded.skipped
     assert "corrupt-run/record.json" in msg
 
@@ -314,7 +330,7 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     rows = read_csv(out / "tables" / "throughput.csv")
     assert any(r["throughput median [samples/s]"] == "6900.0" for r in rows)
     tidy = read_csv(out / "tables" / "tidy_runs.csv")
-    assert len(tidy) == 28
+    assert len(tidy) == 30
 
 
 def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):
@@ -365,6 +381,18 @@ def test_report_of_a_real_interleaved_sweep_has_one_row_per_run_and_groups_round
     assert len(tp) == 2 and all(float(r["throughput median [samples/s]"]) > 0 for r in tp)
     assert all(r["runs"] == "2" and r["spread"] == "2 runs min-max" for r in tp), tp
     assert (out / "plots" / "throughput_vs_batch.png").is_file()
+
+
+def test_max_batch_table_names_the_largest_fit_the_first_failure_and_every_trial(fixture_store):
+    t, _ = _tables(fixture_store, filters=["experiment=fx_max_batch"])
+    rows = {r["runtime"]: r for r in t["max_batch"].to_dict("records")}
+    eager, xla = rows["eager"], rows["xla"]
+    assert eager["largest batch that fits [per device]"] == 32 and eager["smallest that does not [per device]"] == 64
+    assert eager["throughput at the largest [samples/s]"] == 120.0 and eager["memory at the largest [GiB]"] == 2.0
+    assert eager["throughput per batch tried [batch: samples/s]"] == "16: 100, 32: 120, 64: does not fit"
+    assert xla["largest batch that fits [per device]"] == 64
+    assert xla["smallest that does not [per device]"] == "none up to the limit (64)"
+    assert xla["trials [runs]"] == 3 and xla["search time [s]"] == 12.0
 
 
 def test_quality_parity_compares_final_metrics_of_one_work_across_machines(fixture_store):

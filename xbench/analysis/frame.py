@@ -71,6 +71,30 @@ def _target(rec: RunRecord):
     return goal.get("target") if isinstance(goal.get("target"), (int, float)) else None
 
 
+def _batch_search(m: dict) -> dict:
+    """Scalars from a find_max_batch record's trials (a list, kept out of the tidy row): throughput and
+    memory at the largest batch that fitted, and every trial as `batch: samples/s` text."""
+    trials = m.get("batch_search_trials")
+    if not isinstance(trials, list) or not trials:
+        return {}
+    ok = [t for t in trials if isinstance(t, dict) and t.get("fits")]
+    best = max(ok, key=lambda t: t.get("batch_size") or 0, default=None)
+    mem = None
+    if best is not None:
+        mem = best.get("device_peak_allocated_gib")
+        mem = best.get("host_rss_gib") if mem is None else mem
+    return {
+        "batch_search_trial_count": len(trials),
+        "max_batch_throughput_samples_per_s": best.get("throughput_samples_per_s") if best else None,
+        "max_batch_memory_gib": mem,
+        "batch_search_throughputs": ", ".join(
+            f"{t.get('batch_size')}: " + (f"{t['throughput_samples_per_s']:.3g}" if t.get("fits")
+                                          and isinstance(t.get("throughput_samples_per_s"), (int, float))
+                                          else "does not fit")
+            for t in sorted((t for t in trials if isinstance(t, dict)), key=lambda t: t.get("batch_size") or 0)),
+    }
+
+
 def flatten(rec: RunRecord) -> dict:
     """One tidy row for one record."""
     c, m = rec.config or {}, rec.measurements or {}
@@ -116,6 +140,7 @@ def flatten(rec: RunRecord) -> dict:
     ci = m.get("throughput_process_ci95_samples_per_s")  # bench.process_repeats > 1
     if isinstance(ci, list) and len(ci) == 2:
         row["throughput_process_ci95_low_samples_per_s"], row["throughput_process_ci95_high_samples_per_s"] = ci
+    row.update(_batch_search(m))
     row["warnings"] = "; ".join(rec.warnings or []) or None
     row["n_warnings"] = len(rec.warnings or [])
     row["noisy"] = bool(m.get("noisy"))

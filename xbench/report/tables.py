@@ -59,6 +59,7 @@ def table(name: str):
 
 @table("throughput")
 def throughput_table(rows: Rows, ctx: Context) -> Table:
+    rows = Rows(r for r in rows if r.get("bench_mode") != "find_max_batch")  # its trials: the max_batch table
     if not rows:
         raise NoData("no runs")
     show = varying_keys(rows) or ["model", "platform"]
@@ -226,6 +227,35 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
             "compared on": BASIS.get(r["normalised_basis"])} for r in n]
     return Table("baseline", f"Time and cost normalised to the baseline ({ctx.baseline_text})", frame(out),
                  note=constant_caption(n) + " Below 1 is faster / cheaper than the baseline for the same work.")
+
+
+@table("max_batch")
+def max_batch_table(rows: Rows, ctx: Context) -> Table:
+    sub_rows = Rows(r for r in rows if r.get("bench_mode") == "find_max_batch")
+    if not sub_rows:
+        raise NoData("no batch search (bench.mode=find_max_batch) among these records")
+    show = varying_keys(sub_rows) or ["platform", "runtime"]
+    out = []
+    for keys, sub in groups(sub_rows):
+        limit_hit = [r.get("batch_search_limit_reached") for r in sub]
+        largest = sub.median("max_batch_size_per_device")
+        out.append({
+            **key_cols(keys, show),
+            "runs": len(sub), "status": status_text(sub.col("status")),
+            "largest batch that fits [per device]": largest,
+            "smallest that does not [per device]": (f"none up to the limit ({sub.median('batch_search_limit'):g})"
+                                                    if all(limit_hit) else sub.median("min_failing_batch_size_per_device")),
+            "throughput at the largest [samples/s]": sub.median("max_batch_throughput_samples_per_s"),
+            "memory at the largest [GiB]": sub.median("max_batch_memory_gib"),
+            "throughput per batch tried [batch: samples/s]": join_unique(sub.col("batch_search_throughputs")),
+            "trials [runs]": sub.median("batch_search_trial_count"),
+            "search time [s]": sub.median("batch_search_s"),
+            "reason": reasons(sub),
+        })
+    return Table("max_batch", "The largest per-device batch each configuration fits (bench.mode=find_max_batch)",
+                 frame(out), note=constant_caption(sub_rows) + " Each trial is a short real run (warm-up, one timed "
+                 "step) through the run's own launcher; memory is the device's peak allocation, or the host's RSS "
+                 "on a CPU. A search that reached bench.max_batch_limit found no failure below it.")
 
 
 RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("experiment", "experiment"),

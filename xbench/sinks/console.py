@@ -106,8 +106,8 @@ SUMMARY_ROWS = (
     ("training cost (all)", "train_cost_{cur}", "{CUR}"),
     ("resumes", "resumes", ""),
     # runs that did not end ok, and the batch search
-    ("largest batch that fits / fails", ("max_batch_size_per_device", "min_failing_batch_size_per_device"),
-     "per device"),
+    ("largest batch that fits", "max_batch_size_per_device", "per device"),
+    ("smallest that does not fit", "min_failing_batch_size_per_device", "per device"),
     ("throughput before the stop", "throughput_samples_per_s_partial", "samples/s"),
     ("diverged at step", "diverged_at_step", ""),
     ("host RSS peak / available", ("host_peak_rss_gib", "host_available_gib"), "GiB"),
@@ -133,6 +133,9 @@ def summary(record: RunRecord, path) -> str:
             continue
         shown = " / ".join(_fmt(values.get(k)) for k in keys)
         lines.append(f"  {label:<30} {shown} {unit}".rstrip())
+    if values.get("batch_search_limit_reached"):  # the search stopped at its limit, not at a failure
+        lines.append(f"  {'smallest that does not fit':<30} none up to bench.max_batch_limit="
+                     f"{values.get('batch_search_limit')}")
     for t, row in targets.summary_rows(values):  # several targets: one line each
         costs = [row.get(f"{k}_{targets.label(t)}_{cur}") for k in ("train_cost_to_target", "cost_to_target")]
         cost = (f", {' / '.join(_fmt(c) for c in costs)} {cur.upper()} train / wall"
