@@ -1,0 +1,216 @@
+"""The answers a set of runs can give, in sentences with their figures and uncertainty, as the studies' posts
+lead with them: fastest, cheapest per sample, fastest and cheapest to the target, scaling efficiency at N,
+each compiled runtime's speed-up over eager, and where the baseline stands.
+
+Every comparison is within one work (model and data: analysis/workload.py) and between configurations
+(batch size, precision and strategy stay apart). A configuration's uncertainty is its throughput spread
+(analysis/spread.py: min-max over repeated runs, else the run's 95% CI over windows, else its p10-p90
+steps); a difference whose intervals overlap is said to be "within noise", and a figure without a spread
+says so. Works beyond MAX_WORKS are counted, not described.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xbench.analysis.rows import TP, Rows, groups
+from xbench.analysis.scaling import scaling_rows
+from xbench.analysis.spread import spread
+from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK
+
+MAX_WORKS = 6
+LABEL_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model",
+              "batch_size_per_device", "global_batch_size", "devices", "threads", "runtime_options")
+
+
+@dataclass
+class Finding:
+    question: str  # "fastest", "cheapest per sample", ...
+    work: str | None  # "resnet50 on synthetic_imagenet"; None: across works
+    text: str
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def _work(k: dict) -> str:
+    return f"{k['model']} on {k['data']}"
+
+
+def _label(keys: dict, names: list[str]) -> str:
+    parts = []
+    for k in names:
+        v = keys.get(k)
+        if v is None:
+            continue
+        parts.append({"global_batch_size": f"batch {v}", "batch_size_per_device": f"{v}/device",
+                      "devices": f"{v} devices", "threads": f"{v} threads"}.get(k, str(v)))
+    return " / ".join(parts) or "the only configuration"
+
+
+@dataclass
+class Config:
+    label: str
+    rows: Rows
+    value: float
+    low: float | None  # the figure's interval (None: no spread measured)
+    high: float | None
+
+    def interval(self) -> str:
+        if self.low is None:
+            return "no spread measured"
+        return f"{fmt(self.low)}-{fmt(self.high)}"
+
+
+def _configs(sub: Rows, col: str, power: float | None) -> list[Config]:
+    """Each configuration's median of `col` with an interval: throughput's spread carried by `power`
+    (figure ~ throughput**power), or min-max over its runs when `power` is None."""
+    names = [k for k in LABEL_KEYS if len({r.get(k) for r in sub}) > 1]
+    out = []
+    for keys, g in groups(sub, CONFIGURATION):
+        v = g.median(col)
+        if v is None:
+            continue
+        if power is None:
+            xs = g.nums(col)
+            lo, hi = (min(xs), max(xs)) if len(xs) > 1 else (None, None)
+        else:
+            tlo, thi, _, _ = spread(g)
+            tp = g.ok().median(TP)
+            if tlo and thi and tp:
+                a, b = (tlo / tp) ** power, (thi / tp) ** power
+                lo, hi = v * min(a, b), v * max(a, b)
+            else:
+                lo = hi = None
+        out.append(Config(_label(keys, names), g, v, lo, hi))
+    return out
+
+
+def overlap(a: Config, b: Config) -> bool | None:
+    """Whether two intervals overlap (None: one has no interval)."""
+    if a.low is None or b.low is None:
+        return None
+    return a.low <= b.high and b.low <= a.high
+
+
+def _versus(best: Config, second: Config, higher: bool, what: str) -> str:
+    ratio = best.value / second.value if higher else second.value / best.value
+    o = overlap(best, second)
+    if o:
+        return f"within noise of {second.label} ({fmt(second.value)}{what}; the intervals overlap)"
+    tail = "" if o is False else " (no spread measured on one side: not tested against noise)"
+    return f"{ratio:.2f}x {'the' if higher else 'cheaper than the'} runner-up, {second.label} ({fmt(second.value)}{what}){tail}"
+
+
+def _best(sub: Rows, col: str, higher: bool, power: float | None, question: str, unit: str,
+          work: str, prefix: str = "", suffix: str = "") -> Finding | None:
+    cs = sorted(_configs(sub.ok(col), col, power), key=lambda c: c.value, reverse=higher)
+    if not cs:
+        return None
+    b = cs[0]
+    runs = len(b.rows)
+    text = (f"{question.capitalize()}: {b.label} at {prefix}{fmt(b.value)}{unit}{suffix} ({b.interval()}; "
+            f"{runs} run{'s' if runs != 1 else ''})")
+    text += ", " + _versus(b, cs[1], higher, unit) + "." if len(cs) > 1 else "; nothing else to compare it with."
+    return Finding(question, work, text)
+
+
+def _scaling(rows: Rows) -> list[Finding]:
+    out = []
+    s = scaling_rows(rows)
+    for _, sub in groups(s, ["model", "data", "device_kind", "runtime", "precision", "batch_size_per_device"]):
+        k = sub[0]
+        parts = []
+        for pk, g in groups(sub, ["parallel"]):
+            top = max(g, key=lambda r: r["devices"])
+            if top["devices"] <= 1:
+                continue
+            parts.append(f"{pk['parallel']} {top['scaling_efficiency'] * 100:.0f}% at {top['devices']} devices "
+                         f"({top['speedup']:.2f}x the 1-device throughput)")
+        if parts:
+            out.append(Finding("scaling efficiency", _work(k), f"Scaling efficiency on {k['device_kind']} "
+                               f"({k['runtime']}, {k['precision']}, batch {k['batch_size_per_device']}/device): "
+                               + "; ".join(parts) + ". 100% is linear."))
+    return out
+
+
+def _runtimes(rows: Rows) -> list[Finding]:
+    """Each non-eager runtime against the eager run of the same workload and placement, per configuration
+    (never pooled over batch sizes): listed when few, else the median with the best and worst named."""
+    ok = rows.ok()
+    eager = {tuple(g[0].get(k) for k in VERSUS_EAGER): g for _, g in groups(ok) if g[0].get("runtime") == "eager"}
+    by_runtime: dict[str, list[tuple[str, float, bool | None]]] = {}
+    for keys, g in groups(ok):
+        rt = keys.get("runtime")
+        twin = eager.get(tuple(g[0].get(k) for k in VERSUS_EAGER)) if rt != "eager" else None
+        if twin is None:
+            continue
+        a, b = _configs(g, TP, 1.0), _configs(twin, TP, 1.0)
+        if not a or not b:
+            continue
+        where = f"{_work(keys)}, batch {keys.get('global_batch_size')}"
+        by_runtime.setdefault(str(rt), []).append((where, a[0].value / b[0].value, overlap(a[0], b[0])))
+    out = []
+    for rt, pairs in sorted(by_runtime.items()):
+        noise = sum(1 for p in pairs if p[2])
+
+        def one(p):
+            return f"{p[1]:.2f}x ({p[0]}{', within noise' if p[2] else ''})"
+        if len(pairs) <= 4:
+            body = "; ".join(one(p) for p in pairs)
+        else:
+            ratios = sorted(p[1] for p in pairs)
+            lo, hi = min(pairs, key=lambda p: p[1]), max(pairs, key=lambda p: p[1])
+            body = (f"median {ratios[len(ratios) // 2]:.2f}x over {len(pairs)} configurations, from {one(lo)} "
+                    f"to {one(hi)}; {noise} within noise")
+        out.append(Finding(f"{rt} speed-up", None, f"{rt} vs eager (throughput ratio, same workload and placement): "
+                           f"{body}."))
+    return out
+
+
+def findings(rows, cur: str | None = None, normalised: Rows | None = None, baseline_text: str | None = None
+             ) -> tuple[list[Finding], str]:
+    """(the findings, a sentence about what was left out)."""
+    rows = Rows.of(rows)
+    out: list[Finding] = []
+    ok = rows.ok(None)
+    works = sorted(groups(ok, WORK), key=lambda x: -len(x[1]))
+    for k, sub in works[:MAX_WORKS]:
+        w = _work(k)
+        out += [f for f in (
+            _best(sub, TP, True, 1.0, "fastest", " samples/s", w),
+            _best(sub, f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples", w,
+                  prefix=f"{cur.upper()} ") if cur else None,
+            _best(sub, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w),
+            _best(sub, f"train_cost_to_target_{cur}", False, None, "cheapest to the target", "", w,
+                  prefix=f"{cur.upper()} ", suffix=" of training") if cur else None,
+        ) if f is not None]
+        if normalised is not None:
+            mine = Rows(r for r in normalised if all(r.get(x) == k[x] for x in WORK) and not r.get("is_baseline"))
+            cs = sorted((r for r in mine if r.get("normalised_time")), key=lambda r: r["normalised_time"])
+            if cs:
+                names = [x for x in LABEL_KEYS if len({r.get(x) for r in mine}) > 1]
+                b = cs[0]
+                out.append(Finding("against the baseline", w, f"Against the baseline ({baseline_text}): "
+                                   f"{_label(b, names)} takes {b['normalised_time']:.3g}x its time"
+                                   + (f" and {b['normalised_cost']:.3g}x its cost" if b.get("normalised_cost") else "")
+                                   + f" ({len(cs)} configurations compared; the baseline table has each)."))
+    out += _scaling(ok) + _runtimes(ok)
+    bad = [r.get("status") for r in rows if r.get("status") != "ok"]
+    if bad:
+        counts = {s: bad.count(s) for s in sorted(set(bad), key=str)}
+        out.append(Finding("runs that did not finish", None, f"{len(bad)} of {len(rows)} runs did not finish ok ("
+                           + ", ".join(f"{n} {s}" for s, n in counts.items()) + "): they stay in the tables with "
+                           "their reasons, outside every median."))
+    noisy = sum(1 for r in ok if r.get("noisy"))
+    if noisy:
+        out.append(Finding("noise", None, f"{noisy} of {len(ok)} ok runs flagged themselves noisy (spread above "
+                           "bench.noisy_cv): their figures are less certain than their medians look."))
+    rest = len(works) - MAX_WORKS
+    return out, (f"{rest} more works are in the tables; narrow the report with --filter model=... to read their "
+                 "findings." if rest > 0 else "")
