@@ -84,8 +84,8 @@ def _money_columns(columns, cur: str) -> dict[str, tuple[str, bool]]:
 
 
 def in_currency(rows, to: str | None, given: dict[str, float] | None = None) -> tuple[list[dict], list[Rate]]:
-    """(rows with every cost figure also in `to`, the rates used). Rows already in `to`, or unpriced, are
-    returned as they are; a converted row is a copy (the frame is not changed)."""
+    """(rows with every cost figure in `to`, the rates used). Rows already in `to`, or unpriced, are returned
+    as they are; a converted row is a copy with its cost columns renamed (the frame keeps the recorded ones)."""
     if to is None:
         return list(rows), []
     to = to.lower()
@@ -101,7 +101,7 @@ def in_currency(rows, to: str | None, given: dict[str, float] | None = None) -> 
         fx = used[key]
         new = dict(r)
         for c, (pattern, divide) in _money_columns(r, cur).items():
-            v = r.get(c)
+            v = new.pop(c)  # only the report's currency is left: every cost column has one name
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 new[pattern.format(to=to)] = v / fx.rate if divide else v * fx.rate
         new.update(fx_rate=fx.rate, fx_date=fx.date)

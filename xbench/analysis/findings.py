@@ -42,6 +42,13 @@ def _work(k: dict) -> str:
     return f"{k['model']} on {k['data']}"
 
 
+def label_keys(rows) -> list[str]:
+    names = [k for k in LABEL_KEYS if len({r.get(k) for r in rows}) > 1]
+    if "devices" not in names and {"global_batch_size", "batch_size_per_device"} <= set(names):
+        names.remove("batch_size_per_device")  # one device count: the global batch says it
+    return names
+
+
 def _label(keys: dict, names: list[str]) -> str:
     parts = []
     for k in names:
@@ -70,7 +77,7 @@ class Config:
 def _configs(sub: Rows, col: str, power: float | None) -> list[Config]:
     """Each configuration's median of `col` with an interval: throughput's spread carried by `power`
     (figure ~ throughput**power), or min-max over its runs when `power` is None."""
-    names = [k for k in LABEL_KEYS if len({r.get(k) for r in sub}) > 1]
+    names = label_keys(sub)
     out = []
     for keys, g in groups(sub, CONFIGURATION):
         v = g.median(col)
@@ -98,17 +105,17 @@ def overlap(a: Config, b: Config) -> bool | None:
     return a.low <= b.high and b.low <= a.high
 
 
-def _versus(best: Config, second: Config, higher: bool, what: str) -> str:
+def _versus(best: Config, second: Config, higher: bool, what: str, better: str) -> str:
     ratio = best.value / second.value if higher else second.value / best.value
     o = overlap(best, second)
     if o:
         return f"within noise of {second.label} ({fmt(second.value)}{what}; the intervals overlap)"
     tail = "" if o is False else " (no spread measured on one side: not tested against noise)"
-    return f"{ratio:.2f}x {'the' if higher else 'cheaper than the'} runner-up, {second.label} ({fmt(second.value)}{what}){tail}"
+    return f"{ratio:.2f}x {better} the runner-up, {second.label} ({fmt(second.value)}{what}){tail}"
 
 
 def _best(sub: Rows, col: str, higher: bool, power: float | None, question: str, unit: str,
-          work: str, prefix: str = "", suffix: str = "") -> Finding | None:
+          work: str, prefix: str = "", suffix: str = "", better: str = "") -> Finding | None:
     cs = sorted(_configs(sub.ok(col), col, power), key=lambda c: c.value, reverse=higher)
     if not cs:
         return None
@@ -116,27 +123,33 @@ def _best(sub: Rows, col: str, higher: bool, power: float | None, question: str,
     runs = len(b.rows)
     text = (f"{question.capitalize()}: {b.label} at {prefix}{fmt(b.value)}{unit}{suffix} ({b.interval()}; "
             f"{runs} run{'s' if runs != 1 else ''})")
-    text += ", " + _versus(b, cs[1], higher, unit) + "." if len(cs) > 1 else "; nothing else to compare it with."
+    text += ", " + _versus(b, cs[1], higher, unit, better) + "." if len(cs) > 1 else "; nothing else to compare it with."
     return Finding(question, work, text)
 
 
-def _scaling(rows: Rows) -> list[Finding]:
+MAX_SCALING = 4  # scaling findings: the workloads measured at the most device counts
+
+
+def _scaling(rows: Rows) -> tuple[list[Finding], int]:
     out = []
     s = scaling_rows(rows)
-    for _, sub in groups(s, ["model", "data", "device_kind", "runtime", "precision", "batch_size_per_device"]):
+    found = groups(s, ["model", "data", "device_kind", "runtime", "precision", "batch_size_per_device"])
+    found.sort(key=lambda x: (-len(x[1]), -max(r["devices"] for r in x[1])))
+    for _, sub in found[:MAX_SCALING]:
         k = sub[0]
         parts = []
         for pk, g in groups(sub, ["parallel"]):
             top = max(g, key=lambda r: r["devices"])
             if top["devices"] <= 1:
                 continue
+            odd = " (above 100%: noise or a cache effect, not a result)" if top["scaling_efficiency"] > 1.05 else ""
             parts.append(f"{pk['parallel']} {top['scaling_efficiency'] * 100:.0f}% at {top['devices']} devices "
-                         f"({top['speedup']:.2f}x the 1-device throughput)")
+                         f"({top['speedup']:.2f}x the 1-device throughput){odd}")
         if parts:
             out.append(Finding("scaling efficiency", _work(k), f"Scaling efficiency on {k['device_kind']} "
                                f"({k['runtime']}, {k['precision']}, batch {k['batch_size_per_device']}/device): "
                                + "; ".join(parts) + ". 100% is linear."))
-    return out
+    return out, max(0, len(found) - MAX_SCALING)
 
 
 def _runtimes(rows: Rows) -> list[Finding]:
@@ -194,13 +207,14 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
             mine = Rows(r for r in normalised if all(r.get(x) == k[x] for x in WORK) and not r.get("is_baseline"))
             cs = sorted((r for r in mine if r.get("normalised_time")), key=lambda r: r["normalised_time"])
             if cs:
-                names = [x for x in LABEL_KEYS if len({r.get(x) for r in mine}) > 1]
+                names = label_keys(mine)
                 b = cs[0]
                 out.append(Finding("against the baseline", w, f"Against the baseline ({baseline_text}): "
                                    f"{_label(b, names)} takes {b['normalised_time']:.3g}x its time"
                                    + (f" and {b['normalised_cost']:.3g}x its cost" if b.get("normalised_cost") else "")
                                    + f" ({len(cs)} configurations compared; the baseline table has each)."))
-    out += _scaling(ok) + _runtimes(ok)
+    scaled, more_scaling = _scaling(ok)
+    out += scaled + _runtimes(ok)
     bad = [r.get("status") for r in rows if r.get("status") != "ok"]
     if bad:
         counts = {s: bad.count(s) for s in sorted(set(bad), key=str)}
@@ -212,5 +226,7 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
         out.append(Finding("noise", None, f"{noisy} of {len(ok)} ok runs flagged themselves noisy (spread above "
                            "bench.noisy_cv): their figures are less certain than their medians look."))
     rest = len(works) - MAX_WORKS
-    return out, (f"{rest} more works are in the tables; narrow the report with --filter model=... to read their "
-                 "findings." if rest > 0 else "")
+    left = ([f"{rest} more works are in the tables (narrow the report with --filter model=... to read their "
+             "findings)"] if rest > 0 else []) + ([f"{more_scaling} more scaled workloads are in the scaling table"]
+                                                 if more_scaling else [])
+    return out, ("; ".join(left) + ".") if left else ""

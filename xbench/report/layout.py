@@ -160,9 +160,6 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
     gap = 0.45 + LINE_IN  # the x label, then the next facet's title
     body = sum(heights) + gap * len(facets) + 0.3
     fig = cv.figure(body)
-    values = [v for f in facets for b in f.bars for v in (b.value, b.high) if v is not None and v > 0]
-    if log is None:
-        log = bool(values) and max(values) / min(values) > 200
     y = 0.3
     handles = {}
     for f, h in zip(facets, heights):
@@ -182,10 +179,11 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
                         fmt="none", ecolor="0.15", elinewidth=0.8, capsize=2)
         hi = max([b.high or b.value for b in rows] + [ref[0] if ref else 0], default=1)
         lo = min([b.low or b.value for b in rows if (b.low or b.value) > 0] or [hi])
-        _xaxis(ax, lo, hi, log)
+        flog = log if log is not None else hi / lo > 200  # per facet: a narrow range reads better linear
+        _xaxis(ax, lo, hi, flog)
         for yy, b in zip(ys, rows):
             end = max(b.value, b.high or 0)
-            ax.text(end * (1.08 if log else 1) + (0 if log else hi * 0.015), yy, value_text(b.value),
+            ax.text(end * (1.08 if flog else 1) + (0 if flog else hi * 0.015), yy, value_text(b.value),
                     va="center", ha="left", fontsize=FONT - 0.5)
         ticks, ys_all = [short(b.label) for b in rows], list(ys)
         if f.left_out:

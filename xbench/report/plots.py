@@ -315,12 +315,12 @@ def normalised(rows: Rows, ctx: Context):
     if threads:  # the CPU study: time and cost against the thread count
         panels = []
         for title, sub in wl:
+            sub = Rows(r for r in sub if r.get("threads") is not None)  # the others have no place on this axis
             names = bar_keys(sub, ctx, drop=("threads",))
             for col, ylabel in panels_cols:
                 lines = []
                 for keys, g in groups(sub, names):
-                    g = sorted((r for r in g if r.get(col) is not None and r.get("threads") is not None),
-                               key=lambda r: r["threads"])
+                    g = sorted((r for r in g if r.get(col) is not None), key=lambda r: r["threads"])
                     if g:
                         lines.append(Line(bar_label(keys, names), [r["threads"] for r in g], [r[col] for r in g],
                                           rank=-min(r[col] for r in g)))
@@ -418,9 +418,9 @@ def published(rows: Rows, ctx: Context):
     for unit in sorted({r["unit"] for r in pub}):
         bars = []
         for r in (r for r in pub if r["unit"] == unit):
-            what = f"{r['study']}: {r['what']}"
-            bars += [Bar(f"{what} (published {r['date']})", float(r["value"]), hue="published"),
-                     Bar(f"{what} (here, {r['measured_runs']} runs)", r["measured"], hue="measured here")]
+            what = f"{r['study']}/{r['figure']}"  # the published table has the full description
+            bars += [Bar(f"{what}: published {r['date']}", float(r["value"]), hue="published"),
+                     Bar(f"{what}: here, {r['measured_runs']} runs", r["measured"], hue="measured here")]
         facets.append(Facet(unit, bars[:layout.MAX_BARS], xlabel=unit))
     return hbar_figure(facets, "Published figures of the studies beside these runs", "",
                        "Published figures come from xbench/studies/studies.yaml with their source and date; they are "

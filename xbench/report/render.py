@@ -94,8 +94,9 @@ def write_html(rep: Report, path: Path) -> Path:
     for s in rep.skipped_records:
         parts.append(f'<div class="warn">{html.escape(s)}</div>')
     parts.append(findings_html(rep))
-    nav = [f'<a href="#t-{t.name}">{t.name}</a>' for t in rep.tables] + [f'<a href="#p-{n}">{n}</a>' for n in rep.plots]
-    parts.append(f"<nav><p>{''.join(nav)}</p></nav><h2>Tables</h2>")
+    nav = ("<b>Tables:</b> " + "".join(f'<a href="#t-{t.name}">{t.name}</a>' for t in rep.tables)
+           + "<br><b>Plots:</b> " + "".join(f'<a href="#p-{n}">{n}</a>' for n in rep.plots))
+    parts.append(f'<nav><p><a href="#findings">findings</a><br>{nav}</p></nav><h2>Tables</h2>')
     parts.append('<p class="note">Rows shaded red did not finish ok (status and reason shown); yellow rows are '
                  "noisy (high spread). Units are in the column headers.</p>")
     for t in rep.tables:

@@ -57,7 +57,10 @@ def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -
     """The configuration keys that tell one work's bars apart (the ones that vary), minus what the user
     pooled (--pool) and `drop`."""
     skip = set(WORK) | set(drop) | set(ctx.pool if ctx else ())
-    return [k for k in varying_keys(rows) if k not in skip]
+    names = [k for k in varying_keys(rows) if k not in skip]
+    if "devices" not in names and "global_batch_size" in names and "batch_size_per_device" in names:
+        names.remove("batch_size_per_device")  # one device count: the global batch says it
+    return names
 
 
 def bar_label(keys: dict, names: list[str]) -> str:
