@@ -15,6 +15,7 @@ from xbench.report.fake import write_fake_store
 from xbench.report.plots import PLOTS, NoData
 from xbench.report.rows import Context, prepare
 
+
 @pytest.fixture(scope="module")
 def rows200(tmp_path_factory):
     store = write_fake_store(tmp_path_factory.mktemp("scale") / "results", 200, seed=3)

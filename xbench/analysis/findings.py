@@ -196,12 +196,13 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
     for k, sub in works[:MAX_WORKS]:
         w = _work(k)
         out += [f for f in (
-            _best(sub, TP, True, 1.0, "fastest", " samples/s", w),
+            _best(sub, TP, True, 1.0, "fastest", " samples/s", w, better="the throughput of"),
             _best(sub, f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples", w,
-                  prefix=f"{cur.upper()} ") if cur else None,
-            _best(sub, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w),
+                  prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
+            _best(sub, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w,
+                  better="faster than"),
             _best(sub, f"train_cost_to_target_{cur}", False, None, "cheapest to the target", "", w,
-                  prefix=f"{cur.upper()} ", suffix=" of training") if cur else None,
+                  prefix=f"{cur.upper()} ", suffix=" of training", better="cheaper than") if cur else None,
         ) if f is not None]
         if normalised is not None:
             mine = Rows(r for r in normalised if all(r.get(x) == k[x] for x in WORK) and not r.get("is_baseline"))
