@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FAST, cli_env, records, run_cli
-from xbench.sinks.wandb_files import read_offline_run
+from xbench.records.wandb_files import read_offline_run
 
 pytestmark = pytest.mark.slow
 

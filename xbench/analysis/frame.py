@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xbench.analysis import wandb_source
 from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
 from xbench.metrics import utilisation
 from xbench.records.record import RunRecord
@@ -164,12 +165,19 @@ def to_frame(records: list[RunRecord], skipped: list[str] | None = None) -> pd.D
 
 
 def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[RunRecord], list[str]]:
-    """(readable records under the stores, one message per unreadable file); a missing store is an error."""
-    missing = [str(s) for s in stores if not os.path.exists(s)]
+    """(readable records under the stores, one message per unreadable file); a missing store is an error.
+    A store may be a W&B source: `wandb:ENTITY/PROJECT` or `wandb-offline:DIR` (analysis/wandb_source.py)."""
+    sources = [s for s in stores if wandb_source.is_source(s)]
+    folders = [s for s in stores if not wandb_source.is_source(s)]
+    missing = [str(s) for s in folders if not os.path.exists(s)]
     if missing:
         raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
-                                "e.g. results/)")
-    return scan_records(*stores, progress=progress)
+                                "e.g. results/, or wandb:ENTITY/PROJECT, or wandb-offline:DIR)")
+    records, skipped = scan_records(*folders, progress=progress) if folders else ([], [])
+    for src in sources:
+        got, bad = wandb_source.read_source(src)
+        records, skipped = records + got, skipped + bad
+    return records, skipped
 
 
 def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
