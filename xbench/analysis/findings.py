@@ -156,11 +156,17 @@ def _runtimes(rows: Rows) -> list[Finding]:
     """Each non-eager runtime against the eager run of the same workload and placement, per configuration
     (never pooled over batch sizes): listed when few, else the median with the best and worst named."""
     ok = rows.ok()
-    eager = {tuple(g[0].get(k) for k in VERSUS_EAGER): g for _, g in groups(ok) if g[0].get("runtime") == "eager"}
+    same = (*VERSUS_EAGER, "experiment")  # a twin of the same experiment first (a sweep's own eager run)
+    eager = {}
+    for _, g in groups(ok):
+        if g[0].get("runtime") == "eager":
+            eager[tuple(g[0].get(k) for k in same)] = g
+            eager.setdefault(tuple(g[0].get(k) for k in VERSUS_EAGER), g)
     by_runtime: dict[str, list[tuple[str, float, bool | None]]] = {}
     for keys, g in groups(ok):
         rt = keys.get("runtime")
-        twin = eager.get(tuple(g[0].get(k) for k in VERSUS_EAGER)) if rt != "eager" else None
+        twin = None if rt == "eager" else (eager.get(tuple(g[0].get(k) for k in same))
+                                           or eager.get(tuple(g[0].get(k) for k in VERSUS_EAGER)))
         if twin is None:
             continue
         a, b = _configs(g, TP, 1.0), _configs(twin, TP, 1.0)
