@@ -74,27 +74,42 @@ class Config:
         return f"{fmt(self.low)}-{fmt(self.high)}"
 
 
-def _configs(sub: Rows, col: str, power: float | None) -> list[Config]:
+@dataclass
+class Found:
+    """One configuration of a work: its keys, its ok runs, and its throughput spread (analysis/spread.py),
+    computed once per findings() call and handed to every question that needs it."""
+    keys: dict
+    rows: Rows
+    tp_low: float | None
+    tp_high: float | None
+    tp: float | None  # median throughput
+
+    @classmethod
+    def of(cls, keys: dict, g: Rows) -> Found:
+        lo, hi, _, _ = spread(g)
+        return cls(keys, g, lo, hi, g.ok().median(TP))
+
+
+def _configs(found: list[Found], names: list[str], col: str, power: float | None) -> list[Config]:
     """Each configuration's median of `col` with an interval: throughput's spread carried by `power`
     (figure ~ throughput**power), or min-max over its runs when `power` is None."""
-    names = label_keys(sub)
     out = []
-    for keys, g in groups(sub, CONFIGURATION):
-        v = g.median(col)
-        if v is None:
+    for f in found:
+        ok = f.rows.ok(col)
+        if not ok:
             continue
+        v = ok.median(col)
         if power is None:
-            xs = g.nums(col)
+            xs = ok.nums(col)
             lo, hi = (min(xs), max(xs)) if len(xs) > 1 else (None, None)
         else:
-            tlo, thi, _, _ = spread(g)
-            tp = g.ok().median(TP)
+            tlo, thi, tp = f.tp_low, f.tp_high, f.tp
             if tlo and thi and tp:
                 a, b = (tlo / tp) ** power, (thi / tp) ** power
                 lo, hi = v * min(a, b), v * max(a, b)
             else:
                 lo = hi = None
-        out.append(Config(_label(keys, names), g, v, lo, hi))
+        out.append(Config(_label(f.keys, names), ok, v, lo, hi))
     return out
 
 
@@ -114,9 +129,9 @@ def _versus(best: Config, second: Config, higher: bool, what: str, better: str) 
     return f"{ratio:.2f}x {better} the runner-up, {second.label} ({fmt(second.value)}{what}){tail}"
 
 
-def _best(sub: Rows, col: str, higher: bool, power: float | None, question: str, unit: str,
-          work: str, prefix: str = "", suffix: str = "", better: str = "") -> Finding | None:
-    cs = sorted(_configs(sub.ok(col), col, power), key=lambda c: c.value, reverse=higher)
+def _best(found: list[Found], names: list[str], col: str, higher: bool, power: float | None,
+          question: str, unit: str, work: str, prefix: str = "", suffix: str = "", better: str = "") -> Finding | None:
+    cs = sorted(_configs(found, names, col, power), key=lambda c: c.value, reverse=higher)
     if not cs:
         return None
     b = cs[0]
@@ -152,28 +167,27 @@ def _scaling(rows: Rows) -> tuple[list[Finding], int]:
     return out, max(0, len(found) - MAX_SCALING)
 
 
-def _runtimes(rows: Rows) -> list[Finding]:
+def _runtimes(found: list[Found]) -> list[Finding]:
     """Each non-eager runtime against the eager run of the same workload and placement, per configuration
     (never pooled over batch sizes): listed when few, else the median with the best and worst named."""
-    ok = rows.ok()
     same = (*VERSUS_EAGER, "experiment")  # a twin of the same experiment first (a sweep's own eager run)
-    eager = {}
-    for _, g in groups(ok):
-        if g[0].get("runtime") == "eager":
-            eager[tuple(g[0].get(k) for k in same)] = g
-            eager.setdefault(tuple(g[0].get(k) for k in VERSUS_EAGER), g)
+    eager: dict[tuple, Found] = {}
+    for f in found:
+        r0 = f.rows[0]
+        if r0.get("runtime") == "eager":
+            eager[tuple(r0.get(k) for k in same)] = f
+            eager.setdefault(tuple(r0.get(k) for k in VERSUS_EAGER), f)
     by_runtime: dict[str, list[tuple[str, float, bool | None]]] = {}
-    for keys, g in groups(ok):
-        rt = keys.get("runtime")
-        twin = None if rt == "eager" else (eager.get(tuple(g[0].get(k) for k in same))
-                                           or eager.get(tuple(g[0].get(k) for k in VERSUS_EAGER)))
-        if twin is None:
+    for f in found:
+        rt, r0 = f.keys.get("runtime"), f.rows[0]
+        twin = None if rt == "eager" else (eager.get(tuple(r0.get(k) for k in same))
+                                           or eager.get(tuple(r0.get(k) for k in VERSUS_EAGER)))
+        if twin is None or not f.tp or not twin.tp:
             continue
-        a, b = _configs(g, TP, 1.0), _configs(twin, TP, 1.0)
-        if not a or not b:
-            continue
-        where = f"{_work(keys)}, batch {keys.get('global_batch_size')}"
-        by_runtime.setdefault(str(rt), []).append((where, a[0].value / b[0].value, overlap(a[0], b[0])))
+        o = (None if None in (f.tp_low, f.tp_high, twin.tp_low, twin.tp_high)
+             else (f.tp_low <= twin.tp_high and twin.tp_low <= f.tp_high))
+        where = f"{_work(f.keys)}, batch {f.keys.get('global_batch_size')}"
+        by_runtime.setdefault(str(rt), []).append((where, f.tp / twin.tp, o))
     out = []
     for rt, pairs in sorted(by_runtime.items()):
         noise = sum(1 for p in pairs if p[2])
@@ -199,15 +213,20 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
     out: list[Finding] = []
     ok = rows.ok(None)
     works = sorted(groups(ok, WORK), key=lambda x: -len(x[1]))
+    configs = [Found.of(keys, g) for keys, g in groups(ok, CONFIGURATION)]  # each spread once
+    by_work: dict[tuple, list[Found]] = {}
+    for f in configs:
+        by_work.setdefault(tuple(f.keys[x] for x in WORK), []).append(f)
     for k, sub in works[:MAX_WORKS]:
         w = _work(k)
+        found, names = by_work.get(tuple(k[x] for x in WORK), []), label_keys(sub)
         out += [f for f in (
-            _best(sub, TP, True, 1.0, "fastest", " samples/s", w, better="the throughput of"),
-            _best(sub, f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples", w,
-                  prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
-            _best(sub, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w,
+            _best(found, names, TP, True, 1.0, "fastest", " samples/s", w, better="the throughput of"),
+            _best(found, names, f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples",
+                  w, prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
+            _best(found, names, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w,
                   better="faster than"),
-            _best(sub, f"train_cost_to_target_{cur}", False, None, "cheapest to the target", "", w,
+            _best(found, names, f"train_cost_to_target_{cur}", False, None, "cheapest to the target", "", w,
                   prefix=f"{cur.upper()} ", suffix=" of training", better="cheaper than") if cur else None,
         ) if f is not None]
         if normalised is not None:
@@ -221,7 +240,7 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
                                    + (f" and {b['normalised_cost']:.3g}x its cost" if b.get("normalised_cost") else "")
                                    + f" ({len(cs)} configurations compared; the baseline table has each)."))
     scaled, more_scaling = _scaling(ok)
-    out += scaled + _runtimes(ok)
+    out += scaled + _runtimes([f for f in configs if f.rows.ok()])
     bad = [r.get("status") for r in rows if r.get("status") != "ok"]
     if bad:
         counts = {s: bad.count(s) for s in sorted(set(bad), key=str)}

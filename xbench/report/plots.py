@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.overhead import compile_columns
 from xbench.analysis.published import published_beside_measured
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups
@@ -24,7 +23,15 @@ from xbench.analysis.spread import spread
 from xbench.analysis.workload import SCALING, WORK
 from xbench.report import layout
 from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
-from xbench.report.rows import Context, bar_keys, bar_label, constant_caption, pooled_text, prepare
+from xbench.report.rows import (
+    Context,
+    bar_keys,
+    bar_label,
+    baseline_rows,
+    constant_caption,
+    pooled_text,
+    prepare,
+)
 
 PLOTS: dict[str, Callable] = {}
 SPREAD_NOTE = ("Error bars: min-max over repeated runs, else the run's 95% CI over its timed windows, else its "
@@ -56,16 +63,19 @@ def workloads(rows: Rows) -> tuple[list[tuple[str, Rows]], str]:
                                        "--filter model=...")
 
 
-_SPREAD: dict[tuple, tuple] = {}  # one build_plots: a configuration's spread is asked for by several plots
+_SPREAD: dict[tuple, tuple] = {}  # while a PlotJob draws: a group's spread, by its run ids (several plots ask)
 
 
 def tp_interval(sub: Rows, power: float = 1.0) -> tuple[float | None, float | None]:
     """Throughput's spread (analysis/spread.py) carried to a figure proportional to throughput**power
     (MFU: 1; cost per sample: -1), as (low, high) ratios to the median; (None, None) without one."""
-    key = tuple(map(id, sub))
-    if key not in _SPREAD:
-        _SPREAD[key] = spread(sub)[:2] + (sub.ok().median(TP),)
-    lo, hi, med = _SPREAD[key]
+    key = tuple(r.get("run_id") for r in sub) if _JOB else (None,)  # by content: never a stale entry
+    got = _SPREAD.get(key) if None not in key else None
+    if got is None:
+        got = spread(sub)[:2] + (sub.ok().median(TP),)
+        if None not in key:
+            _SPREAD[key] = got
+    lo, hi, med = got
     if lo is None or hi is None or not med or lo <= 0:
         return None, None
     a, b = (lo / med) ** power, (hi / med) ** power
@@ -303,7 +313,7 @@ def gpu_utilisation(rows: Rows, ctx: Context):
 
 @plot("normalised")
 def normalised(rows: Rows, ctx: Context):
-    n = normalised_rows(rows, ctx.baseline, ctx.baseline_text)
+    n = baseline_rows(rows, ctx)
     base = f"baseline ({ctx.baseline_text})"
     wl, left_out = workloads(n)
     threads = len(set(n.nums("threads"))) > 1

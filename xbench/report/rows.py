@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from xbench.analysis import currency as fx
+from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
 from xbench.analysis.rows import Rows
 from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK
@@ -51,6 +52,12 @@ def prepare(df, ctx: Context) -> Rows:
         return rows
     out, ctx.rates = fx.in_currency(rows, to, ctx.fx)
     return Rows(out)
+
+
+def baseline_rows(rows: Rows, ctx: Context) -> Rows:
+    """analysis.baseline.normalised_rows against the --baseline (the baseline table, the normalised plot and
+    the findings); raises its NoData / ValueError (an ambiguous baseline, with the candidates)."""
+    return normalised_rows(rows, ctx.baseline, ctx.baseline_text)
 
 
 def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -> list[str]:

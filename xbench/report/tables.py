@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.findings import Finding, findings
 from xbench.analysis.overhead import compile_columns, versus_eager
 from xbench.analysis.published import published_beside_measured
@@ -28,6 +27,7 @@ from xbench.metrics import targets
 from xbench.report.rows import (
     Context,
     Table,
+    baseline_rows,
     constant_caption,
     frame,
     join_unique,
@@ -225,7 +225,7 @@ BASIS = {"train_time_to_target_s": "training to target", "projected_training_s":
 
 @table("baseline")
 def baseline_table(rows: Rows, ctx: Context) -> Table:
-    n = normalised_rows(rows, ctx.baseline, ctx.baseline_text)
+    n = baseline_rows(rows, ctx)
     show = varying_keys(n) or ["platform"]
     out = [{**key_cols(r, show), "baseline": "<- baseline" if r["is_baseline"] else "",
             "throughput median [samples/s]": r[TP],
@@ -316,7 +316,7 @@ def exchange_rates_table(rows: Rows, ctx: Context) -> Table:
 def findings_of(rows: Rows, ctx: Context) -> tuple[list[Finding], str]:
     """The report's findings (xbench/analysis/findings.py), against the baseline when one is given."""
     try:
-        n = normalised_rows(rows, ctx.baseline, ctx.baseline_text) if ctx.baseline else None
+        n = baseline_rows(rows, ctx) if ctx.baseline else None
     except NoData:
         n = None
     return findings(rows, currency(rows), n, ctx.baseline_text)
