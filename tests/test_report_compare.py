@@ -5,6 +5,7 @@ Records are FAKE (xbench.report.fake) with figures chosen so each expected numbe
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import pytest
 
 from tests.test_report import _row, _tables, write_fixture_store
@@ -180,3 +181,48 @@ def test_pool_keys_are_checked(fixture_store, capsys):
         parse_args([str(fixture_store), "--pool", "platform"])
     assert "not a key a bar may pool over" in capsys.readouterr().err
     assert parse_query("a=1") == {"a": ["1"]}
+
+
+def test_normalised_bars_keep_precision_and_strategy_apart_and_say_so(tmp_path):
+    """Same work and global batch, two precisions and two strategies: four bars against the one baseline
+    configuration, never one merged bar; the note says each bar is one configuration."""
+    R = fake_record
+    store = _store(tmp_path, [
+        R("base", throughput=1000, batch_size=32),
+        R("bf16", throughput=1600, precision="bf16", batch_size=32),
+        R("dp", throughput=1250, parallel="dataparallel", devices=2, batch_size=16),
+        R("dp-bf16", throughput=2000, precision="bf16", parallel="dataparallel", devices=2, batch_size=16)])
+    rows, ctx = _rows(store, baseline="precision=fp32&parallel=single")
+    fig = PLOTS["normalised"](rows, ctx)
+    got = {k.split(" | ")[1]: v for k, v in _bars(fig).items()}
+    assert len(got) == 4, got
+    by_throughput = sorted(got.values())
+    assert by_throughput == pytest.approx([1000 / 2000, 1000 / 1600, 1000 / 1250, 1.0])
+    assert any("(baseline)" in k for k, v in got.items() if v == 1.0)
+    note = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+    assert "Pooled within" not in note and "one configuration" in note
+    # The findings name each configuration too (the fastest: bf16 with DataParallel, 2,000 samples/s).
+    found, _ = findings_of(rows, ctx)
+    [fastest] = [f.text for f in found if f.question == "fastest"]
+    assert "bf16 / dataparallel" in fastest and "2,000 samples/s" in fastest
+
+
+def test_published_figures_are_drawn_beside_the_measured_ones(fixture_store):
+    """The TPU run of the fixture (tpu_v2_8, 8 devices x 128 = global batch 1024, 2,500 samples/s) sits under the
+    conditions of the study's published TPU figure (2,796 images/s, 2018-04-26): the table and the plot show both,
+    and the published figure is never a run (not in any median)."""
+    t, _ = _tables(fixture_store, ["experiment=tpu_vs_gpu"])
+    pub = t["published"]
+    tpu = _row(pub, **{"published [unit]": 2796})
+    assert tpu["measured here [unit]"] == 2500.0 and tpu["unit"] == "images/s" and tpu["date"] == "2018-04-26"
+    assert "platform=tpu_v2_8, global_batch_size=1024; 1 runs" in tpu["measured as"]
+    gpu = _row(pub, **{"published [unit]": 2839})  # no 4 x V100 run here: blank, not a guess
+    assert gpu["measured here [unit]"] != gpu["measured here [unit]"]
+    assert _row(t["throughput"], platform="tpu_v2_8")["throughput median [samples/s]"] == 2500.0
+    rows, ctx = _rows(fixture_store, ["experiment=tpu_vs_gpu"])
+    with plt.rc_context(layout.STYLE):  # as the report draws it
+        fig = PLOTS["published"](rows, ctx)
+    bars = {k.split(" | ")[1]: v for k, v in _bars(fig).items()}
+    assert bars["tpu_throughput: 2018-04-26"] == 2796 and bars["tpu_throughput: here, 1 run"] == 2500.0
+    assert {k.split(" | ")[0] for k in _bars(fig)} == {"tpu_vs_gpu [images/s]"}
+    assert layout.text_problems(fig) == []

@@ -425,16 +425,17 @@ def published(rows: Rows, ctx: Context):
     if not pub:
         raise NoData("no run matches the conditions of a study's published figure (the published table lists them)")
     facets = []
-    for unit in sorted({r["unit"] for r in pub}):
+    for study, unit in sorted({(r["study"], r["unit"]) for r in pub}):  # a facet per study and unit
         bars = []
-        for r in (r for r in pub if r["unit"] == unit):
-            what = f"{r['study']}/{r['figure']}"  # the published table has the full description
-            bars += [Bar(f"{what}: published {r['date']}", float(r["value"]), hue="published"),
-                     Bar(f"{what}: here, {r['measured_runs']} runs", r["measured"], hue="measured here")]
-        facets.append(Facet(unit, bars[:layout.MAX_BARS], xlabel=unit))
+        for r in (r for r in pub if (r["study"], r["unit"]) == (study, unit)):
+            n = r["measured_runs"]  # the label names the figure and its date; the published table describes it
+            bars += [Bar(f"{r['figure']}: {r['date']}", float(r["value"]), hue="published"),
+                     Bar(f"{r['figure']}: here, {n} run{'s' if n != 1 else ''}", r["measured"], hue="measured here")]
+        facets.append(Facet(f"{study} [{unit}]", bars[:layout.MAX_BARS], xlabel=unit))
     return hbar_figure(facets, "Published figures of the studies beside these runs", "",
                        "Published figures come from xbench/studies/studies.yaml with their source and date; they are "
-                       "never runs. 'here': median of the ok runs under the published conditions.",
+                       "never runs. Grey: the published figure (its date); blue: the median of the ok runs here "
+                       "under the published conditions.",
                        hues={"published": "0.6", "measured here": "tab:blue"})
 
 
