@@ -94,7 +94,7 @@ def main(argv=None) -> int:
 def write_report(args, loaded, df, ctx, t0: float) -> int:
     """Tables, findings, plots and the files, from the loaded frame (`loaded.skipped`: unreadable records)."""
     from xbench.report import render
-    from xbench.report.rows import prepare
+    from xbench.report.rows import prepare, with_normalised
     from xbench.report.tables import build_tables, findings_of
 
     times = {"load": time.perf_counter() - t0}
@@ -103,6 +103,7 @@ def write_report(args, loaded, df, ctx, t0: float) -> int:
     job = None
     try:  # a query the frame cannot answer (a typo'd key, an ambiguous baseline, an unknown currency)
         rows = prepare(df, ctx)
+        ctx = with_normalised(rows, ctx)  # once, for the baseline table, the normalised plot and the findings
         if "html" in args.formats or "md" in args.formats:  # drawn in other processes meanwhile (--jobs)
             from xbench.report.plots import PlotJob
 

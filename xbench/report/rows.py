@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
-from xbench.analysis.rows import Rows
+from xbench.analysis.rows import NoData, Rows
 from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
@@ -37,6 +37,9 @@ class Context:
     fx: dict[str, float] | None = None  # --fx CUR=RATE (USD per unit), replacing the rate table
     pool: tuple[str, ...] = ()  # --pool: keys a normalised bar may pool over (median of configurations)
     rates: list = field(default_factory=list)  # the exchange rates used (filled by prepare)
+    # The rows normalised to the baseline, when the caller computed them once for the report's rows
+    # (with_normalised): the baseline table, the normalised plot and the findings read them.
+    normalised: Rows | None = None
 
     @classmethod
     def with_baseline(cls, text: str | None, **kw) -> Context:
@@ -56,8 +59,22 @@ def prepare(df, ctx: Context) -> Rows:
 
 def baseline_rows(rows: Rows, ctx: Context) -> Rows:
     """analysis.baseline.normalised_rows against the --baseline (the baseline table, the normalised plot and
-    the findings); raises its NoData / ValueError (an ambiguous baseline, with the candidates)."""
+    the findings): ctx.normalised when the caller gave it, else computed; raises its NoData / ValueError (an
+    ambiguous baseline, with the candidates)."""
+    if ctx.normalised is not None:
+        return ctx.normalised
     return normalised_rows(rows, ctx.baseline, ctx.baseline_text)
+
+
+def with_normalised(rows: Rows, ctx: Context) -> Context:
+    """ctx with `normalised` computed once from `rows` (the rows every table and plot of the report is drawn
+    from); left None when there is nothing to normalise (each figure then says why). An ambiguous baseline
+    raises ValueError here, before anything is drawn."""
+    try:
+        n = normalised_rows(rows, ctx.baseline, ctx.baseline_text) if ctx.baseline else None
+    except NoData:
+        n = None
+    return replace(ctx, normalised=n)
 
 
 def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -> list[str]:
