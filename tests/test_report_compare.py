@@ -138,7 +138,7 @@ def test_per_gpu_utilisation_shows_dataparallel_under_use(fixture_store):
     assert ddp["GPU utilisation per device [%]"] == "0:94 1:93 2:95 3:92"  # from every rank, not rank 0's only
     rows, ctx = _rows(fixture_store, ["experiment=fx_util"])
     bars = {k.split(" | ")[1]: v for k, v in _bars(PLOTS["gpu_utilisation"](rows, ctx)).items()}
-    assert bars["dataparallel / batch 128 / 4 dev · GPU 1"] == 31.0 and bars["ddp / batch 128 / 4 dev · GPU 3"] == 92.0
+    assert bars["GPU 1 · dataparallel / batch 128 / 4 dev"] == 31.0 and bars["GPU 3 · ddp / batch 128 / 4 dev"] == 92.0
 
 
 def test_findings_answer_with_figures_and_say_within_noise(fixture_store, tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import FAST, cli_env, run_cli
+from tests.conftest import FAST, cli_env, records, run_cli
 from tests.test_report import read_csv, run_report_without_torch
 from xbench.analysis import wandb_source
 from xbench.analysis.frame import load
@@ -71,6 +71,14 @@ def test_every_panel_of_the_wandb_report_reads_keys_the_runs_have(store, logged)
             _, group, key = path.split(".")
             assert c[group][key], path
         assert c["comparison"] == " / ".join(c[g]["name"] for g in ("platform", "runtime", "precision", "parallel"))
+    # Every mode's run carries its record as an artifact; the evaluations were logged as they happened.
+    [target] = [r for r in records(store) if r["config"]["bench"]["mode"] == "train_to_target"]
+    for name, r in logged.items():  # the train-to-target run also wrote mlperf.log: it goes with the record
+        want = ["mlperf.log", "record.json"] if name == target["run_id"] else ["record.json"]
+        assert [a["paths"] for a in r["artifacts"] if a["type"] == "run-record"] == [want], name
+        assert r["summary"]["status"] == "ok" and "n_warnings" in r["summary"], name
+    evals = [h for h in logged[target["run_id"]]["history"] if "top1" in h]
+    assert len(evals) == target["measurements"]["evals"] == target["artifacts"]["wandb_points_logged_live"] >= 1
     report = build({**defn, "entity": "someone"})  # wandb-workspaces objects, no network
     assert len(report.blocks[2].panels) == len(defn["panels"])
 

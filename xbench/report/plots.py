@@ -300,7 +300,8 @@ def gpu_utilisation(rows: Rows, ctx: Context):
             for d in devices:
                 xs = [r["gpu_util_by_device"][d] for r in g if d in r["gpu_util_by_device"]]
                 med = sorted(xs)[len(xs) // 2]
-                bars.append(Bar(f"{cfg} · GPU {d}", med, min(xs) if len(xs) > 1 else None,
+                # The GPU first in the label: a long label is cut at its end, and the colour names the configuration.
+                bars.append(Bar(f"GPU {d} · {cfg}", med, min(xs) if len(xs) > 1 else None,
                                 max(xs) if len(xs) > 1 else None, cfg, len(xs)))
         cap = layout.bar_cap(len(wl))
         facets.append(Facet(title, bars[:cap], left_out=max(0, len(bars) - cap), split=cap))
