@@ -6,6 +6,8 @@ from matplotlib's own layout boxes (layout.text_problems). Timing goals are in `
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 import pytest
 
@@ -45,6 +47,9 @@ def test_every_plot_of_200_records_fits_and_no_text_overlaps(rows200):
             for ax in fig.axes:
                 assert len(ax.patches) <= layout.MAX_BARS, f"{name}: {len(ax.patches)} bars in one facet"
             problems[name] = layout.text_problems(fig)
+            note = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+            if name != "published":  # each figure says what a bar, line or point holds (pooled or not)
+                assert re.search(r"Each (bar|line|point): |Pooled within a ", note), f"{name}: {note[:200]}"
             plt.close(fig)
     # The fixture has what every plot but the studies' published figures needs.
     assert set(PLOTS) - set(drawn) <= {"published"}, set(PLOTS) - set(drawn)
@@ -72,3 +77,14 @@ def test_text_problems_finds_overlap_and_overflow():
     found = layout.text_problems(fig)
     assert any("overlaps" in p for p in found) and any("outside the figure" in p for p in found)
     plt.close(fig)
+
+
+def test_every_table_of_200_records_says_what_a_row_pooled(rows200):
+    from xbench.report.tables import build_tables
+
+    rows, ctx = rows200
+    made, skipped = build_tables(None, ctx, rows=rows)
+    assert {t.name for t in made} >= {"throughput", "cost", "to_target", "scaling", "baseline", "utilisation",
+                                      "exchange_rates", "runs"}, skipped
+    for t in made:
+        assert re.match(r"(Each row: |Pooled within a |Nothing: )", t.pooled), (t.name, t.pooled)
