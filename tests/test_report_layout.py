@@ -88,3 +88,22 @@ def test_every_table_of_200_records_says_what_a_row_pooled(rows200):
                                       "exchange_rates", "runs"}, skipped
     for t in made:
         assert re.match(r"(Each row: |Pooled within a |Nothing: )", t.pooled), (t.name, t.pooled)
+
+
+def test_throughput_vs_batch_colours_the_lines_over_several_batch_sizes(rows200):
+    """Capped to LEGEND_MAX colours, the coloured lines are those that span batch sizes: never a single point in
+    colour while a line over several batch sizes is grey."""
+    rows, ctx = rows200
+    with plt.rc_context(layout.STYLE):
+        fig = PLOTS["throughput_vs_batch"](rows, ctx)
+    lines = [ln for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata())]
+    grey = [ln for ln in lines if ln.get_color() == layout.GREY]
+    coloured = [ln for ln in lines if ln.get_color() != layout.GREY and ln.get_linewidth() == 1.4]  # not error bars
+    assert coloured and grey
+    longest: dict = {}  # a label keeps its colour in every facet: its longest line anywhere
+    for ln in coloured:
+        c = str(ln.get_color())
+        longest[c] = max(longest.get(c, 0), len(ln.get_xdata()))
+    if any(len(ln.get_xdata()) > 1 for ln in grey):
+        assert min(longest.values()) > 1, longest
+    plt.close(fig)

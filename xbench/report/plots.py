@@ -153,8 +153,12 @@ def _lines_by_batch(sub: Rows, names: list[str], col: str = TP) -> list[Line]:
             a, b = tp_interval(p)
             pts.append((k["global_batch_size"], v, v * a if a else None, v * b if b else None))
         if pts:
+            # Coloured first (when lines are capped): the lines over two or more batch sizes, by their best
+            # point; a single point says nothing about batch size, so it ranks below every line (rank < 0).
+            top = max(p[1] for p in pts)
+            rank = top if len(pts) > 1 else -1.0 / (1.0 + max(top, 0.0))
             out.append(Line(bar_label(keys, names), [p[0] for p in pts], [p[1] for p in pts],
-                            [p[2] for p in pts], [p[3] for p in pts], rank=max(p[1] for p in pts)))
+                            [p[2] for p in pts], [p[3] for p in pts], rank=rank))
     return out
 
 
