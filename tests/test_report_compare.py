@@ -8,7 +8,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-from tests.test_report import _row, _tables, write_fixture_store
+from tests.test_report import _row, _tables, run_report_without_torch, write_fixture_store
 from xbench.analysis.currency import USD_PER, rate
 from xbench.analysis.frame import apply_filters, load, parse_query
 from xbench.records.store import write_record
@@ -58,6 +58,10 @@ def test_a_baseline_matching_a_ddp_and_a_single_run_is_refused_and_one_configura
         R("c1", throughput=500, platform="cpu", batch_size=16)])
     with pytest.raises(ValueError, match=r"ambiguous.*global batch 16.*parallel=ddp.*parallel=single"):
         _tables(store, baseline="platform=gpu")
+    # The CLI refuses it before drawing anything: exit 2, the candidates named, no report written.
+    p = run_report_without_torch(store, "--out", tmp_path / "report", "--baseline", "platform=gpu", "--no-progress")
+    assert p.returncode == 2 and "is ambiguous" in p.stderr and "parallel=ddp" in p.stderr, p.stderr[-2000:]
+    assert not (tmp_path / "report" / "report.html").exists()
     b = _tables(store, baseline="platform=gpu&parallel=single")[0]["baseline"]
     base = _row(b, baseline="<- baseline")
     assert base["platform"] == "gpu" and base["time relative to baseline [x]"] == 1.0
