@@ -8,7 +8,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint bench report drill lock clean
+.PHONY: help install run test test-fast lint bench report drill lock clean browser
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,8 +33,18 @@ install: $(STAMP)  ## create .venv with the pinned environment and xbench (edita
 run: $(STAMP)  ## run the default benchmark on this machine (extra Hydra overrides: ARGS="...")
 	$(VPY) -m xbench $(ARGS)
 
-test: $(STAMP)  ## run every test
+test: $(STAMP) browser  ## run every test
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The report's browser test opens report.html in headless Chromium (tests/test_report_browser.py): installed
+# here when missing and this is root on Debian/Ubuntu; otherwise that test skips and says why.
+browser:  ## install headless Chromium for the report's browser check (root, apt), when missing
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "==> installing chromium (the report's browser check)"; \
+	      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	        echo "==> could not install chromium: the report's browser test will skip"; \
+	    else echo "==> no chromium and not root: the report's browser test will skip"; fi; }
 
 test-fast: $(STAMP)  ## run the tests not marked slow
 	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -45,7 +55,7 @@ lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-l
 
 bench: $(STAMP)  ## harness overhead and report-scale benchmarks (prints ratios measured side by side)
 	$(VPY) scripts/bench_overhead.py
-	$(VPY) scripts/bench_report.py
+	$(VPY) scripts/bench_report.py 10000 --plots
 
 report: $(STAMP)  ## tables and plots from ./results into ./report
 	$(VPY) -m xbench.report results --out report

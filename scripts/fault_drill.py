@@ -296,7 +296,7 @@ def find_max_batch(tmp: Path) -> list[Row]:
 
 def sigterm_warmup(tmp: Path) -> list[Row]:
     """SIGTERM (a preempted spot machine) at warm-up step 1, W&B offline: interrupted + W&B preempted."""
-    from xbench.sinks.wandb_files import read_offline_run
+    from xbench.records.wandb_files import read_offline_run
 
     store = tmp / "s"
     args = [a for a in FAST if a != "logger=none"] + ["logger=wandb", "fault.kind=sigterm", "fault.at_step=1"]
@@ -409,7 +409,7 @@ def killed(tmp: Path) -> list[Row]:
 
 def wandb_outage(tmp: Path) -> list[Row]:
     """Online mode, service unreachable (a closed local port), fake key: offline within the timeout."""
-    from xbench.sinks.wandb_files import read_offline_run
+    from xbench.records.wandb_files import read_offline_run
 
     store = tmp / "s"
     with socket.socket() as s:  # a port that was free a moment ago: connection refused
@@ -701,7 +701,7 @@ def signal_phases(tmp: Path) -> list[Row]:
     and the window: start-up, the window (SIGUSR1, Slurm's --signal), the self-check, derive, the sinks
     (W&B offline), between two sweep points. Every one exits 130 with a final record; a stop after the
     measurement keeps it (status ok, derived figures)."""
-    from xbench.sinks.wandb_files import read_offline_run
+    from xbench.records.wandb_files import read_offline_run
 
     rows = []
     for phase, sig, expected in PHASE_SIGNALS:

@@ -12,7 +12,7 @@ from tests.conftest import FAST, cli_env, records, run_cli
 from xbench.api import compose
 from xbench.compat import check
 from xbench.platforms.detect import host_facts
-from xbench.sinks.wandb_files import read_offline_run
+from xbench.records.wandb_files import read_offline_run
 
 
 def _reasons(*overrides):

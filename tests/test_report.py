@@ -27,6 +27,9 @@ TARGET = {"goal_metric": "top1", "goal_target": 0.75, "target_reached": True, "t
           "epochs_to_target": 3}
 
 
+GPU_FIGURES = {"energy_j_per_sample": 0.12, "peak_device_allocated_gib": 1.9}
+
+
 def _search(trials: list[tuple[int, float | None]], limit: int) -> dict:
     """A find_max_batch record's measurements (xbench/modes/batch_search.py): (batch, samples/s or None
     for a trial that ran out of memory)."""
@@ -98,6 +101,19 @@ def write_fixture_store(root) -> Path:
         # Two rounds of one configuration, each steady on its own, 26% apart from each other.
         R("r-round0", throughput=1000, platform="cpu", batch_size=16, experiment="fx_rounds"),
         R("r-round1", throughput=1300, platform="cpu", batch_size=16, experiment="fx_rounds"),
+        # One platform priced in USD, one in EUR (2018 prices): one currency in the report, converted.
+        R("m-usd", throughput=2000, platform="gce_p100", usd_per_hour=1.46, batch_size=32, experiment="fx_money"),
+        R("m-eur", throughput=1800, platform="leadergpu_p100", usd_per_hour=4.8, currency="EUR",
+          price_as_of="2018-03-01", batch_size=32, experiment="fx_money"),
+        # Per-GPU utilisation: DataParallel's one rank drives 4 GPUs (GPU 0 busy), DDP's 4 ranks one each.
+        R("u-1", throughput=1000, model="bilstm", platform="k80x4", devices=1, experiment="fx_util",
+          measurements={"gpu_util_percent_mean": {"0": 97.0}, **GPU_FIGURES}),
+        R("u-dp4", throughput=1400, model="bilstm", platform="k80x4", parallel="dataparallel", devices=4,
+          experiment="fx_util", measurements={"gpu_util_percent_mean": {"0": 96.0, "1": 31.0, "2": 30.0, "3": 29.0},
+                                              **GPU_FIGURES, "peak_device_allocated_gib": 3.1}),
+        R("u-ddp4", throughput=3700, model="bilstm", platform="k80x4", parallel="ddp", devices=4,
+          experiment="fx_util", measurements={"gpu_util_percent_mean": {"0": 94.0}, **GPU_FIGURES},
+          ranks=[{"rank": i, "gpu_util_percent_mean": {str(i): v}} for i, v in enumerate((94.0, 93.0, 95.0, 92.0))]),
     ]
     for r in recs:
         write_record(root, r)
@@ -145,7 +161,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device():
 
 def test_corrupt_record_is_skipped_with_a_warning_naming_it(fixture_store):
     loaded = load([fixture_store], progress=False)
-    assert len(loaded.frame) == 30
+    assert len(loaded.frame) == 35
     [msg] = loaded.skipped
     assert "corrupt-run/record.json" in msg
 
@@ -313,7 +329,7 @@ def run_report_without_torch(*args, env=None) -> subprocess.CompletedProcess:
 
 def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_path):
     out = tmp_path / "report"
-    p = run_report_without_torch(fixture_store, "--out", out, "--baseline", "platform=k80", "--no-progress")
+    p = run_report_without_torch(fixture_store, "--out", out, "--baseline", "platform=k80", "--no-progress", "--svg")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "corrupt-run/record.json" in p.stderr  # the unreadable record is named
     html = (out / "report.html").read_text()
@@ -330,7 +346,7 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     rows = read_csv(out / "tables" / "throughput.csv")
     assert any(r["throughput median [samples/s]"] == "6900.0" for r in rows)
     tidy = read_csv(out / "tables" / "tidy_runs.csv")
-    assert len(tidy) == 30
+    assert len(tidy) == 35
 
 
 def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):
@@ -352,7 +368,8 @@ def test_wandb_without_credentials_writes_the_definition(fixture_store, tmp_path
     assert p.returncode == 0, p.stderr[-3000:]
     defn = json.loads((out / "wandb_report.json").read_text())
     assert "python -m xbench.report.wandb_report publish" in p.stderr
-    assert defn["runset"]["groupby"] == ["config.platform.name"]
+    assert defn["runset"]["groupby"] == ["config.platform.name", "config.runtime.name", "config.precision.name",
+                                        "config.parallel.name"]  # platform x runtime x precision x strategy
     assert "Config('experiment') in ['fx_threads']" in defn["runset"]["filters"]
     assert "'t-k80'" in defn["runset"]["filters"]
     # The definition builds into a real wandb-workspaces Report (no network until save()).

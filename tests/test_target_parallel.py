@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO, cli_env, records
 from xbench.metrics.cost import run_cost
-from xbench.sinks.wandb_files import read_offline_run
+from xbench.records.wandb_files import read_offline_run
 
 pytestmark = pytest.mark.slow
 

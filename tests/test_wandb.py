@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FAST, cli_env, records, run_cli
-from xbench.sinks.wandb_files import read_offline_run
+from xbench.records.wandb_files import read_offline_run
 
 pytestmark = pytest.mark.slow
 
 
 def test_offline_run_holds_config_series_summary_group_and_tags(store):
-    args = [a for a in FAST if not a.startswith("logger=")] + ["logger=wandb", "tags=[nightly]"]
+    args = [a for a in FAST if not a.startswith("logger=")] + ["logger=wandb", "tags=[nightly]", "bench.repeats=3"]
     p = run_cli(*args, store=store, env=cli_env(WANDB_MODE="offline"))
     assert p.returncode == 0, p.stderr[-3000:]
     assert "wandb sync" in p.stderr  # says once how to upload later
@@ -23,15 +23,39 @@ def test_offline_run_holds_config_series_summary_group_and_tags(store):
     assert run["group"] == "cnn_small-synthetic_cifar10"
     assert {"platform:local", "runtime:eager", "precision:fp32", "parallel:single", "model:cnn_small",
             "nightly"} <= set(run["tags"])
-    assert run["config"]["data"]["batch_size"] == 64 and run["config"]["model"]["name"] == "cnn_small"
-    hist = run["history"]
-    assert len(hist) == len(rec["series"]["loss"])
-    assert [h["loss"] for h in hist] == pytest.approx(rec["series"]["loss"])
-    assert [h["step_time_s"] for h in hist] == pytest.approx(rec["series"]["step_time_s"])
-    assert sum(h["phase_timed"] for h in hist) == 5
-    assert run["summary"]["throughput_samples_per_s"] == pytest.approx(
-        rec["measurements"]["throughput_samples_per_s"])
-    assert run["summary"]["status"] == "ok"
+    cfg = run["config"]
+    assert cfg["data"]["batch_size"] == 64 and cfg["model"]["name"] == "cnn_small"
+    # Hardware, versions and the environment; the key the report's bars group by.
+    env = cfg["env"]
+    assert env["cpu_model"] == rec["env"]["cpu"]["model"] and env["torch"] == rec["env"]["torch"]["torch"]
+    assert env["packages"]["wandb"] and env["python"] == rec["env"]["python"]
+    assert cfg["comparison"] == "local / eager / fp32 / single"
+    # Each window was logged once it had closed, while the run went on (before the record was final) ...
+    m = rec["measurements"]
+    windows = [h for h in run["history"] if "window" in h]
+    assert [h["window"] for h in windows] == [0, 1, 2] == list(range(art["wandb_windows_logged_live"]))
+    assert [h["window_s"] for h in windows] == pytest.approx(m["window_s"])
+    assert [h["window_throughput_samples_per_s"] for h in windows] == pytest.approx(m["throughput_samples_per_s_windows"])
+    # Causal, not a speed: window i+1 is logged after it closed, and it started only once window i was logged.
+    stamps = [h["_timestamp"] for h in windows]
+    for i in (1, 2):
+        assert stamps[i] - stamps[i - 1] >= 0.95 * m["window_s"][i] - 0.01
+    # ... and the per-step series after it, against its own `step`.
+    steps = [h for h in run["history"] if "loss" in h]
+    assert [h["step"] for h in steps] == rec["series"]["step"]
+    assert [h["loss"] for h in steps] == pytest.approx(rec["series"]["loss"])
+    assert [h["step_time_s"] for h in steps] == pytest.approx(rec["series"]["step_time_s"])
+    assert sum(h["phase_timed"] for h in steps) == 15
+    summ = run["summary"]
+    assert summ["throughput_samples_per_s"] == pytest.approx(m["throughput_samples_per_s"])
+    assert summ["status"] == "ok" and summ["reason"] is None and summ["n_warnings"] == len(rec["warnings"])
+    lo, hi = m["throughput_ci95_samples_per_s"]
+    assert (summ["throughput_ci95_low_samples_per_s"], summ["throughput_ci95_high_samples_per_s"]) == \
+        pytest.approx((lo, hi))
+    # The record itself is an artifact; W&B sampled no system metrics beside the windows.
+    [record_art] = [a for a in run["artifacts"] if a["type"] == "run-record"]
+    assert record_art["name"] == f"record-{rec['run_id']}" and record_art["paths"] == ["record.json"]
+    assert run["system_samples"] == 0
 
 
 def test_wandb_failure_never_loses_the_local_record(store, tmp_path):

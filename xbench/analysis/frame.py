@@ -16,7 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xbench.analysis import wandb_source
 from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
+from xbench.metrics import utilisation
 from xbench.records.record import RunRecord
 from xbench.records.store import scan_records
 
@@ -29,6 +31,7 @@ CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "eval_accuracy")
 CURVE_TIME_KEYS = ("train_time_s", "elapsed_s", "time_s")
 CURVE_EPOCH_KEYS = ("epoch", "epochs")
 TARGET_KEYS = ("goal_target", "target_accuracy")
+LIST_COLUMNS = ("curve", "gpu_util_by_device")  # not scalar: left out of the CSV
 
 
 @dataclass
@@ -146,7 +149,19 @@ def flatten(rec: RunRecord) -> dict:
     row["noisy"] = bool(m.get("noisy"))
     row["curve"] = _curve(rec)
     row["target"] = _target(rec)
+    row.update(_price_and_gpus(rec))
     return row
+
+
+def _price_and_gpus(rec: RunRecord) -> dict:
+    """The price's currency and date (analysis/currency.py converts by them) and the per-GPU utilisation
+    over every rank (a dict, not in CSV; its summary figures are)."""
+    platform = (rec.config or {}).get("platform") or {}
+    price = platform.get("price") or []
+    by_gpu = utilisation.gpu_util_by_device(rec.measurements or {}, rec.ranks)
+    return {"price_currency": price[0].get("currency", "USD") if price else None,
+            "price_as_of": str(platform["price_as_of"]) if platform.get("price_as_of") else None,
+            "gpu_util_by_device": by_gpu or None, **utilisation.summary(by_gpu)}
 
 
 def flatten_all(records: list[RunRecord], skipped: list[str] | None = None) -> list[dict]:
@@ -175,12 +190,19 @@ def to_frame(records: list[RunRecord], skipped: list[str] | None = None) -> pd.D
 
 
 def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[RunRecord], list[str]]:
-    """(readable records under the stores, one message per unreadable file); a missing store is an error."""
-    missing = [str(s) for s in stores if not os.path.exists(s)]
+    """(readable records under the stores, one message per unreadable file); a missing store is an error.
+    A store may be a W&B source: `wandb:ENTITY/PROJECT` or `wandb-offline:DIR` (analysis/wandb_source.py)."""
+    sources = [s for s in stores if wandb_source.is_source(s)]
+    folders = [s for s in stores if not wandb_source.is_source(s)]
+    missing = [str(s) for s in folders if not os.path.exists(s)]
     if missing:
         raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
-                                "e.g. results/)")
-    return scan_records(*stores, progress=progress)
+                                "e.g. results/, or wandb:ENTITY/PROJECT, or wandb-offline:DIR)")
+    records, skipped = scan_records(*folders, progress=progress) if folders else ([], [])
+    for src in sources:
+        got, bad = wandb_source.read_source(src)
+        records, skipped = records + got, skipped + bad
+    return records, skipped
 
 
 def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:

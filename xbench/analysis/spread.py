@@ -6,6 +6,7 @@ over whole-process repeats, else over its timed windows, else samples/s at its p
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from xbench.analysis.rows import TP, Rows, missing
@@ -18,8 +19,9 @@ def spread(rows: Rows) -> tuple[float | None, float | None, float | None, str]:
     ok = rows.ok()
     tps = ok.nums(TP)
     if len(tps) >= 2:
-        mean = statistics.fmean(tps)
-        return min(tps), max(tps), statistics.stdev(tps) / mean if mean else None, f"{len(tps)} runs min-max"
+        mean = statistics.fmean(tps)  # the sample standard deviation in floats (statistics.stdev is exact and slow)
+        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in tps) / (len(tps) - 1))
+        return min(tps), max(tps), sd / mean if mean else None, f"{len(tps)} runs min-max"
     if len(tps) == 1:
         r = ok[0]
         lo, hi = r.get("throughput_process_ci95_low_samples_per_s"), r.get("throughput_process_ci95_high_samples_per_s")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import psutil
 
@@ -33,6 +34,7 @@ from xbench.modes.base import Mode, Run
 from xbench.platforms.detect import HostFacts
 from xbench.rank import LaunchResult, RankContext, RankResult, StopRequested
 from xbench.sinks.console import Progress, human
+from xbench.sinks.curve import WINDOWS_FILE, CurveTail, CurveWriter
 
 INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
 
@@ -64,6 +66,7 @@ class ThroughputWork:
     plan: WindowPlan | None = None  # None: the config's bench.* plan
     show_progress: bool = True
     run_dir: str | None = None  # where bench.profile writes (None: this rank keeps no profile)
+    live: bool = False  # rank 0 writes each closed window to run_dir/windows.jsonl for W&B (sinks/curve.py)
 
     def progress(self):
         if not (self.show_progress and self.cfg.logger.progress):
@@ -72,12 +75,30 @@ class ThroughputWork:
         return Progress(p.warmup_max_steps, p.steps * p.repeats, enabled=True)
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
+        live = window_log(self.run_dir, ctx) if self.live and self.run_dir else None
         return measure_rank(self.cfg, self.facts, ctx, self.plan or WindowPlan.of(self.cfg.bench),
-                            self.batch_size, on_step, stop, self.run_dir)
+                            self.batch_size, on_step, stop, self.run_dir, live)
+
+
+def window_log(run_dir: str, ctx: RankContext):
+    """Rank 0's `live(i, window, samples)`: one line per closed window for the W&B tail, waiting (at most 2 s)
+    until it is logged, so the logging is over before the next window starts. None on other ranks."""
+    if ctx.rank != 0:
+        return None
+    out = CurveWriter(Path(run_dir) / WINDOWS_FILE, append=True, wait_s=2.0)
+
+    def live(i: int, w, samples: int) -> None:
+        st = sorted(w.step_times_s)
+        out.write({"window": i, "window_s": w.wall_s, "window_steps": w.steps,
+                   # every rank runs the same batch: the run's samples over rank 0's clock
+                   "window_throughput_samples_per_s": samples * ctx.world_size / w.wall_s,
+                   "window_step_time_s_median": st[len(st) // 2] if st else None,
+                   "window_loss_last": w.losses[-1] if w.losses else None})
+    return live
 
 
 def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
-                 on_step=None, stop=None, run_dir: str | None = None) -> RankResult:
+                 on_step=None, stop=None, run_dir: str | None = None, live=None) -> RankResult:
     """Build the rank, warm it up, time `plan.repeats` windows, and report this rank's figures."""
     p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
@@ -88,7 +109,7 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     if not wu.stable:
         warnings.append(f"warm-up did not stabilise within {plan.warmup_max_steps} steps (compilations or "
                         f"step times still changing); the timed windows may include them")
-    windows, meters = _timed_windows(cfg, p, plan, wu, warnings)
+    windows, meters = _timed_windows(cfg, p, plan, wu, warnings, live)
     wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
     if wait_fraction > INPUT_BOUND_FRACTION:
         warnings.append(f"input-bound: {wait_fraction:.0%} of the timed window waited for data "
@@ -103,8 +124,9 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     return RankResult(ctx.rank, m, _series(wu, windows), warnings, artifacts)
 
 
-def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str]):
-    """The timed windows, with energy and utilisation metered beside them (never inside a step)."""
+def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], live=None):
+    """The timed windows, with energy and utilisation metered beside them (never inside a step); `live`
+    hears of each window once it has closed (W&B), before the next one starts."""
     energy = EnergyMeter(p.work.runtime.device.type, rank_gpus(p))
     energy.start()
     windows = []
@@ -115,6 +137,8 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
             w = loop.timed_window(p.hooks, plan.steps)
             check_finite(w.losses, wu.steps + sum(x.steps for x in windows), "timed")
             windows.append(w)
+            if live is not None:
+                live(len(windows) - 1, w, p.samples_per_step * w.steps)
             if w.compiles_during:
                 warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
     except StopRequested as e:  # interrupted: keep what was measured before the signal
@@ -200,13 +224,18 @@ class Throughput(Mode):
     def execute(self, run: Run) -> None:
         cfg, rec, b = run.cfg, run.record, run.cfg.bench
         work = self.work(cfg, run.facts, run.run_dir)
-        with profile.environment(cfg, run.run_dir):
-            if b.process_repeats > 1:
-                result, processes = repeated(cfg, work, run.facts, run.progress, run.stop)
-                rec.measurements = across_processes(processes, b.noisy_cv)
-            else:
-                result = launch.run(cfg, work, run.facts, run.progress, run.stop)
-                rec.measurements = aggregate([r.measurements for r in result.ranks], b.noisy_cv)
+        tail = live_windows(run, work)
+        try:
+            with profile.environment(cfg, run.run_dir):
+                if b.process_repeats > 1:
+                    result, processes = repeated(cfg, work, run.facts, run.progress, run.stop)
+                    rec.measurements = across_processes(processes, b.noisy_cv)
+                else:
+                    result = launch.run(cfg, work, run.facts, run.progress, run.stop)
+                    rec.measurements = aggregate([r.measurements for r in result.ranks], b.noisy_cv)
+        finally:
+            if tail is not None:
+                tail.stop()
         run.progress.close()
         rec.artifacts.update(result.ranks[0].artifacts)
         ranks = [r.measurements for r in result.ranks]
@@ -234,6 +263,19 @@ class Throughput(Mode):
             repeated(cfg, self.work(cfg, facts), facts)
         else:
             super().join(cfg, facts)
+
+
+def live_windows(run: Run, work: ThroughputWork) -> CurveTail | None:
+    """Open the W&B run now and tail rank 0's windows into it (None: no W&B, or it could not start)."""
+    path = Path(run.run_dir) / WINDOWS_FILE
+    for stale in (path, Path(f"{path}.ack")):
+        stale.unlink(missing_ok=True)
+    if run.wandb is None or not run.wandb.start(run.record, run.run_dir):
+        return None
+    work.live = True
+    tail = CurveTail(path, run.wandb.log_window, interval_s=0.02, ack=True)
+    tail.start()
+    return tail
 
 
 class SelfCheck(Mode):

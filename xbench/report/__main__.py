@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,12 +35,36 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="publish a W&B Report of these runs (needs credentials; else writes its definition)")
     p.add_argument("--wandb-project", default="xbench")
     p.add_argument("--wandb-entity", default=None)
+    p.add_argument("--currency", default=None, metavar="CUR",
+                   help="show money in this currency (default: USD when any record is priced in USD); records "
+                        "priced in another are converted with the dated rate table shown in the report")
+    p.add_argument("--fx", action="append", default=[], metavar="CUR=RATE",
+                   help="USD per unit of CUR, replacing the rate table's (e.g. --fx EUR=1.09)")
+    p.add_argument("--pool", default="", metavar="KEY[,KEY]",
+                   help="let normalised bars pool configurations over these keys (median of them), e.g. "
+                        "global_batch_size; by default batch size, precision and strategy stay apart")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="processes that draw the plots (default: 2, or 1 on a 1-core machine)")
+    p.add_argument("--svg", action="store_true", help="also write each plot as SVG (for papers; the HTML embeds PNG)")
+    p.add_argument("--browser-check", action="store_true",
+                   help="open report.html in headless Chromium: every image loads, nothing overflows the page; "
+                        "writes screenshot.png and browser_check.json beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
     args = p.parse_args(argv)
     args.formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in args.formats if f not in FORMATS]
     if bad:
         p.error(f"--format {','.join(bad)} is unknown; allowed: {', '.join(FORMATS)}")
+    try:
+        args.fx_rates = {k.strip().upper(): float(v) for k, v in (f.split("=", 1) for f in args.fx)}
+    except ValueError:
+        p.error(f"--fx takes CUR=RATE (USD per unit of CUR), e.g. --fx EUR=1.09; got {args.fx}")
+    from xbench.report.rows import POOLABLE
+
+    args.pool_keys = tuple(k.strip() for k in args.pool.split(",") if k.strip())
+    unknown = [k for k in args.pool_keys if k not in POOLABLE]
+    if unknown:
+        p.error(f"--pool {','.join(unknown)}: not a key a bar may pool over; allowed: {', '.join(POOLABLE)}")
     return args
 
 
@@ -52,55 +77,76 @@ def main(argv=None) -> int:
         return 2
     from xbench.analysis.frame import apply_filters, load
     from xbench.report.rows import Context
-    from xbench.report.tables import build_tables
 
     t0 = time.perf_counter()
     try:
         loaded = load(args.stores, progress=not args.no_progress)
         df = apply_filters(loaded.frame, args.filter)
-        ctx = Context.with_baseline(args.baseline)
+        ctx = Context.with_baseline(args.baseline, currency=args.currency, fx=args.fx_rates, pool=args.pool_keys)
     except (FileNotFoundError, ValueError) as e:
         print(f"xbench.report: {e}", file=sys.stderr)
         return 2
     for s in loaded.skipped:
         print(f"xbench.report: WARNING {s}", file=sys.stderr)
-    t_load = time.perf_counter() - t0
-    try:  # a query the frame cannot answer (a typo'd key, an ambiguous baseline) is the user's to fix
-        tables, skipped_tables = build_tables(df, ctx)
-    except ValueError as e:
-        print(f"xbench.report: {e}", file=sys.stderr)
-        return 2
-    t_tables = time.perf_counter() - t0 - t_load
+    return write_report(args, loaded, df, ctx, t0)
 
+
+def write_report(args, loaded, df, ctx, t0: float) -> int:
+    """Tables, findings, plots and the files, from the loaded frame (`loaded.skipped`: unreadable records)."""
+    from xbench.report import render
+    from xbench.report.rows import prepare, with_normalised
+    from xbench.report.tables import build_tables, findings_of
+
+    times = {"load": time.perf_counter() - t0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plots, skipped_plots = {}, {}
-    if "html" in args.formats or "md" in args.formats:
-        from xbench.report.plots import build_plots
+    job = None
+    try:  # a query the frame cannot answer (a typo'd key, an ambiguous baseline, an unknown currency)
+        rows = prepare(df, ctx)
+        ctx = with_normalised(rows, ctx)  # once, for the baseline table, the normalised plot and the findings
+        if "html" in args.formats or "md" in args.formats:  # drawn in other processes meanwhile (--jobs)
+            from xbench.report.plots import PlotJob
 
-        plots, skipped_plots = build_plots(df, ctx, out / "plots")
-    from xbench.report import render
-
+            job = PlotJob(rows, ctx, out / "plots", jobs=args.jobs, svg=args.svg)
+        tables, skipped_tables = build_tables(df, ctx, rows=rows)
+        found, found_note = findings_of(rows, ctx)
+    except ValueError as e:
+        if job is not None:
+            job.cancel()
+        print(f"xbench.report: {e}", file=sys.stderr)
+        return 2
+    times["tables"] = time.perf_counter() - t0 - sum(times.values())
+    written = render.write_csvs(tables, df, out) if "csv" in args.formats else []
+    times["csv"] = time.perf_counter() - t0 - sum(times.values())
+    plots, skipped_plots = job.result() if job is not None else ({}, {})
+    times["plots (waited)"] = time.perf_counter() - t0 - sum(times.values())
     status_counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items()) if len(df) else "none"
     title = args.title or "xbench report" + (f": {'; '.join(args.filter)}" if args.filter else "")
     meta = [f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} from {', '.join(map(str, args.stores))}",
             f"{len(df)} runs shown ({status_counts}) of {len(loaded.frame)} records loaded"
             + (f"; {len(loaded.skipped)} unreadable record files skipped" if loaded.skipped else ""),
-            f"Filters: {'; '.join(args.filter) or 'none'}. Baseline: {args.baseline or 'none'}."]
-    rep = render.Report(title, meta, tables, skipped_tables, plots, skipped_plots, loaded.skipped)
-    written = []
+            f"Filters: {'; '.join(args.filter) or 'none'}. Baseline: {args.baseline or 'none'}. "
+            f"Pooled: {', '.join(args.pool_keys) or 'nothing (batch size, precision and strategy kept apart)'}."]
+    rep = render.Report(title, meta, tables, skipped_tables, plots, skipped_plots, loaded.skipped,
+                        findings=found, findings_note=found_note, rates=ctx.rates)
     if "html" in args.formats:
         written.append(render.write_html(rep, out / "report.html"))
     if "md" in args.formats:
         written.append(render.write_markdown(rep, out / "report.md"))
-    if "csv" in args.formats:
-        written += render.write_csvs(tables, df, out)
+    times["html/md"] = time.perf_counter() - t0 - sum(times.values())
     if args.wandb:
         from xbench.report.wandb_report import publish_or_save
 
         written.append(publish_or_save(df, args, out))
+    if args.browser_check and "html" in args.formats:
+        from xbench.report.browser import check
+
+        result = check(out / "report.html")
+        print(f"xbench.report: browser check: {result.summary()}", file=sys.stderr if not result.ok else sys.stdout)
+        written += [result.screenshot, result.path]
+    timing = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
     print(f"xbench.report: {len(df)} runs -> {len(tables)} tables, {len(plots)} plots in {out}/ "
-          f"(load {t_load:.2f} s, tables {t_tables:.2f} s, total {time.perf_counter() - t0:.2f} s)")
+          f"({timing}; total {time.perf_counter() - t0:.2f} s)")
     for name, why in {**skipped_tables, **skipped_plots}.items():
         print(f"  not drawn: {name}: {why}")
     for p in written:

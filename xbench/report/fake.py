@@ -25,14 +25,16 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
                 parallel: str = "single", devices: int = 1, batch_size: int = 32, threads: int | None = None,
                 status: str = "ok", reason: str | None = None, experiment: str | None = "FAKE",
                 measurements: dict | None = None, series: dict | None = None,
-                warnings: list[str] | None = None, mode: str = "throughput", currency: str = "USD") -> RunRecord:
+                warnings: list[str] | None = None, mode: str = "throughput", currency: str = "USD",
+                ranks: list[dict] | None = None, price_as_of: str | None = None) -> RunRecord:
     """One record as the CLI would write it, with the given (fake) figures."""
     price = [{"name": platform, "amount": usd_per_hour, "currency": currency, "unit": "hour", "per": "machine",
               "count": 1}] if usd_per_hour else []
     config = {
         "model": {"name": model}, "data": {"name": data, "batch_size": batch_size, "dataset_size": 60000},
         "platform": {"name": platform, "pricing_model": pricing_model, "price": price,
-                     "peak_tflops": {"fp32": peak_tflops_fp32} if peak_tflops_fp32 else {}},
+                     "peak_tflops": {"fp32": peak_tflops_fp32} if peak_tflops_fp32 else {},
+                     **({"price_as_of": price_as_of} if price_as_of else {})},
         "runtime": {"name": runtime}, "precision": {"name": precision},
         "parallel": {"name": parallel, "world_size": devices},
         "bench": {"mode": mode, "threads": threads}, "experiment": experiment,
@@ -49,36 +51,76 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
              "noisy": False}
     m.update(measurements or {})
     rec = RunRecord(run_id=run_id, experiment=experiment, config=config, measurements=m,
-                    series=series or {}, warnings=[FAKE_WARNING, *(warnings or [])])
+                    series=series or {}, warnings=[FAKE_WARNING, *(warnings or [])], ranks=ranks or [])
     rec.derived = derive(m, config) if status == "ok" else {}
     rec.finish(status, reason)
     return rec
 
 
+def _gpu_util(parallel: str, devices: int, rng: random.Random) -> tuple[dict, list[dict]]:
+    """(rank 0's measurements, every rank's) of per-GPU utilisation as bench/utilisation.py records it:
+    DataParallel's one rank drives every GPU (GPU 0 busy, the rest waiting), DDP's ranks one each."""
+    if parallel == "dataparallel":
+        util = {str(i): (92.0 if i == 0 else 35.0) + 5 * rng.random() for i in range(devices)}
+        return {"gpu_util_percent_mean": util}, []
+    ranks = [{"rank": i, "gpu_util_percent_mean": {str(i): 88.0 + 8 * rng.random()}} for i in range(devices)]
+    return {"gpu_util_percent_mean": ranks[0]["gpu_util_percent_mean"]}, (ranks if devices > 1 else [])
+
+
+# (platform, price per hour, pricing model, currency, peak fp32 TFLOP/s, device kind): two priced in EUR.
+PLATFORMS = [("cpu_8", 0.38, "on_demand", "USD", 1.2, "cpu"), ("cpu_64", 0.51, "spot", "USD", 4.0, "cpu"),
+             ("gpu_k80", 0.90, "on_demand", "USD", 4.4, "cuda"), ("gpu_v100", 3.06, "on_demand", "USD", 15.7, "cuda"),
+             ("gpu_v100", 1.95, "reserved_1y", "USD", 15.7, "cuda"), ("tpu_v2_8", 6.95, "on_demand", "USD", 180.0, "xla"),
+             ("leadergpu_p100", 4.8, "on_demand", "EUR", 9.3, "cuda"), ("hetzner_1080", 0.27, "monthly", "EUR", 8.9, "cuda")]
+MODELS = [("mlp", "synthetic_mnist", 5000), ("cnn_small", "synthetic_cifar10", 800), ("resnet50", "synthetic_imagenet", 90)]
+
+
+def fake_store_record(i: int, rng: random.Random, series_len: int = 40) -> RunRecord:
+    """The i-th record of a FAKE store: a throughput run, or (1 in 20) a train-to-target run with its curve."""
+    plat, price, pm, cur, peak, kind = rng.choice(PLATFORMS)
+    model, data, base = rng.choice(MODELS)
+    runtime = rng.choice(["eager", "compile", "xla"])
+    devices = rng.choice([1, 2, 4, 8])
+    parallel = "single" if devices == 1 else rng.choice(["ddp", "dataparallel"])
+    bs = rng.choice([16, 32, 64, 128])
+    status = rng.choices(["ok", "failed", "oom"], [0.95, 0.03, 0.02])[0]
+    eff = 1.0 if parallel != "dataparallel" else 0.45
+    tp = base * (1 + (devices - 1) * eff) * (0.7 + 0.3 * rng.random()) * (1 + bs / 256)
+    step = bs * devices / tp
+    m: dict = {"peak_device_allocated_gib": 0.5 + bs / 64 * rng.random(), "energy_j_per_sample": 40.0 / tp * devices,
+               "compile_time_s": 20 + 10 * rng.random() if runtime != "eager" else None,
+               "throughput_ci95_samples_per_s": [tp * 0.97, tp * 1.03]}
+    ranks: list[dict] = []
+    if kind == "cuda":
+        util, ranks = _gpu_util(parallel, devices, rng)
+        m.update(util)
+    series = {"step": list(range(series_len)), "phase": ["timed"] * series_len,
+              "loss": [2.3 - 0.01 * j for j in range(series_len)],
+              "step_time_s": [step * (1 + 0.02 * rng.random()) for _ in range(series_len)]}
+    mode = "throughput"
+    if i % 20 == 19:  # train to target: a curve and the time, epochs and cost to reach 0.9
+        mode = "train_to_target"
+        epochs = rng.choice([3, 4, 5])
+        per_epoch = 60000 / tp
+        series = {"top1": [0.9 * (1 - 0.5 ** (e + 1)) + 0.05 for e in range(epochs)],
+                  "train_time_s": [per_epoch * (e + 1) for e in range(epochs)], "epoch": list(range(1, epochs + 1))}
+        m.update(goal_metric="top1", goal_target=0.9, target_reached=True, target_status="reached",
+                 epochs_to_target=epochs, train_time_to_target_s=per_epoch * epochs,
+                 wall_time_to_target_s=per_epoch * epochs * 1.1)
+    return fake_record(
+        f"fake-{i:06d}", throughput=tp, model=model, data=data, platform=plat, usd_per_hour=price, currency=cur,
+        pricing_model=pm, peak_tflops_fp32=peak, runtime=runtime, parallel=parallel, devices=devices, batch_size=bs,
+        status=status, reason=None if status == "ok" else f"fake {status}", experiment="FAKE_load_test",
+        measurements={k: v for k, v in m.items() if v is not None}, series=series, mode=mode, ranks=ranks,
+        price_as_of="2018-03-01" if cur == "EUR" else None)
+
+
 def write_fake_store(root: str | Path, n: int, seed: int = 0) -> Path:
-    """n fake records spread over platforms, runtimes, batch sizes and device counts (load testing)."""
+    """n fake records spread over works, platforms (two in EUR), runtimes, batch sizes, strategies and device
+    counts, some trained to a target (load testing, and the report's layout at scale)."""
     rng = random.Random(seed)
-    platforms = [("cpu_8", 0.38, "on_demand"), ("cpu_64", 0.51, "spot"), ("gpu_k80", 0.90, "on_demand"),
-                 ("gpu_v100", 3.06, "on_demand"), ("gpu_v100", 1.95, "reserved_1y"), ("tpu_v2_8", 6.95, "on_demand")]
-    models = [("mlp", "synthetic_mnist", 5000), ("cnn_small", "synthetic_cifar10", 800), ("resnet50", "synthetic_imagenet", 90)]
-    series_len = 40
     for i in range(n):
-        plat, usd, pm = rng.choice(platforms)
-        model, data, base = rng.choice(models)
-        runtime = rng.choice(["eager", "compile", "xla"])
-        devices = rng.choice([1, 2, 4, 8])
-        parallel = "single" if devices == 1 else rng.choice(["ddp", "dataparallel"])
-        bs = rng.choice([16, 32, 64, 128])
-        status = rng.choices(["ok", "failed", "oom"], [0.95, 0.03, 0.02])[0]
-        tp = base * devices * (0.7 + 0.3 * rng.random()) * (1 + bs / 256)
-        step = bs * devices / tp
-        rec = fake_record(
-            f"fake-{i:06d}", throughput=tp, model=model, data=data, platform=plat, usd_per_hour=usd,
-            pricing_model=pm, runtime=runtime, parallel=parallel, devices=devices, batch_size=bs,
-            status=status, reason=None if status == "ok" else f"fake {status}", experiment="FAKE_load_test",
-            series={"step": list(range(series_len)), "phase": ["timed"] * series_len,
-                    "loss": [2.3 - 0.01 * j for j in range(series_len)],
-                    "step_time_s": [step * (1 + 0.02 * rng.random()) for _ in range(series_len)]})
+        rec = fake_store_record(i, rng)
         # The store's format without its per-file fsync: this is throwaway load-test data.
         folder = Path(root) / rec.run_id
         folder.mkdir(parents=True, exist_ok=True)

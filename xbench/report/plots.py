@@ -1,38 +1,41 @@
-"""The comparison plots, each one function registered in PLOTS and drawn from the tidy frame.
+"""The comparison plots, each one function registered in PLOTS and drawn from the tidy rows.
 
-A plot function takes (frame, ctx) and returns a matplotlib Figure, or raises NoData with a one-line
-reason (the report shows the reason instead). The work (model / data) is a facet; lines and bars
-are labelled by the config keys that vary; legends sit outside the axes so many lines stay readable.
-Scaling, baseline and overhead figures come from xbench.analysis. matplotlib runs headless (Agg).
+A plot function takes (rows, ctx) and returns a matplotlib Figure, or raises NoData with a one-line
+reason (the report shows the reason instead). The work (model / data) is a facet; bars and lines are
+labelled by the configuration keys that vary there, so batch size, precision and strategy stay apart
+unless the user pools them (--pool). Every figure says in its footer what a bar holds (pooled or one
+configuration), where its error bars come from, and what it left out. Layout (horizontal bars, caps on
+bars, lines, legends and facets) is xbench/report/layout.py's. Scaling, baseline and overhead figures
+come from xbench.analysis. matplotlib runs headless (Agg).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-import textwrap
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402  (build_plots takes the tidy frame)
-
-from xbench.analysis.baseline import normalised_rows  # noqa: E402
-from xbench.analysis.overhead import compile_columns  # noqa: E402
+from xbench.analysis.overhead import compile_columns
 from xbench.analysis.published import published_beside_measured
-from xbench.analysis.rows import TP, NoData, Rows, currency, groups  # noqa: E402
-from xbench.analysis.scaling import scaling_rows  # noqa: E402
-from xbench.analysis.workload import SCALING, WORK  # noqa: E402
-from xbench.report.rows import Context, varying_keys  # noqa: E402
+from xbench.analysis.rows import TP, NoData, Rows, currency, groups
+from xbench.analysis.scaling import scaling_rows
+from xbench.analysis.spread import spread
+from xbench.analysis.workload import SCALING, WORK
+from xbench.report import layout
+from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
+from xbench.report.rows import (
+    Context,
+    bar_keys,
+    bar_label,
+    baseline_rows,
+    constant_caption,
+    pooled_text,
+    prepare,
+)
 
 PLOTS: dict[str, Callable] = {}
-LINE_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model", "threads")
-MARKERS = "osD^v<>PX*h"
-STYLE = {"axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
-         "font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8, "figure.dpi": 110}
+SPREAD_NOTE = ("Error bars: min-max over repeated runs, else the run's 95% CI over its timed windows, else its "
+               "p10-p90 step times.")
 
 
 def plot(name: str):
@@ -42,190 +45,135 @@ def plot(name: str):
     return deco
 
 
-def label_keys(rows: Rows, keys=LINE_KEYS) -> list[str]:
-    """The line-identity keys that vary in these rows (platform and runtime name a line otherwise)."""
-    return varying_keys(rows, keys) or ["platform", "runtime"]
-
-
-def label(keys: dict, names: list[str]) -> str:
-    parts = []
-    for k in names:
-        v = keys.get(k)
-        if k == "cpu_capability":  # None is a setting too: the best kernels the CPU has
-            parts.append(f"{v or 'best'} CPU kernels")
-            continue
-        if v is None:
-            continue
-        if k == "threads":
-            parts.append(f"{v} thread" + ("s" if v != 1 else ""))
-        else:
-            parts.append(f"batch {v}" if k == "global_batch_size" else str(v))
-    return " / ".join(parts) or "run"
-
-
-def _work_title(k: dict, width: int = 60) -> str:
-    """A facet's title: the work, then its options and data shape wrapped to the facet's width."""
+def _work_title(k: dict) -> str:
     details = ", ".join(v for v in (k.get("model_options"), k.get("data_shape")) if v)
-    head = f"{k['model']} on {k['data']}"
-    return head + ("\n" + textwrap.fill(f"({details})", width) if details else "")
+    return f"{k['model']} on {k['data']}" + (f" ({details})" if details else "")
 
 
-def workloads(rows: Rows) -> list[tuple[str, Rows]]:
-    """(title, rows) per work (model and data, with their options): one facet each."""
-    return [(_work_title(k), sub) for k, sub in groups(rows, WORK)]
+def workloads(rows: Rows) -> tuple[list[tuple[str, Rows]], str]:
+    """(title, rows) per work (model and data, with their options), the most-run first when there are more
+    than a figure draws, and a sentence naming the ones left out (empty when none)."""
+    found = [(_work_title(k), sub) for k, sub in groups(rows, WORK)]
+    if len(found) <= layout.MAX_FACETS:
+        return found, ""
+    found.sort(key=lambda x: -len(x[1]))
+    rest = found[layout.MAX_FACETS:]
+    names = ", ".join(t for t, _ in rest[:4]) + (", ..." if len(rest) > 4 else "")
+    return found[:layout.MAX_FACETS], (f"{len(rest)} more works not drawn ({names}): narrow the report with "
+                                       "--filter model=...")
 
 
-def facets(n: int, ncols_max: int = 3, w: float = 4.6, h: float = 3.4, rows_per: int = 1):
-    """A grid of n facets (each `rows_per` axes tall); returns the figure and a list of axes lists."""
-    ncols = min(n, ncols_max)
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows * rows_per, ncols, figsize=(w * ncols, h * nrows * rows_per), squeeze=False)
+_SPREAD: dict[tuple, tuple] = {}  # while a PlotJob draws: a group's spread, by its run ids (several plots ask)
+
+
+def tp_interval(sub: Rows, power: float = 1.0) -> tuple[float | None, float | None]:
+    """Throughput's spread (analysis/spread.py) carried to a figure proportional to throughput**power
+    (MFU: 1; cost per sample: -1), as (low, high) ratios to the median; (None, None) without one."""
+    key = tuple(r.get("run_id") for r in sub) if _JOB else (None,)  # by content: never a stale entry
+    got = _SPREAD.get(key) if None not in key else None
+    if got is None:
+        got = spread(sub)[:2] + (sub.ok().median(TP),)
+        if None not in key:
+            _SPREAD[key] = got
+    lo, hi, med = got
+    if lo is None or hi is None or not med or lo <= 0:
+        return None, None
+    a, b = (lo / med) ** power, (hi / med) ** power
+    return min(a, b), max(a, b)
+
+
+def run_range(sub: Rows, col: str) -> tuple[float | None, float | None]:
+    """min-max over repeated runs (None, None for one run)."""
+    xs = sub.nums(col)
+    return (min(xs), max(xs)) if len(xs) > 1 else (None, None)
+
+
+def _note(*parts: str) -> str:
+    return " ".join(p.strip() for p in parts if p and p.strip())
+
+
+def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, power: float | None = 1.0,
+                scale: float = 1.0, hue: str | None = None, best_of: str | None = None, drop=(),
+                facets_per_work: int = 1):
+    """Facets of bars of `col` (median per configuration x `scale`) and the sentences that say what a bar
+    is. `power`: how the figure follows throughput, for its error bars (None: min-max over runs).
+    `best_of`: a key over which only the best value of each bar is kept (the best batch size)."""
+    ok = rows.ok(col)
+    if not ok:
+        raise NoData(f"no ok record has {col}")
+    wl, left_out = workloads(ok)
+    facets, found_all, summarised = [], [], 0
+    cap = layout.bar_cap(len(wl) * facets_per_work)
+    for title, sub in wl:
+        names = bar_keys(sub, ctx, drop=(hue, best_of, *drop))
+        bars = []
+        for keys, g in groups(sub, names + ([hue] if hue else [])):
+            if best_of:
+                g = max((b for _, b in groups(g, [best_of])), key=lambda b: b.median(col) * (1 if higher_is_better else -1))
+            found_all.append((keys, g))
+            v = g.median(col) * scale
+            if power is None:
+                lo, hi = run_range(g, col)
+                lo, hi = (lo * scale, hi * scale) if lo is not None else (None, None)
+            else:
+                a, b = tp_interval(g, power)
+                lo, hi = (v * a, v * b) if a is not None else (None, None)
+            bars.append(Bar(bar_label(keys, names), v, lo, hi, str(keys[hue]) if hue else None, len(g)))
+        f = summarise(bars, higher_is_better, cap)
+        f.title = title
+        summarised += f.left_out
+        facets.append(f)
+    notes = [constant_caption(ok), pooled_text(found_all, (*ctx.pool, *drop)),
+             SPREAD_NOTE if power is not None else "Error bars: min-max over repeated runs.",
+             f"Best {best_of.replace('_', ' ')} of each bar." if best_of else "",
+             f"{summarised} bars left out (the best and the worst of each work are drawn; the tables list all)."
+             if summarised else "", left_out]
+    return facets, _note(*notes), ok
+
+
+def hue_colors(names) -> dict:
+    return {n: c for n, (c, _) in zip(sorted(names), layout.palette())}
+
+
+@plot("throughput")
+def throughput(rows: Rows, ctx: Context):
+    facets, note, _ = figure_bars(rows, ctx, TP, True)
+    return hbar_figure(facets, "Throughput per configuration (median, higher is better)", "throughput [samples/s]",
+                       note)
+
+
+def _lines_by_batch(sub: Rows, names: list[str], col: str = TP) -> list[Line]:
     out = []
-    for i in range(n):
-        r, c = divmod(i, ncols)
-        out.append([axes[r * rows_per + j][c] for j in range(rows_per)])
-    for i in range(n, nrows * ncols):  # hide the unused cells
-        r, c = divmod(i, ncols)
-        for j in range(rows_per):
-            axes[r * rows_per + j][c].set_visible(False)
-    return fig, out
-
-
-def style_cycle():
-    colors = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors
-    return itertools.cycle(zip(itertools.cycle(colors), itertools.cycle(MARKERS)))
-
-
-def legend_outside(fig, axes_list) -> None:
-    """One legend for the figure, right of the axes, de-duplicated, in columns when long."""
-    handles, labels, seen = [], [], set()
-    for ax in axes_list:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in seen:
-                seen.add(lab)
-                handles.append(h)
-                labels.append(lab)
-    if handles:
-        fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False,
-                   ncol=1 + len(labels) // 20)
-
-
-def _styles_for(names) -> dict:
-    cyc = style_cycle()
-    return {n: next(cyc) for n in names}
-
-
-def _label_styles(rows: Rows, names: list[str]) -> dict:
-    """A (colour, marker) per configuration label, the same in every panel of one figure."""
-    return _styles_for(sorted({label(k, names) for k, _ in groups(rows, names)}))
-
-
-def _integer_ticks(ax, xs) -> None:
-    """Ticks at the values that were run (batch sizes, threads); log2 spacing when they span 8x."""
-    xs = sorted({float(x) for x in xs if x and x > 0})
-    if not xs:
-        return
-    if max(xs) / min(xs) >= 8:
-        ax.set_xscale("log", base=2)
-    if len(xs) <= 12:
-        ax.set_xticks(xs)
-        ax.set_xticklabels([f"{x:g}" for x in xs])
-        ax.minorticks_off()
-    else:
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    for keys, line in groups(sub, names):
+        pts = []
+        for k, p in groups(line, ["global_batch_size"]):
+            if k["global_batch_size"] is None:
+                continue
+            v = p.median(col)
+            a, b = tp_interval(p)
+            pts.append((k["global_batch_size"], v, v * a if a else None, v * b if b else None))
+        if pts:
+            # Coloured first (when lines are capped): the lines over two or more batch sizes, by their best
+            # point; a single point says nothing about batch size, so it ranks below every line (rank < 0).
+            top = max(p[1] for p in pts)
+            rank = top if len(pts) > 1 else -1.0 / (1.0 + max(top, 0.0))
+            out.append(Line(bar_label(keys, names), [p[0] for p in pts], [p[1] for p in pts],
+                            [p[2] for p in pts], [p[3] for p in pts], rank=rank))
+    return out
 
 
 @plot("throughput_vs_batch")
 def throughput_vs_batch(rows: Rows, ctx: Context):
     ok = rows.ok()
-    if not ok or not ok.has("global_batch_size"):
-        raise NoData("no ok run with a throughput and a global batch size")
-    if all(len(set(sub.col("global_batch_size"))) < 2 for _, sub in workloads(ok)):
+    wl, left_out = workloads(ok)
+    if all(len(set(sub.col("global_batch_size"))) < 2 for _, sub in wl):
         raise NoData("no workload was run at two or more global batch sizes (the throughput table has them)")
-    names = label_keys(ok)
-    styles = _label_styles(ok, names)
-    wl = workloads(ok)
-    fig, cells = facets(len(wl))
-    for (title, sub), [ax] in zip(wl, cells):
-        for keys, line in groups(sub, names):
-            pts = [(k["global_batch_size"], p.median(TP), min(p.nums(TP)), max(p.nums(TP)))
-                   for k, p in groups(line, ["global_batch_size"]) if k["global_batch_size"] is not None]
-            lab = label(keys, names)
-            color, marker = styles[lab]
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            ax.plot(xs, ys, marker=marker, color=color, label=lab)
-            if any(p[3] > p[2] for p in pts):  # repeated runs: show their min-max
-                ax.vlines(xs, [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.5)
-        _integer_ticks(ax, sub.nums("global_batch_size"))
-        ax.set(title=title, xlabel="global batch size [samples]", ylabel="throughput [samples/s]")
-        ax.set_ylim(bottom=0)
-    fig.suptitle("Throughput vs global batch size")
-    legend_outside(fig, [c[0] for c in cells])
-    fig.tight_layout()
-    return fig
-
-
-def nice(v: float | None) -> str:
-    """A bar's value as a reader would write it: 8,000 / 3.2 / 0.0137."""
-    if v is None or math.isnan(v):
-        return "n/a"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
-
-
-def _bars(ax, cats: list[str], hues: list[str], value: dict, styles: dict) -> None:
-    """Grouped bars: one group per category, one bar per hue present there; values on the bars."""
-    for i, cat in enumerate(cats):
-        here = [h for h in hues if value.get((cat, h)) is not None]
-        width = 0.8 / max(len(here), 1)
-        for j, hue in enumerate(here):
-            x = i + (j - (len(here) - 1) / 2) * width
-            y = value[(cat, hue)]
-            bar = ax.bar([x], [y], width=width * 0.92, color=styles[hue][0], label=hue)
-            ax.bar_label(bar, labels=[nice(y)], fontsize=7, padding=1)
-    ax.set_xticks(range(len(cats)))
-    tilt = len(cats) > 3 or max((len(c) for c in cats), default=0) > 14
-    ax.set_xticklabels(cats, rotation=30 if tilt else 0, ha="right" if tilt else "center")
-    ax.margins(y=0.15)
-
-
-def _hbars(ax, cats: list[str], vals: list, color: str = "tab:blue") -> None:
-    """Horizontal bars, one per category (long labels stay readable), values at the bar ends."""
-    ys = list(range(len(cats)))
-    bars = ax.barh(ys, [v or 0 for v in vals], color=color, height=0.7)
-    ax.bar_label(bars, labels=[nice(v) for v in vals], fontsize=7, padding=2)
-    ax.set_yticks(ys)
-    ax.set_yticklabels(cats)
-    ax.set_ylim(len(cats) - 0.5, -0.5)  # first category on top
-    ax.margins(x=0.2)
-
-
-def _bar_plot(rows: Rows, col: str, hue_key: str | None, title: str, ylabel: str, best: bool = False):
-    """Bars of `col` per configuration (median over runs; with best=True the best batch size's)."""
-    ok = rows.ok(col)
-    names = [k for k in label_keys(ok) if k != hue_key]
-    if not best and len(set(ok.col("global_batch_size"))) > 1:
-        names.append("global_batch_size")
-    wl = workloads(ok)
-    hues = sorted({str(v) for v in ok.col(hue_key) if v is not None}) if hue_key else ["value"]
-    styles = _styles_for(hues)
-    fig, cells = facets(len(wl), w=max(4.6, 0.6 * len(groups(ok, names)) + 2))
-    for (wtitle, sub), [ax] in zip(wl, cells):
-        value, cats = {}, []
-        for keys, g in groups(sub, names + ([hue_key] if hue_key else [])):
-            cat = label(keys, names)
-            if cat not in cats:
-                cats.append(cat)
-            v = max(b.median(col) for _, b in groups(g, ["global_batch_size"])) if best else g.median(col)
-            value[(cat, str(keys[hue_key]) if hue_key else "value")] = v
-        _bars(ax, cats, hues, value, styles)
-        ax.set(title=wtitle, ylabel=ylabel)
-    fig.suptitle(title)
-    if hue_key:
-        legend_outside(fig, [c[0] for c in cells])
-    fig.tight_layout()
-    return fig
+    panels = [Panel(t, _lines_by_batch(sub, bar_keys(sub, ctx, drop=("global_batch_size", "batch_size_per_device"))),
+                    "throughput [samples/s]") for t, sub in wl]
+    span = [x for p in panels for ln in p.lines for x in ln.xs]
+    return line_figure(panels, "Throughput vs global batch size (median per point)", "global batch size [samples]",
+                       _note(constant_caption(ok), "Each point: one configuration (median over its runs).",
+                             SPREAD_NOTE, left_out), log_x=bool(span) and max(span) / min(span) >= 8)
 
 
 @plot("samples_per_dollar")
@@ -233,9 +181,31 @@ def samples_per_dollar(rows: Rows, ctx: Context):
     cur = currency(rows)
     if cur is None:
         raise NoData("no record has a price")
-    return _bar_plot(rows, f"samples_per_s_per_{cur}_per_hour", "pricing_model",
-                     "Throughput per price: on-demand vs spot vs reserved (best batch size of each)",
-                     f"samples/s per {cur.upper()}/hour", best=True)
+    col = f"samples_per_s_per_{cur}_per_hour"
+    hue = "pricing_model" if len(set(rows.ok(col).col("pricing_model"))) > 1 else None
+    facets, note, ok = figure_bars(rows, ctx, col, True, hue=hue, best_of="global_batch_size",
+                                   drop=("batch_size_per_device",))
+    C = cur.upper()
+    return hbar_figure(facets, f"Throughput per price: samples/s per {C}/hour (best batch size of each; on-demand "
+                       "vs spot vs reserved)", f"samples/s per {C}/hour", _note(note, _fx_note(ctx)),
+                       hues=hue_colors({b.hue for f in facets for b in f.bars}) if hue else None)
+
+
+@plot("cost_per_million")
+def cost_per_million(rows: Rows, ctx: Context):
+    cur = currency(rows)
+    if cur is None:
+        raise NoData("no record has a price")
+    facets, note, _ = figure_bars(rows, ctx, f"{cur}_per_million_samples", False, power=-1.0)
+    return hbar_figure(facets, f"Cost per million samples trained [{cur.upper()}] (lower is better)",
+                       f"{cur.upper()} per 1M samples", _note(note, _fx_note(ctx)))
+
+
+def _fx_note(ctx: Context) -> str:
+    if not ctx.rates:
+        return ""
+    return "Converted: " + "; ".join(f"{r.currency} at {r.rate:.4g} {r.to}/{r.currency} ({r.date})" for r in ctx.rates) \
+        + " (the report's rate table)."
 
 
 @plot("cost_to_target")
@@ -246,49 +216,48 @@ def cost_to_target(rows: Rows, ctx: Context):
     col = next((c for c in names if rows.ok(c)), None)
     if col is None:
         raise NoData(f"no ok record has {' / '.join(names)}")
-    hue = "pricing_model" if len(set(rows.col("pricing_model"))) > 1 else None
-    if col == names[2]:
-        return _bar_plot(rows, col, hue, "Cost of the whole training (training time only)",
-                         f"training cost [{cur.upper()}]")
-    what = "training time only" if col.startswith("train_") else "wall time, incl. evaluation"
-    return _bar_plot(rows, col, hue, f"Cost to reach the quality target ({what})", f"cost to target [{cur.upper()}]")
+    facets, note, _ = figure_bars(rows, ctx, col, False, power=None)
+    if col == names[2]:  # runs of a fixed number of epochs: the whole training's cost
+        title = f"Cost of the whole training [{cur.upper()}] (training time billed; lower is better)"
+        return hbar_figure(facets, title, f"training cost [{cur.upper()}]", _note(note, _fx_note(ctx)))
+    what = "training time billed, the studies' figure" if col.startswith("train_") else "wall time billed"
+    return hbar_figure(facets, f"Cost to reach the quality target [{cur.upper()}] ({what}; lower is better)",
+                       f"cost to target [{cur.upper()}]", _note(note, _fx_note(ctx)))
 
 
-def _accuracy(rows: Rows, x: str, xlabel: str, title: str):
+def _accuracy(rows: Rows, ctx: Context, x: str, xlabel: str, title: str):
     rows = Rows(r for r in rows if r.get("curve") and any(p.get(x) is not None for p in r["curve"]))
     if not rows:
         series = "train_time_s" if x == "time_s" else x
         raise NoData(f"no record has an evaluation curve (series of the goal metric with {series})")
-    names = label_keys(rows)
-    styles = _label_styles(rows, names)
-    wl = workloads(rows)
-    fig, cells = facets(len(wl))
-    for (wtitle, sub), [ax] in zip(wl, cells):
+    wl, left_out = workloads(rows)
+    panels = []
+    for wtitle, sub in wl:
+        names = bar_keys(sub, ctx)
+        lines = []
         for keys, g in groups(sub, names):
-            lab = label(keys, names)
-            color, marker = styles[lab]
-            for i, r in enumerate(g):  # one line per run (repeats share a colour)
+            for r in g:  # one line per run; repeats share a label (and a colour)
                 pts = [(p[x], p["metric"]) for p in r["curve"] if p.get(x) is not None]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, ms=3, color=color,
-                        alpha=0.9, label=lab if i == 0 else None)
-        for t in sorted(set(sub.nums("target"))):
-            ax.axhline(t, color="black", ls="--", lw=1, label=f"target {t:g}")
+                lines.append(Line(bar_label(keys, names), [p[0] for p in pts], [p[1] for p in pts],
+                                  rank=max(p[1] for p in pts)))
+        targets = sorted(set(sub.nums("target")))
         metric = " / ".join(sorted({str(m) for m in sub.col("goal_metric") if m})) or "accuracy"
-        ax.set(title=wtitle, xlabel=xlabel, ylabel=f"evaluation {metric}")
-    fig.suptitle(title)
-    legend_outside(fig, [c[0] for c in cells])
-    fig.tight_layout()
-    return fig
+        panels.append(Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in targets}))
+    drawn = sum(min(len(p.lines), layout.LEGEND_MAX + layout.MAX_GREY_LINES) for p in panels)
+    total = sum(len(p.lines) for p in panels)
+    return line_figure(panels, title, xlabel, _note(constant_caption(rows), "Each line: one run.",
+                                                   f"{total - drawn} runs not drawn." if total > drawn else "",
+                                                   left_out), ylim0=False)
 
 
 @plot("accuracy_vs_time")
 def accuracy_vs_time(rows: Rows, ctx: Context):
-    return _accuracy(rows, "time_s", "training time [s]", "Accuracy vs training time")
+    return _accuracy(rows, ctx, "time_s", "training time [s]", "Accuracy vs training time")
 
 
 @plot("accuracy_vs_epochs")
 def accuracy_vs_epochs(rows: Rows, ctx: Context):
-    return _accuracy(rows, "epoch", "epoch", "Accuracy vs epochs")
+    return _accuracy(rows, ctx, "epoch", "epoch", "Accuracy vs epochs")
 
 
 @plot("scaling")
@@ -296,151 +265,252 @@ def scaling(rows: Rows, ctx: Context):
     s = scaling_rows(rows)
     if not s:
         raise NoData("no workload was run at two or more device counts")
-    wl = [(f"{_work_title(k)}\n{k['device_kind']}, {k['runtime']}, {k['precision']}, "
-           f"batch {k['batch_size_per_device']}/device", sub) for k, sub in groups(s, SCALING)]
-    styles = _styles_for(sorted({str(v) for v in s.col("parallel")}))
-    fig, cells = facets(len(wl), rows_per=2, h=3.0)
-    for (title, sub), (ax_t, ax_e) in zip(wl, cells):
+    found = groups(s, SCALING)
+    found.sort(key=lambda x: -len(x[1]))
+    panels = []
+    for k, sub in found[:layout.MAX_FACETS // 2]:
+        title = (f"{_work_title(k)}: {k['device_kind']}, {k['runtime']}, {k['precision']}, "
+                 f"batch {k['batch_size_per_device']}/device")
+        tp, eff = [], []
         for pk, g in groups(sub, ["parallel"]):
             g = sorted(g, key=lambda r: r["devices"])
-            color, marker = styles[str(pk["parallel"])]
-            ax_t.plot([r["devices"] for r in g], [r[TP] for r in g], marker=marker, color=color,
-                      label=str(pk["parallel"]))
-            ax_e.plot([r["devices"] for r in g], [r["scaling_efficiency"] * 100 for r in g], marker=marker, color=color,
-                      label=str(pk["parallel"]))
+            n = [r["devices"] for r in g]
+            tp.append(Line(str(pk["parallel"]), n, [r[TP] for r in g], rank=max(r[TP] for r in g)))
+            eff.append(Line(str(pk["parallel"]), n, [r["scaling_efficiency"] * 100 for r in g],
+                            rank=max(r[TP] for r in g)))
         ideal = sorted({r["devices"]: r["ideal_samples_per_s"] for r in sub}.items())
-        ax_t.plot([d for d, _ in ideal], [v for _, v in ideal], ls="--", color="grey", label="ideal (linear)")
-        ax_e.axhline(100, ls="--", color="grey", label="ideal (linear)")
-        for ax in (ax_t, ax_e):
-            ax.set_xticks([d for d, _ in ideal])
-        ax_t.set(title=title, ylabel="throughput [samples/s]")
-        ax_e.set(xlabel="devices", ylabel="scaling efficiency [%]")
-        ax_e.set_ylim(0, max(110, max(r["scaling_efficiency"] for r in sub) * 110))
-    fig.suptitle("Scaling over devices (DataParallel vs DDP vs ...)")
-    legend_outside(fig, [a for c in cells for a in c])
-    fig.tight_layout()
-    return fig
+        panels.append(Panel(title, tp, "throughput [samples/s]", ref_points={"ideal (linear)": ideal}))
+        panels.append(Panel(title, eff, "scaling efficiency [%]", hlines={"ideal (linear)": 100.0}))
+    left = len(found) - len(panels) // 2
+    return line_figure(panels, "Scaling over devices: throughput and efficiency per strategy (DataParallel vs DDP "
+                       "vs ...)", "devices", _note(
+                           "Efficiency = throughput(N) / (N x throughput(1)); the 1-device reference is the single-"
+                           "device run of the workload. Each point: one workload, strategy and device count (median "
+                           "over its runs).", f"{left} more workloads in the scaling table." if left > 0 else ""))
+
+
+@plot("gpu_utilisation")
+def gpu_utilisation(rows: Rows, ctx: Context):
+    """Per-GPU utilisation over the timed windows: nn.DataParallel's GPU 0 busy and the others waiting
+    shows here, DDP's even load too."""
+    ok = Rows(r for r in rows.ok(None) if r.get("gpu_util_by_device"))
+    if not ok:
+        raise NoData("no record has per-GPU utilisation (GPU runs sample it with NVML)")
+    wl, left_out = workloads(ok)
+    facets = []
+    for title, sub in wl:
+        names = bar_keys(sub, ctx)
+        bars = []
+        for keys, g in groups(sub, names):
+            devices = sorted({d for r in g for d in r["gpu_util_by_device"]},
+                             key=lambda d: [int(p) if p.isdigit() else p for p in d.split(":")])
+            cfg = bar_label(keys, names)
+            for d in devices:
+                xs = [r["gpu_util_by_device"][d] for r in g if d in r["gpu_util_by_device"]]
+                med = sorted(xs)[len(xs) // 2]
+                # The GPU first in the label: a long label is cut at its end, and the colour names the configuration.
+                bars.append(Bar(f"GPU {d} · {cfg}", med, min(xs) if len(xs) > 1 else None,
+                                max(xs) if len(xs) > 1 else None, cfg, len(xs)))
+        cap = layout.bar_cap(len(wl))
+        facets.append(Facet(title, bars[:cap], left_out=max(0, len(bars) - cap), split=cap))
+    hues = hue_colors({b.hue for f in facets for b in f.bars})
+    return hbar_figure(facets, "GPU utilisation per device over the timed windows (NVML; DataParallel vs DDP)",
+                       "utilisation [%]", _note(constant_caption(ok), "Each bar: one GPU of one configuration "
+                                                "(median over its runs; error bars min-max over runs).", left_out),
+                       hues=hues if len(hues) <= layout.LEGEND_MAX else None, value_text=lambda v: f"{v:.0f}%")
 
 
 @plot("normalised")
 def normalised(rows: Rows, ctx: Context):
-    n = normalised_rows(rows, ctx.baseline, ctx.baseline_text)
-    names = [k for k in label_keys(n) if k != "threads"] or ["platform", "runtime"]
-    by_threads = len(set(n.nums("threads"))) > 1
-    wl = workloads(n)
-    panels = [("normalised_time", "time relative to baseline [x]")] + (
+    n = baseline_rows(rows, ctx)
+    base = f"baseline ({ctx.baseline_text})"
+    wl, left_out = workloads(n)
+    threads = len(set(n.nums("threads"))) > 1
+    panels_cols = [("normalised_time", "time relative to baseline [x]")] + (
         [("normalised_cost", "cost relative to baseline [x]")] if n.has("normalised_cost") else [])
-    styles = _label_styles(n, names)
-    ncats = max(len(groups(sub, names)) for _, sub in wl)
-    h = 3.0 if by_threads else max(2.0, 0.35 * ncats + 1.0)
-    fig, cells = facets(len(wl), rows_per=len(panels), h=h, w=4.6 if by_threads else 5.5)
-    for (wtitle, sub), axes in zip(wl, cells):
-        for ax, (col, ylabel) in zip(axes, panels):
-            if by_threads:
+    note = _note(constant_caption(n), "Same work (model and data) as the baseline; each configuration against "
+                 "the baseline at its global batch (else the baseline's fastest). Below 1: faster / cheaper.",
+                 _fx_note(ctx), left_out)
+    if threads:  # the CPU study: time and cost against the thread count
+        panels = []
+        for title, sub in wl:
+            sub = Rows(r for r in sub if r.get("threads") is not None)  # the others have no place on this axis
+            names = bar_keys(sub, ctx, drop=("threads",))
+            for col, ylabel in panels_cols:
+                lines = []
                 for keys, g in groups(sub, names):
-                    g = sorted((r for r in g if r.get(col) is not None and r.get("threads") is not None),
-                               key=lambda r: r["threads"])
-                    if not g:  # runs that do not say their thread count have no place on this axis
-                        continue
-                    lab = label(keys, names)
-                    color, marker = styles[lab]
-                    ax.plot([r["threads"] for r in g], [r[col] for r in g], marker=marker, color=color, label=lab)
-                _integer_ticks(ax, sub.nums("threads"))
-                ax.set_xlabel("threads")
-                ax.axhline(1.0, color="black", ls="--", lw=1, label=f"baseline ({ctx.baseline_text})")
-                ax.set(ylabel=ylabel)
-                ax.set_ylim(bottom=0)
-            else:  # one bar per configuration, the baseline's line at 1
-                found = groups(sub, names)
-                _hbars(ax, [label(k, names) for k, _ in found], [g.median(col) for _, g in found])
-                ax.axvline(1.0, color="black", ls="--", lw=1, label=f"baseline ({ctx.baseline_text})")
-                ax.set(xlabel=ylabel)
-                ax.set_xlim(left=0)
-        axes[0].set_title(wtitle)
-    fig.suptitle(f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})")
-    legend_outside(fig, [a for c in cells for a in c])
-    fig.tight_layout()
-    return fig
+                    g = sorted((r for r in g if r.get(col) is not None), key=lambda r: r["threads"])
+                    if g:
+                        lines.append(Line(bar_label(keys, names), [r["threads"] for r in g], [r[col] for r in g],
+                                          rank=-min(r[col] for r in g)))
+                panels.append(Panel(title, lines, ylabel, hlines={base: 1.0}))
+        return line_figure(panels, f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})",
+                           "threads", _note(note, pooled_text(groups(n), ctx.pool)))
+    facets, found_all = [], []
+    for title, sub in wl:
+        names = bar_keys(sub, ctx)
+        for col, xlabel in panels_cols:
+            bars = []
+            for keys, g in groups(sub, names):
+                found_all.append((keys, g))
+                if g.median(col) is not None:
+                    bars.append(Bar(bar_label(keys, names) + (" (baseline)" if all(r["is_baseline"] for r in g) else ""),
+                                    g.median(col)))
+            f = summarise(bars, False, layout.bar_cap(len(wl) * len(panels_cols)))
+            f.title, f.xlabel = title + (": cost" if col == "normalised_cost" else ": time"), xlabel
+            facets.append(f)
+    return hbar_figure(facets, f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})",
+                       "relative to baseline [x]", _note(note, pooled_text(found_all, ctx.pool)), ref=(1.0, base))
 
 
 @plot("overhead")
 def overhead(rows: Rows, ctx: Context):
+    """Framework time breakdown: one-off (compile, warm-up, first step) and per step (steady step, the host's
+    share), per runtime."""
     ok = rows.ok(None)
     cc = compile_columns(ok)
-    panels = [(cc[0], "compile time [s]") if cc else ("warmup_s", "warm-up (incl. compile) [s]"),
-              ("first_step_s", "first step [s]"), ("step_time_s_median", "steady step time [s]")]
-    panels = [(c, lab) for c, lab in panels if ok.has(c)]
+    panels = [(cc[0], "compile time [s]", 1.0) if cc else ("warmup_s", "warm-up (incl. compile) [s]", 1.0),
+              ("first_step_s", "first step [s]", 1.0), ("step_time_s_median", "steady step time [s]", 1.0),
+              ("host_overhead_fraction", "host share of a steady step [%]", 100.0)]
+    panels = [p for p in panels if ok.has(p[0])]
     if not panels or not ok.has("runtime"):
         raise NoData("no compile / first-step / step-time figures")
-    names = label_keys(ok, ("runtime", "model", "platform", "precision", "parallel", "global_batch_size"))
-    if "runtime" not in names:
-        names.insert(0, "runtime")
+    names = [k for k in bar_keys(ok, ctx) if k not in ("experiment",)]
+    names = (["runtime"] if "runtime" not in names else []) + names + [k for k in WORK[::2] if len(set(ok.col(k))) > 1]
     found = groups(ok, names)
-    cats = [label(k, names) for k, _ in found]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, max(2.4, 0.32 * len(cats) + 1.4)),
-                             squeeze=False, sharey=True)
-    for ax, (col, xlabel) in zip(axes[0], panels):
-        vals = [g.median(col) for _, g in found]
-        _hbars(ax, cats, vals)
-        got = [v for v in vals if v]
-        if got and max(got) / min(got) > 100:
-            ax.set_xscale("log")
-        ax.set(xlabel=xlabel, title=xlabel.split(" [")[0])
-    fig.suptitle("Framework overhead per runtime (median over runs; n/a: not measured, e.g. eager never compiles)")
-    fig.tight_layout()
-    return fig
+    facets = []
+    for col, xlabel, scale in panels:
+        bars = []
+        for keys, g in found:
+            if g.median(col) is None:
+                continue
+            lo, hi = run_range(g, col)
+            bars.append(Bar(bar_label(keys, names), g.median(col) * scale, lo and lo * scale, hi and hi * scale))
+        f = summarise(bars, False, layout.bar_cap(len(panels)))
+        f.title, f.xlabel = xlabel.split(" [")[0], xlabel
+        facets.append(f)
+    return hbar_figure(facets, "Framework time breakdown per runtime: one-off costs and the steady step",
+                       "", _note(constant_caption(ok), pooled_text(found, (*ctx.pool, "experiment")), "Error bars: min-max over repeated "
+                                 "runs. Eager never compiles: no compile bar."))
+
+
+@plot("mfu")
+def mfu(rows: Rows, ctx: Context):
+    if not rows.ok("mfu"):
+        raise NoData("no record has MFU (needs FLOPs per sample and the platform's peak_tflops)")
+    facets, note, _ = figure_bars(rows, ctx, "mfu", True, scale=100.0)
+    return hbar_figure(facets, "Model FLOP utilisation: achieved over peak FLOP/s (higher is better)", "MFU [%]",
+                       _note(note, "Peak: the platform's peak_tflops for the compute dtype, times devices."))
+
+
+@plot("energy")
+def energy(rows: Rows, ctx: Context):
+    if not rows.ok("energy_j_per_sample"):
+        raise NoData("no record has energy_j_per_sample (NVML on GPUs, RAPL on CPUs)")
+    facets, note, _ = figure_bars(rows, ctx, "energy_j_per_sample", False, power=None)
+    return hbar_figure(facets, "Energy per sample trained (lower is better)", "energy [J/sample]", note)
+
+
+@plot("memory")
+def memory(rows: Rows, ctx: Context):
+    cols = [(c, label) for c, label in (("peak_device_allocated_gib", "peak device memory allocated [GiB]"),
+                                        ("peak_host_rss_gib", "peak host memory (RSS) [GiB]")) if rows.ok(c)]
+    if not cols:
+        raise NoData("no record has peak memory figures")
+    facets, notes = [], ""
+    for col, label in cols:
+        fs, notes, _ = figure_bars(rows, ctx, col, False, power=None, facets_per_work=len(cols))
+        for f in fs:
+            f.title, f.xlabel = f"{f.title}: {label.split(' [')[0]}", label
+        facets += fs
+    return hbar_figure(facets, "Peak memory per configuration", "", notes)
 
 
 @plot("published")
 def published(rows: Rows, ctx: Context):
-    """Each published figure that these runs can be compared with: the published value (hatched, grey)
-    beside the measured median, one panel per unit."""
+    """Each published figure these runs can be compared with: the published value (grey) beside the measured
+    median (blue), one facet per unit."""
     pub = [r for r in published_beside_measured(rows) if r["measured"] is not None]
     if not pub:
         raise NoData("no run matches the conditions of a study's published figure (the published table lists them)")
-    units = sorted({r["unit"] for r in pub})
-    tallest = max(sum(r["unit"] == u for r in pub) for u in units)
-    fig, cells = facets(len(units), ncols_max=1, w=9.0, h=1.4 + 0.8 * tallest)
-    for unit, [ax] in zip(units, cells):
-        mine = [r for r in pub if r["unit"] == unit]
-        ys = list(range(len(mine)))
-        pub_bars = ax.barh([y - 0.2 for y in ys], [float(r["value"]) for r in mine], height=0.38, color="0.75",
-                           hatch="//", edgecolor="0.4", label="published")
-        run_bars = ax.barh([y + 0.2 for y in ys], [r["measured"] for r in mine], height=0.38, color="tab:blue",
-                           label="measured here")
-        ax.bar_label(pub_bars, labels=[nice(float(r["value"])) for r in mine], fontsize=7, padding=2)
-        ax.bar_label(run_bars, labels=[f"{nice(r['measured'])} ({r['measured_runs']} runs)" for r in mine],
-                     fontsize=7, padding=2)
-        ax.set_yticks(ys)
-        ax.set_yticklabels([textwrap.fill(f"{r['study']}: {r['what']}", 44) for r in mine], fontsize=8)
-        ax.set_ylim(len(mine) - 0.5, -0.5)
-        ax.margins(x=0.25)
-        ax.set(xlabel=unit)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / max(1, len(mine)) - 0.12), ncols=2, fontsize=7,
-                  frameon=False)
-    fig.suptitle("Published figures (hatched) beside these runs")
-    fig.tight_layout()
-    return fig
+    facets = []
+    for study, unit in sorted({(r["study"], r["unit"]) for r in pub}):  # a facet per study and unit
+        bars = []
+        for r in (r for r in pub if (r["study"], r["unit"]) == (study, unit)):
+            n = r["measured_runs"]  # the label names the figure and its date; the published table describes it
+            bars += [Bar(f"{r['figure']}: {r['date']}", float(r["value"]), hue="published"),
+                     Bar(f"{r['figure']}: here, {n} run{'s' if n != 1 else ''}", r["measured"], hue="measured here")]
+        facets.append(Facet(f"{study} [{unit}]", bars[:layout.MAX_BARS], xlabel=unit))
+    return hbar_figure(facets, "Published figures of the studies beside these runs", "",
+                       "Published figures come from xbench/studies/studies.yaml with their source and date; they are "
+                       "never runs. Grey: the published figure (its date); blue: the median of the ok runs here "
+                       "under the published conditions.",
+                       hues={"published": "0.6", "measured here": "tab:blue"})
 
 
-def save(fig, out_dir: Path, name: str) -> tuple[Path, Path]:
-    """PNG (embedded in the HTML) and SVG (for papers) of one figure; closes it."""
+def save(fig, out_dir: Path, name: str, svg: bool = False) -> tuple[Path, Path | None]:
+    """PNG (embedded in the HTML) and SVG (for papers) of one figure; closes it. The figure's size is set by
+    its layout (no bbox_inches="tight": that draws it once more)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
-    fig.savefig(png, bbox_inches="tight")
-    fig.savefig(svg, bbox_inches="tight")
+    png, vec = out_dir / f"{name}.png", out_dir / f"{name}.svg"
+    fig.savefig(png, pil_kwargs={"compress_level": 1})  # embedded once in the HTML: speed over size
+    if svg:
+        fig.savefig(vec)
     plt.close(fig)
-    return png, svg
+    return png, vec if svg else None
 
 
-def build_plots(df: pd.DataFrame, ctx: Context, out_dir: Path) -> tuple[dict[str, tuple[Path, Path]], dict[str, str]]:
-    """({plot name: (png, svg)}, {plot name: why it was skipped})."""
-    made, skipped = {}, {}
-    rows = Rows.of(df)
-    with plt.rc_context(STYLE):
-        for name, fn in PLOTS.items():
-            try:
-                made[name] = save(fn(rows, ctx), out_dir, name)
-            except NoData as e:
-                skipped[name] = str(e)
-    return made, skipped
+_JOB: tuple = ()  # (rows, ctx, out_dir, svg) of the plots being drawn: forked processes inherit it
+
+
+def _draw(name: str) -> tuple[str, tuple | str]:
+    rows, ctx, out_dir, svg = _JOB
+    with plt.rc_context(layout.STYLE):
+        try:
+            return name, save(PLOTS[name](rows, ctx), out_dir, name, svg)
+        except (NoData, ValueError) as e:  # ValueError: a query the rows cannot answer (the tables say so too)
+            return name, str(e)
+
+
+class PlotJob:
+    """Plots being drawn: in forked processes while the caller builds the tables (`jobs` > 1), else at
+    `result()`. Figures are independent and drawing text is CPU-bound, so they spread over cores."""
+
+    def __init__(self, rows: Rows, ctx: Context, out_dir: Path, jobs: int = 1, svg: bool = False):
+        global _JOB
+        _JOB = (rows, ctx, out_dir, svg)
+        self.pool = self.pending = None
+        if jobs > 1 and hasattr(os, "fork"):
+            for _, g in groups(rows.ok()):  # once here, not in each process: most plots ask for these
+                tp_interval(g)
+            import multiprocessing as mp
+
+            self.pool = mp.get_context("fork").Pool(jobs)  # the children inherit _JOB
+            self.pending = self.pool.map_async(_draw, list(PLOTS), chunksize=1)
+
+    def cancel(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+
+    def result(self) -> tuple[dict[str, tuple[Path, Path | None]], dict[str, str]]:
+        global _JOB
+        try:
+            if self.pool is not None:
+                done = self.pending.get()
+                self.pool.close()
+                self.pool.join()
+            else:
+                done = [_draw(name) for name in PLOTS]
+        finally:
+            if self.pool is not None:
+                self.pool.terminate()
+            _JOB = ()
+            _SPREAD.clear()
+        made = {n: r for n, r in done if isinstance(r, tuple)}
+        return made, {n: r for n, r in done if isinstance(r, str)}
+
+
+def build_plots(df, ctx: Context, out_dir: Path, jobs: int = 1, svg: bool = False,
+                rows: Rows | None = None) -> tuple[dict[str, tuple[Path, Path | None]], dict[str, str]]:
+    """({plot name: (png, svg or None)}, {plot name: why it was skipped})."""
+    return PlotJob(rows if rows is not None else prepare(df, ctx), ctx, out_dir, jobs, svg).result()

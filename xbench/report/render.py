@@ -12,17 +12,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from xbench.analysis.frame import LIST_COLUMNS
 from xbench.report.rows import Table
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1400px;
- padding:0 1em;color:#222}
+ padding:0 1em;color:#222;overflow-wrap:anywhere}
+.findings li{margin:.3em 0;line-height:1.35} .findings b{font-weight:600}
 h1{margin-bottom:.2em} h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .meta{color:#555;font-size:.9em} .note{color:#555;font-size:.85em;margin:.3em 0 .8em}
 .warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.4em .8em;margin:.5em 0;font-size:.9em}
-.scroll{overflow-x:auto}
+.scroll{overflow-x:auto;max-width:100%;max-height:34em;overflow-y:auto;border:1px solid #eee}
 table{border-collapse:collapse;font-size:.82em;margin:.4em 0}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap;overflow-wrap:normal}
+th{white-space:normal;min-width:5em;max-width:12em}
 th{background:#f3f5f8;position:sticky;top:0} td.text{text-align:left}
 td.long{white-space:normal;min-width:18em;max-width:40em;text-align:left}
 tr.bad td{background:#fdecea} tr.noisy td{background:#fffbe6}
@@ -41,6 +44,9 @@ class Report:
     plots: dict[str, tuple[Path, Path]]
     skipped_plots: dict[str, str]
     skipped_records: list[str] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # xbench.analysis.findings.Finding, shown first
+    findings_note: str = ""
+    rates: list = field(default_factory=list)  # exchange rates used (xbench.analysis.currency.Rate)
 
 
 def fmt(v) -> str:
@@ -87,20 +93,24 @@ def write_html(rep: Report, path: Path) -> Path:
     parts += [f'<div class="meta">{html.escape(m)}</div>' for m in rep.meta]
     for s in rep.skipped_records:
         parts.append(f'<div class="warn">{html.escape(s)}</div>')
-    nav = [f'<a href="#t-{t.name}">{t.name}</a>' for t in rep.tables] + [f'<a href="#p-{n}">{n}</a>' for n in rep.plots]
-    parts.append(f"<nav><p>{''.join(nav)}</p></nav><h2>Tables</h2>")
+    parts.append(findings_html(rep))
+    nav = ("<b>Tables:</b> " + "".join(f'<a href="#t-{t.name}">{t.name}</a>' for t in rep.tables)
+           + "<br><b>Plots:</b> " + "".join(f'<a href="#p-{n}">{n}</a>' for n in rep.plots))
+    parts.append(f'<nav><p><a href="#findings">findings</a><br>{nav}</p></nav><h2>Tables</h2>')
     parts.append('<p class="note">Rows shaded red did not finish ok (status and reason shown); yellow rows are '
                  "noisy (high spread). Units are in the column headers.</p>")
     for t in rep.tables:
         parts.append(f'<h3 id="t-{t.name}">{html.escape(t.title)}</h3>')
-        if t.note.strip():
-            parts.append(f'<p class="note">{html.escape(t.note.strip())}</p>')
+        note = " ".join(x.strip() for x in (t.note, t.pooled) if x and x.strip())
+        if note:
+            parts.append(f'<p class="note">{html.escape(note)}</p>')
         parts.append(html_table(t))
     parts.append("<h2>Plots</h2>")
     for name, (png, svg) in rep.plots.items():
         data = base64.b64encode(png.read_bytes()).decode()
+        vector = f" (vector: plots/{svg.name})" if svg else ""
         parts.append(f'<figure id="p-{name}"><img alt="{name}" src="data:image/png;base64,{data}">'
-                     f'<figcaption>{name} (vector: plots/{svg.name})</figcaption></figure>')
+                     f'<figcaption>{name}{vector}</figcaption></figure>')
     skipped = {**{f"table {k}": v for k, v in rep.skipped_tables.items()},
                **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
     if skipped:
@@ -110,6 +120,20 @@ def write_html(rep: Report, path: Path) -> Path:
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
     return path
+
+
+def findings_html(rep: Report) -> str:
+    if not rep.findings:
+        return "<h2>Findings</h2><p class=\"note\">No comparison to report: the runs below did not finish ok.</p>"
+    items = []
+    for f in rep.findings:
+        head = f"<b>{html.escape(f.work)}</b>: " if f.work else ""
+        items.append(f"<li>{head}{html.escape(f.text)}</li>")
+    tail = f'<p class="note">{html.escape(rep.findings_note)}</p>' if rep.findings_note else ""
+    return ('<h2 id="findings">Findings</h2><ul class="findings">' + "".join(items) + "</ul>" + tail
+            + '<p class="note">Uncertainty: the interval after a figure is its spread (min-max over repeated runs, '
+              "else the run's 95% CI over timed windows, else its p10-p90 steps); a difference whose intervals "
+              "overlap is within noise.</p>")
 
 
 def md_table(t: Table) -> str:
@@ -126,10 +150,13 @@ def md_table(t: Table) -> str:
 def write_markdown(rep: Report, path: Path) -> Path:
     out = [f"# {rep.title}", ""] + [f"- {m}" for m in rep.meta] + [""]
     out += [f"> WARNING: {s}\n" for s in rep.skipped_records]
+    out += ["## Findings", ""] + [f"- {'**' + f.work + '**: ' if f.work else ''}{f.text}" for f in rep.findings]
+    out += ([f"\n_{rep.findings_note}_"] if rep.findings_note else []) + [""]
     for t in rep.tables:
         out += [f"## {t.title}", ""]
-        if t.note.strip():
-            out += [f"_{t.note.strip()}_", ""]
+        note = " ".join(x.strip() for x in (t.note, t.pooled) if x and x.strip())
+        if note:
+            out += [f"_{note}_", ""]
         out += [md_table(t), ""]
     if rep.plots:
         out += ["## Plots", ""] + [f"![{n}](plots/{png.name})" for n, (png, _) in rep.plots.items()] + [""]
@@ -150,6 +177,6 @@ def write_csvs(tables: list[Table], tidy: pd.DataFrame, out: Path) -> list[Path]
         t.frame.to_csv(p, index=False, quoting=csv.QUOTE_MINIMAL)
         paths.append(p)
     p = d / "tidy_runs.csv"  # every scalar column of every run, for your own analysis
-    tidy.drop(columns=[c for c in ("curve",) if c in tidy.columns]).to_csv(p, index=False)
+    tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns]).to_csv(p, index=False)
     paths.append(p)
     return paths

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from xbench.analysis import currency as fx
+from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
-from xbench.analysis.rows import Rows
-from xbench.analysis.workload import CONFIGURATION, DETAILS
+from xbench.analysis.rows import NoData, Rows
+from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing",
@@ -22,14 +24,98 @@ KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "glo
               "cpu_capability": "CPU kernels", "device_kind": "device"}
 
 
+# What a bar or a line may pool when the user asks (--pool): the keys that split one work's figures.
+POOLABLE = ("global_batch_size", "batch_size_per_device", "precision", "parallel", "devices", "threads",
+            "pricing_model", "experiment", "runtime_options")
+
+
 @dataclass
 class Context:
     baseline: dict[str, list[str]] | None = None  # parsed --baseline query
     baseline_text: str | None = None
+    currency: str | None = None  # the report's (--currency); None: USD when any record is, else theirs
+    fx: dict[str, float] | None = None  # --fx CUR=RATE (USD per unit), replacing the rate table
+    pool: tuple[str, ...] = ()  # --pool: keys a normalised bar may pool over (median of configurations)
+    rates: list = field(default_factory=list)  # the exchange rates used (filled by prepare)
+    # The rows normalised to the baseline, when the caller computed them once for the report's rows
+    # (with_normalised): the baseline table, the normalised plot and the findings read them.
+    normalised: Rows | None = None
 
     @classmethod
-    def with_baseline(cls, text: str | None) -> Context:
-        return cls(baseline=parse_query(text) if text else None, baseline_text=text)
+    def with_baseline(cls, text: str | None, **kw) -> Context:
+        return cls(baseline=parse_query(text) if text else None, baseline_text=text, **kw)
+
+
+def prepare(df, ctx: Context) -> Rows:
+    """The tidy frame as rows with every cost figure in one currency (ctx.rates says which rates)."""
+    rows = Rows.of(df)
+    found = {str(c).lower() for c in rows.col("price_currency") if c}
+    to = fx.report_currency(found, ctx.currency)
+    if to is None or found <= {to}:
+        return rows
+    out, ctx.rates = fx.in_currency(rows, to, ctx.fx)
+    return Rows(out)
+
+
+def baseline_rows(rows: Rows, ctx: Context) -> Rows:
+    """analysis.baseline.normalised_rows against the --baseline (the baseline table, the normalised plot and
+    the findings): ctx.normalised when the caller gave it, else computed; raises its NoData / ValueError (an
+    ambiguous baseline, with the candidates)."""
+    if ctx.normalised is not None:
+        return ctx.normalised
+    return normalised_rows(rows, ctx.baseline, ctx.baseline_text)
+
+
+def with_normalised(rows: Rows, ctx: Context) -> Context:
+    """ctx with `normalised` computed once from `rows` (the rows every table and plot of the report is drawn
+    from); left None when there is nothing to normalise (each figure then says why). An ambiguous baseline
+    raises ValueError here, before anything is drawn."""
+    try:
+        n = normalised_rows(rows, ctx.baseline, ctx.baseline_text) if ctx.baseline else None
+    except NoData:
+        n = None
+    return replace(ctx, normalised=n)
+
+
+def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -> list[str]:
+    """The configuration keys that tell one work's bars apart (the ones that vary), minus what the user
+    pooled (--pool) and `drop`."""
+    skip = set(WORK) | set(drop) | set(ctx.pool if ctx else ())
+    names = [k for k in varying_keys(rows) if k not in skip]
+    if "devices" not in names and "global_batch_size" in names and "batch_size_per_device" in names:
+        names.remove("batch_size_per_device")  # one device count: the global batch says it
+    return names
+
+
+def bar_label(keys: dict, names: list[str]) -> str:
+    parts = []
+    for k in names:
+        v = keys.get(k)
+        if k == "cpu_capability":  # None is a setting too: the best kernels the CPU has
+            parts.append(f"{v or 'best'} CPU kernels")
+        elif v is None:
+            continue
+        elif k == "global_batch_size":
+            parts.append(f"batch {_text(v)}")
+        elif k == "batch_size_per_device":
+            parts.append(f"{_text(v)}/device")
+        elif k == "devices":
+            parts.append(f"{_text(v)} dev")
+        elif k == "threads":
+            parts.append(f"{_text(v)} thread" + ("s" if v != 1 else ""))
+        else:
+            parts.append(str(v))
+    return " / ".join(parts) or "all runs"
+
+
+def pooled_text(found: list[tuple[dict, Rows]], candidates: Iterable[str] = CONFIGURATION, what: str = "bar") -> str:
+    """What one bar (row, point) holds: one configuration, or several pooled over the keys named (only the
+    `candidates` can differ within one: the keys it was not grouped by)."""
+    pooled = [k for k in CONFIGURATION if k in candidates and any(_varies(g, k) for _, g in found if len(g) > 1)]
+    if pooled:
+        return (f"Pooled within a {what}: {', '.join(KEY_LABELS.get(k, k) for k in pooled)} "
+                f"(median over the configurations; asked with --pool).")
+    return f"Each {what}: one configuration (median over its repeated runs)."
 
 
 @dataclass
@@ -39,6 +125,7 @@ class Table:
     frame: pd.DataFrame
     note: str = ""
     max_rows_shown: int = 200  # HTML/markdown show this many; the CSV has every row
+    pooled: str = "Each row: one configuration (median over its repeated runs)."
 
 
 def _text(v) -> str:

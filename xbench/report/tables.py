@@ -11,11 +11,12 @@ eager) come from xbench.analysis; this module only lays them out.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 import pandas as pd
 
-from xbench.analysis.baseline import normalised_rows
+from xbench.analysis.findings import Finding, findings
 from xbench.analysis.overhead import compile_columns, versus_eager
 from xbench.analysis.published import published_beside_measured
 from xbench.analysis.quality import quality_parity
@@ -27,10 +28,12 @@ from xbench.metrics import targets
 from xbench.report.rows import (
     Context,
     Table,
+    baseline_rows,
     constant_caption,
     frame,
     join_unique,
     key_cols,
+    prepare,
     reasons,
     status_text,
     varying_keys,
@@ -94,6 +97,7 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
         raise NoData("no record has a price (platforms without `price:` have no cost figures)")
     C, per = cur.upper(), f"samples_per_s_per_{cur}_per_hour"
     priced = Rows(r for r in rows if r.get(per) is not None or r.get("status") != "ok")
+    several = len({r.get("price_currency") for r in priced if r.get("price_currency")}) > 1
     show = varying_keys(priced) or ["platform"]
     if "pricing_model" not in show:
         show.append("pricing_model")
@@ -108,12 +112,14 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
             f"price [{C}/hour]": ok.median(f"{cur}_per_hour"),
             f"throughput per price [samples/s per {C}/hour]": ok.median(per),
             f"cost [{C} per 1M samples]": ok.median(f"{cur}_per_million_samples"),
+            "priced in": join_unique(sub.col("price_currency")) if several else None,
             "noisy": noisy(sub),
             "reason": reasons(sub),
         })
     return Table("cost", f"Throughput per {C} and cost per million samples", frame(out),
                  note=constant_caption(priced) + f" Prices are the platform's {C}/hour for the whole "
-                 "machine (all price components) as recorded with each run.")
+                 "machine (all price components) as recorded with each run"
+                 + (f"; prices in other currencies are converted to {C} (the exchange rates table)." if several else "."))
 
 
 @table("to_target")
@@ -161,7 +167,8 @@ def scaling_table(rows: Rows, ctx: Context) -> Table:
     } for r in s])
     return Table("scaling", "Scaling over devices: efficiency = throughput(N) / (N x throughput(1))", out,
                  note=constant_caption(s, SCALING) + " The 1-device reference is the single-device run, else "
-                 "the strategy's own 1-device run, else its smallest device count.")
+                 "the strategy's own 1-device run, else its smallest device count.",
+                 pooled="Each row: one workload, strategy and device count (median over its runs).")
 
 
 OVERHEAD = (("first_step_s", "first step [s]"), ("warmup_s", "warm-up [s]"), ("warmup_steps", "warm-up steps"),
@@ -207,9 +214,13 @@ def efficiency_table(rows: Rows, ctx: Context) -> Table:
                     "throughput median [samples/s]": sub.median(TP),
                     "train FLOP per sample [GFLOP]": flop / 1e9 if flop is not None else None,
                     "achieved [TFLOP/s]": sub.median("achieved_tflops"),
-                    "MFU [%]": mfu * 100 if mfu is not None else None})
-    return Table("efficiency", "Achieved FLOP/s and model FLOP utilisation (MFU)", frame(out),
-                 note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype.")
+                    "MFU [%]": mfu * 100 if mfu is not None else None,
+                    "energy [J/sample]": sub.median("energy_j_per_sample"),
+                    "peak device memory [GiB]": sub.median("peak_device_allocated_gib"),
+                    "peak host memory [GiB]": sub.median("peak_host_rss_gib")})
+    return Table("efficiency", "Achieved FLOP/s, model FLOP utilisation (MFU), energy and memory", frame(out),
+                 note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype; energy "
+                 "comes from NVML (GPU) or RAPL (CPU) where the run could read it.")
 
 
 BASIS = {"train_time_to_target_s": "training to target", "projected_training_s": "projected training",
@@ -218,7 +229,7 @@ BASIS = {"train_time_to_target_s": "training to target", "projected_training_s":
 
 @table("baseline")
 def baseline_table(rows: Rows, ctx: Context) -> Table:
-    n = normalised_rows(rows, ctx.baseline, ctx.baseline_text)
+    n = baseline_rows(rows, ctx)
     show = varying_keys(n) or ["platform"]
     out = [{**key_cols(r, show), "baseline": "<- baseline" if r["is_baseline"] else "",
             "throughput median [samples/s]": r[TP],
@@ -298,7 +309,8 @@ def published_table(rows: Rows, ctx: Context) -> Table:
     return Table("published", "Published figures of the studies, beside what these runs measured", out,
                  note="Published figures come from xbench/studies/studies.yaml (with their source and date); they are "
                       "never runs: no median, spread or baseline includes them. 'measured here' is the median of "
-                      "the matching ok runs, blank when no run matches the published conditions.")
+                      "the matching ok runs, blank when no run matches the published conditions.",
+                 pooled="Each row: one published figure, beside the median of the runs under its conditions.")
 
 
 @table("runs")
@@ -306,12 +318,63 @@ def runs_table(rows: Rows, ctx: Context) -> Table:
     if not rows:
         raise NoData("no runs")
     out = [{label: r.get(c) for c, label in RUN_COLUMNS} for r in sorted(rows, key=lambda r: str(r["run_id"]))]
-    return Table("runs", "Every run (one row per record), with status, reason and warnings", frame(out))
+    return Table("runs", "Every run (one row per record), with status, reason and warnings", frame(out),
+                 pooled="Nothing: one row per run.")
 
 
-def build_tables(df: pd.DataFrame, ctx: Context) -> tuple[list[Table], dict[str, str]]:
-    """(tables drawn, {table name: why it was skipped})."""
-    rows = Rows.of(df)
+@table("utilisation")
+def utilisation_table(rows: Rows, ctx: Context) -> Table:
+    """Per-GPU utilisation (DataParallel's GPU 0 busy while the others wait; DDP even) and the CPU's."""
+    ok = Rows(r for r in rows.ok(None) if r.get("gpu_util_by_device") or r.get("cpu_util_percent_mean") is not None)
+    if not ok.has("gpu_util_by_device"):
+        raise NoData("no record has per-GPU utilisation (GPU runs sample it with NVML)")
+    show = varying_keys(ok) or ["platform"]
+    out = []
+    for keys, sub in groups(ok):
+        per_gpu: dict[str, list[float]] = {}
+        for r in sub:
+            for d, v in (r.get("gpu_util_by_device") or {}).items():
+                per_gpu.setdefault(d, []).append(v)
+        med = {d: statistics.median(v) for d, v in per_gpu.items()}
+        out.append({**key_cols(keys, show), "runs": len(sub),
+                    "GPU utilisation per device [%]": " ".join(f"{d}:{v:.0f}" for d, v in med.items()) or None,
+                    "mean over GPUs [%]": statistics.fmean(med.values()) if med else None,
+                    "least busy GPU [%]": min(med.values(), default=None),
+                    "busiest GPU [%]": max(med.values(), default=None),
+                    "CPU utilisation [%]": sub.median("cpu_util_percent_mean"),
+                    "process CPU [% of a core]": sub.median("process_cpu_percent_mean")})
+    return Table("utilisation", "GPU utilisation per device over the timed windows, and the CPU's", frame(out),
+                 note=constant_caption(ok) + " NVML, sampled beside the timed windows on every rank: a GPU far below "
+                 "the others (nn.DataParallel's replicas waiting on GPU 0) is the imbalance to look for.")
+
+
+@table("exchange_rates")
+def exchange_rates_table(rows: Rows, ctx: Context) -> Table:
+    if not ctx.rates:
+        raise NoData("every priced record is in the report's currency: nothing converted")
+    out = pd.DataFrame([{"from": r.currency, "to": r.to, "rate [to per from]": r.rate, "rate date": r.date,
+                         "source": r.source,
+                         "platforms": join_unique(x.get("platform") for x in rows
+                                                  if str(x.get("price_currency", "")).upper() == r.currency)}
+                        for r in ctx.rates])
+    return Table("exchange_rates", "Exchange rates used to show every cost in one currency", out,
+                 note="Each price is converted at the rate of the year it is dated (platform.price_as_of), never "
+                      "dropped; --currency and --fx CUR=RATE change the currency and the rates.",
+                 pooled="Each row: one currency pair and date.")
+
+
+def findings_of(rows: Rows, ctx: Context) -> tuple[list[Finding], str]:
+    """The report's findings (xbench/analysis/findings.py), against the baseline when one is given."""
+    try:
+        n = baseline_rows(rows, ctx) if ctx.baseline else None
+    except NoData:
+        n = None
+    return findings(rows, currency(rows), n, ctx.baseline_text)
+
+
+def build_tables(df: pd.DataFrame, ctx: Context, rows: Rows | None = None) -> tuple[list[Table], dict[str, str]]:
+    """(tables drawn, {table name: why it was skipped}); `rows`: the frame already prepared (rows.prepare)."""
+    rows = rows if rows is not None else prepare(df, ctx)
     made, skipped = [], {}
     for name, fn in TABLES.items():
         try:

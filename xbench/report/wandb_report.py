@@ -1,5 +1,5 @@
-"""A W&B Report comparing the selected runs, grouped by platform, through W&B's reports API
-(`wandb-workspaces`, imported lazily: the rest of the report never needs it).
+"""A W&B Report comparing the selected runs, grouped by platform x runtime x precision x strategy, through
+W&B's reports API (`wandb-workspaces`, imported lazily: the rest of the report never needs it).
 
 The report is first a plain JSON definition (title, runset filter, grouping, panels). With
 credentials it is published at once; without (or when publishing fails) the definition is written to
@@ -26,25 +26,76 @@ CONFIG_PATHS = {"model": "model.name", "data": "data.name", "platform": "platfor
                 "batch_size_per_device": "data.batch_size", "pricing_model": "platform.pricing_model",
                 "experiment": "experiment"}
 MAX_NAMED_RUNS = 200  # above this, select by the config filters only
+# A run's W&B group in the report: platform x runtime x precision x strategy (sinks/wandb.py logs the bar key).
+GROUPBY = ["config.platform.name", "config.runtime.name", "config.precision.name", "config.parallel.name"]
+BAR_GROUP = "comparison"  # config key: "platform / runtime / precision / parallel"
 
-# (kind, title, y summary metric, x) -- the report's panels, matching the local plots.
-PANELS = [
-    ("scatter", "Throughput vs batch size per device", "throughput_samples_per_s", "data.batch_size"),
+# (kind, title, y, x, where y lives) -- a panel is in the report only when some record has its figure, so
+# every panel has data: sinks/wandb.py puts each record's scalar figures in its W&B summary under the same
+# names as the tidy frame's columns; the windows and the evaluation curve are its history.
+SUMMARY_PANELS = [
+    ("scatter", "Throughput vs global batch size [samples/s]", "throughput_samples_per_s", "global_batch_size"),
     ("bar", "Throughput [samples/s]", "throughput_samples_per_s", None),
     ("bar", "Throughput per price [samples/s per {CUR}/hour]", "samples_per_s_per_{cur}_per_hour", None),
     ("bar", "Cost [{CUR} per 1M samples]", "{cur}_per_million_samples", None),
-    ("bar", "Cost to target [{CUR}]", "cost_to_target_{cur}", None),
-    ("bar", "Time to target [s]", "time_to_target_s", None),
+    ("bar", "Training time to target [s]", "train_time_to_target_s", None),
+    ("bar", "Training cost to target [{CUR}]", "train_cost_to_target_{cur}", None),
+    ("bar", "Epochs to target", "epochs_to_target", None),
+    ("bar", "Largest batch per device that fits [samples]", "max_batch_size_per_device", None),
+    ("scatter", "Throughput vs devices [samples/s] (DataParallel vs DDP: group by parallel)",
+     "throughput_samples_per_s", "devices"),
+    ("scatter", "Throughput per device vs devices [samples/s] (flat is linear scaling)",
+     "throughput_per_device_samples_per_s", "devices"),
+    ("bar", "Model FLOP utilisation (MFU)", "mfu", None),
+    ("bar", "GPU utilisation, mean over GPUs [%]", "gpu_util_percent_avg_devices", None),
+    ("bar", "Least busy GPU [%] (DataParallel leaves replicas idle)", "gpu_util_percent_min_device", None),
+    ("bar", "Energy per sample [J]", "energy_j_per_sample", None),
+    ("bar", "Peak device memory [GiB]", "peak_device_allocated_gib", None),
     ("bar", "Steady step time [s]", "step_time_s_median", None),
     ("bar", "First step [s]", "first_step_s", None),
-    ("scatter", "Throughput vs devices", "throughput_samples_per_s", "parallel.world_size"),
-    ("line", "Loss per step", "loss", "Step"),
+    ("bar", "Compile time [s]", "compile_time_s", None),
+]
+HISTORY_PANELS = [  # (title, y, x): lines over each run's history
+    ("Throughput per timed window [samples/s], logged as each closed", "window_throughput_samples_per_s", "window"),
+    ("Loss per step", "loss", "step"),
 ]
 
 
-def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str | None, title: str) -> dict:
-    cur = currency(df) or "usd"  # cost metrics are named after the records' currency
+def _currencies(df: pd.DataFrame) -> list[str]:
+    """Every currency some record's cost figures are in (W&B keeps each record's own: a panel per currency)."""
+    found = sorted({c.split("_")[-3] for c in df.columns if c.startswith("samples_per_s_per_") and
+                    c.endswith("_per_hour") and df[c].notna().any()})
+    return found or [currency(df) or "usd"]
 
+
+def _present(df: pd.DataFrame, col: str) -> bool:
+    return col in df.columns and df[col].notna().any()
+
+
+def panels(df: pd.DataFrame) -> list[dict]:
+    """The report's panels, each with the keys it reads (`y`, `x`) and where they live (`source`)."""
+    out = []
+    for kind, title, y, x in SUMMARY_PANELS:
+        for cur in (_currencies(df) if "{cur}" in y else [None]):
+            ycol = y.format(cur=cur) if cur else y
+            if _present(df, ycol) and (x is None or _present(df, x)):
+                out.append({"kind": kind, "title": title.format(CUR=(cur or "").upper()), "y": ycol, "x": x,
+                            "source": "summary"})
+    metrics = sorted({m for m in df.get("goal_metric", pd.Series(dtype=object)).dropna().unique()})
+    curve_x = [("train_time_s", "training time [s]"), ("epoch", "epoch")]
+    for m in metrics:  # each evaluation as it happened (sinks/wandb.py log_point)
+        out += [{"kind": "line", "title": f"Evaluation {m} vs {label}", "y": m, "x": x, "source": "history"}
+                for x, label in curve_x]
+    modes = set(df.get("bench_mode", pd.Series(dtype=object)).dropna())
+    if "throughput" in modes:
+        out += [{"kind": "line", "title": t, "y": y, "x": x, "source": "history"} for t, y, x in HISTORY_PANELS]
+    if "find_max_batch" in modes:  # each batch tried (records/batch_trials.py)
+        out.append({"kind": "line", "title": "Batch search: throughput at each batch per device tried [samples/s]",
+                    "y": "trial_throughput_samples_per_s", "x": "trial_batch_size", "source": "history"})
+    return out
+
+
+def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str | None, title: str) -> dict:
     clauses = []
     for f in filters:
         for key, values in parse_query(f).items():
@@ -56,12 +107,14 @@ def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str |
         clauses.append("Name in [" + ", ".join(repr(n) for n in names) + "]")
     return {
         "title": title[:128],
-        "description": f"{len(df)} xbench runs, grouped by platform. Filters: {'; '.join(filters) or 'none'}.",
+        "description": f"{len(df)} xbench runs, grouped by platform x runtime x precision x strategy. Filters: "
+                       f"{'; '.join(filters) or 'none'}. Costs are in each record's own currency (a panel per "
+                       "currency); batch axes are the global batch.",
         "project": project,
         "entity": entity,
-        "runset": {"name": "xbench runs", "filters": " and ".join(clauses), "groupby": ["config.platform.name"]},
-        "panels": [{"kind": k, "title": t.format(CUR=cur.upper()), "y": y.format(cur=cur), "x": x}
-                   for k, t, y, x in PANELS],
+        "runset": {"name": "xbench runs", "filters": " and ".join(clauses), "groupby": GROUPBY},
+        "bar_groupby": BAR_GROUP,
+        "panels": panels(df),
     }
 
 
@@ -69,19 +122,14 @@ def build(defn: dict):
     """The wandb-workspaces Report object for a definition (no network until .save())."""
     import wandb_workspaces.reports.v2 as wr
 
-    def metric(x):
-        if x in (None, "Step"):
-            return x
-        return wr.Config(x) if "." in x else wr.SummaryMetric(x)
-
     panels = []
     for p in defn["panels"]:
         if p["kind"] == "bar":
             panels.append(wr.BarPlot(title=p["title"], metrics=[wr.SummaryMetric(p["y"])],
-                                     groupby=wr.Config("platform.name"), groupby_aggfunc="median",
+                                     groupby=wr.Config(defn.get("bar_groupby", BAR_GROUP)), groupby_aggfunc="median",
                                      groupby_rangefunc="minmax"))
         elif p["kind"] == "scatter":
-            panels.append(wr.ScatterPlot(title=p["title"], x=metric(p["x"]), y=wr.SummaryMetric(p["y"])))
+            panels.append(wr.ScatterPlot(title=p["title"], x=wr.SummaryMetric(p["x"]), y=wr.SummaryMetric(p["y"])))
         else:
             panels.append(wr.LinePlot(title=p["title"], x=p["x"], y=[p["y"]]))
     rs = defn["runset"]

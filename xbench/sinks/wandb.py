@@ -1,11 +1,15 @@
-"""Weights & Biases sink: config, per-step series and summary, with group and tags.
+"""Weights & Biases sink: config (with hardware, versions and the environment), figures as they are measured,
+the per-step series, the summary, and the record itself as an artifact.
 
-Throughput runs are logged after the measurement (never during a timed window: W&B's service process
-would compete for the cores being measured). A train-to-target run opens its W&B run at the start
-(`start`) and logs each evaluation point as it happens (`log_point`, fed from rank 0's curve file outside
-any training segment); `publish` then logs whatever was not logged live, the summary (time, epochs and cost
-to each target, the final metric) and finishes. Never fails a run: any W&B error becomes one console line
-and a note in the record, and the local record is already on disk by then.
+Every mode opens its W&B run before measuring (`start`) and logs as it goes, never inside a timed window:
+a throughput run logs each window once it has closed (`log_window`, fed from rank 0's windows file, which
+waits for the line to be logged before its next window), a train-to-target run each evaluation point
+(`log_point`, from its curve file, outside any training segment). W&B's own system sampling is off
+(`x_disable_stats`): it would take the cores being measured; xbench samples utilisation itself and logs it.
+`publish` then logs the per-step series, the summary (status, reason, warnings, CIs, per-GPU utilisation,
+every scalar figure), uploads `record.json` (and `mlperf.log`, the profile) as artifacts and finishes. Never
+fails a run: any W&B error becomes one console line and a note in the record, and the local record is already
+on disk by then.
 
 Modes: `auto` is online when credentials are present, else offline (`wandb sync` uploads later);
 online with the service unreachable falls back to offline after `init_timeout_s`. That costs bounded
@@ -24,10 +28,15 @@ import time
 from pathlib import Path
 
 from xbench.extras import message
+from xbench.metrics import utilisation
+from xbench.records import batch_trials
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact, redact_argv
 from xbench.wandb_env import has_credentials
 
+# console off: W&B would copy this process's console output into the run files; stats off: its system
+# sampling would run beside the timed windows (xbench samples utilisation itself and logs it).
+SETTINGS = {"console": "off", "x_disable_stats": True}
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
 # W&B hosts that did not answer in this process (base URL -> what happened): not tried again.
@@ -80,13 +89,69 @@ def redacted_argv():
         sys.argv = saved
 
 
+# Config keys the report groups bars by: one W&B bar per platform x runtime x precision x strategy.
+COMPARISON = ("platform", "runtime", "precision", "parallel")
+
+
+def comparison(config: dict) -> str:
+    return " / ".join(str((config.get(k) or {}).get("name")) for k in COMPARISON)
+
+
+def env_summary(env: dict) -> dict:
+    """Hardware, versions and the environment of a record (record.env) as the W&B config's `env`."""
+    cpu, git, t = env.get("cpu") or {}, env.get("git") or {}, env.get("torch") or {}
+    acc = t.get("accelerators") or []
+    return {k: v for k, v in {
+        "hostname": env.get("hostname"), "os": env.get("os"), "python": env.get("python"),
+        "xbench_version": env.get("xbench_version"), "cpu_model": cpu.get("model"),
+        "cpu_logical_cores": cpu.get("logical_cores"), "cpu_physical_cores": cpu.get("physical_cores"),
+        "cpu_affinity_cores": cpu.get("affinity_cores"), "memory_gib": cpu.get("memory_gib"),
+        "cpu_flags": " ".join(cpu.get("flags") or []) or None, "git_revision": git.get("revision"),
+        "git_dirty": git.get("dirty"), "torch": t.get("torch"), "cuda_runtime": t.get("cuda_runtime"),
+        "cudnn": t.get("cudnn"), "nvidia_driver": t.get("driver"), "cpu_capability": t.get("cpu_capability"),
+        "accelerators": "; ".join(f"{a.get('index')}: {a.get('name')}" for a in acc) or None,
+        "accelerator_count": len(acc), "packages": {k: v for k, v in (env.get("packages") or {}).items() if v},
+        "environ": env.get("environ") or None,
+    }.items() if v is not None}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def flat_summary(record: RunRecord) -> dict:
-    out = {"status": record.status, "reason": record.reason, "run_id": record.run_id}
+    """Every scalar figure, plus what a comparison needs and the record holds as lists: status and reason,
+    the warnings, the CIs as low/high, per-GPU utilisation over every rank (`gpu_util_percent/<gpu>`)."""
+    out = {"status": record.status, "reason": record.reason, "run_id": record.run_id,
+           "warnings": "; ".join(record.warnings) or None, "n_warnings": len(record.warnings)}
     for src in (record.measurements, record.derived):
         for k, v in src.items():
             if isinstance(v, (int, float, str, bool)) or v is None:
                 out[k] = v
+            elif k.endswith("_ci95_samples_per_s") and isinstance(v, list) and len(v) == 2 and all(map(_number, v)):
+                stem = k.removesuffix("_ci95_samples_per_s")
+                out[f"{stem}_ci95_low_samples_per_s"], out[f"{stem}_ci95_high_samples_per_s"] = v
+    by_gpu = utilisation.gpu_util_by_device(record.measurements, record.ranks)
+    out.update({f"gpu_util_percent/{d}": v for d, v in by_gpu.items()}, **utilisation.summary(by_gpu))
     return out
+
+
+RECORD_FILES = ("record.json", "mlperf.log")  # the run's own files, uploaded as its `run-record` artifact
+
+
+def upload_record(run, record: RunRecord, run_dir: Path) -> None:
+    """record.json (as written before W&B added its own keys to it) and mlperf.log, when present, as one
+    artifact of type `run-record`: a team that reads runs from W&B gets the whole record."""
+    paths = [Path(run_dir) / name for name in RECORD_FILES if (Path(run_dir) / name).is_file()]
+    if not paths:
+        return
+    import wandb  # optional: only reached with a W&B run open
+
+    artifact = wandb.Artifact(f"record-{record.run_id}", type="run-record",
+                              metadata={"status": record.status, "schema_version": record.schema_version})
+    for p in paths:
+        artifact.add_file(str(p), name=p.name)
+    run.log_artifact(artifact)
 
 
 def upload_profile(run, record: RunRecord, run_dir: Path) -> None:
@@ -118,6 +183,7 @@ class WandbSink:
         self.run = None  # opened by `start` (live logging) or by `publish`
         self.mode_used: str | None = None
         self.logged_evals: set[int] = set()  # curve points already logged live
+        self.windows_logged = 0  # timed windows logged as they closed (throughput)
         self.live_error: str | None = None
 
     def start(self, record: RunRecord, run_dir: Path) -> bool:
@@ -138,6 +204,17 @@ class WandbSink:
         try:
             self.run.log(curve_row(point), step=int(point["eval"]))
             self.logged_evals.add(int(point["eval"]))
+        except Exception as e:
+            self.live_error = f"{type(e).__name__}: {e}"
+            self.say(f"W&B: live logging stopped ({self.live_error}); the rest is logged at the end")
+
+    def log_window(self, point: dict) -> None:
+        """One timed window once it has closed (rank 0's line: window index, its throughput, step time, loss)."""
+        if self.run is None or self.live_error is not None:
+            return
+        try:
+            self.run.log(curve_row(point))
+            self.windows_logged += 1
         except Exception as e:
             self.live_error = f"{type(e).__name__}: {e}"
             self.say(f"W&B: live logging stopped ({self.live_error}); the rest is logged at the end")
@@ -169,26 +246,36 @@ class WandbSink:
         wdir.mkdir(parents=True, exist_ok=True)
         self.wdir = wdir
         group, tags = group_and_tags(record, self.wcfg)
+        config = {**redact(record.config), "xbench_version": record.env.get("xbench_version"),
+                  "comparison": comparison(record.config), "env": redact(env_summary(record.env))}
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
-                      group=group, tags=tags, name=record.run_id,
-                      config={**redact(record.config), "xbench_version": record.env.get("xbench_version")},
+                      group=group, tags=tags, name=record.run_id, config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
-        return self._init(wandb, mode, kwargs)
+        run = self._init(wandb, mode, kwargs)
+        # Each series against its own x: per-step figures against `step`, windows against `window`.
+        run.define_metric("step")
+        run.define_metric("window")
+        for key in ("loss", "step_time_s", "phase_timed", "step_throughput_samples_per_s"):
+            run.define_metric(key, step_metric="step")
+        run.define_metric("window_*", step_metric="window")
+        return run
 
     def _log_series(self, run, record: RunRecord) -> None:
         s = record.series
+        for row in batch_trials.to_history(record.measurements.get("batch_search_trials")):
+            run.log(row)  # find_max_batch: one row per batch tried
         if "phase" not in s:  # a train-to-target curve: the points not logged live, in order
             for i in range(len(s.get("eval", []))):
                 self.log_point({k: v[i] for k, v in s.items() if isinstance(v, list) and i < len(v)})
             return
         per_sample = record.measurements.get("global_batch_size")
-        for i, step in enumerate(s.get("step", [])):
-            row = {k: s[k][i] for k in ("loss", "step_time_s") if k in s}
+        for i, step in enumerate(s.get("step", [])):  # after the windows logged live: W&B's own step goes on
+            row = {"step": step, **{k: s[k][i] for k in ("loss", "step_time_s") if k in s}}
             row["phase_timed"] = int(s["phase"][i] == "timed")
             if per_sample and row.get("step_time_s"):
                 row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
-            run.log(row, step=step)
+            run.log(row)
 
     def _publish(self, record: RunRecord, run_dir: Path) -> dict:
         run = self.run
@@ -210,6 +297,7 @@ class WandbSink:
             if self.live_error is not None:
                 raise RuntimeError(self.live_error)
             run.summary.update(redact(flat_summary(record)))
+            upload_record(run, record, run_dir)
             upload_profile(run, record, run_dir)
             if record.status == "interrupted":
                 with contextlib.suppress(Exception):
@@ -226,6 +314,8 @@ class WandbSink:
             out["wandb_online_skipped"] = self.skipped_online
         if "eval" in record.series:  # train-to-target: how many points went to W&B as they happened
             out["wandb_points_logged_live"] = live
+        if self.windows_logged:  # throughput: the windows logged as each closed
+            out["wandb_windows_logged_live"] = self.windows_logged
         offline = sorted(self.wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
@@ -243,7 +333,7 @@ class WandbSink:
             t0 = time.monotonic()
             try:
                 with contextlib.redirect_stderr(io.StringIO()), _no_error_reports():
-                    run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout, console="off"),
+                    run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout, **SETTINGS),
                                      **kwargs)
                 self.mode_used = "online"
                 return run
@@ -252,6 +342,6 @@ class WandbSink:
                 _UNREACHABLE[_base_url()] = f"init failed after {self.fallback_s:.1f} s: {type(e).__name__}"
                 self.say(f"W&B: online init failed after {self.fallback_s:.1f} s (init_timeout_s={timeout:g}; "
                          f"{type(e).__name__}); falling back to offline")
-        run = wandb.init(mode="offline", settings=wandb.Settings(console="off"), **kwargs)
+        run = wandb.init(mode="offline", settings=wandb.Settings(**SETTINGS), **kwargs)
         self.mode_used = "offline"
         return run

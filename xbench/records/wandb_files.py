@@ -20,7 +20,8 @@ def _wandb_cli() -> list[str]:
 
 def read_offline_run(path: str | Path) -> dict:
     """-> {"config", "group", "tags", "name", "history": [rows], "summary": {...}, "exit_code",
-    "preempting" (the run was marked preempted: an interrupted record), "artifacts": [{name, type, paths}]}"""
+    "preempting" (the run was marked preempted: an interrupted record), "artifacts": [{name, type, paths}],
+    "system_samples" (W&B's own system metrics records)}"""
     path = Path(path)
     files = [path] if path.suffix == ".wandb" else sorted(path.glob("**/run-*.wandb"))
     if not files:
@@ -28,7 +29,7 @@ def read_offline_run(path: str | Path) -> dict:
     out = subprocess.run(_wandb_cli() + ["leet", "inspect", "--json", str(files[-1])],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None,
-                 "exit_code": None, "preempting": False, "artifacts": []}
+                 "exit_code": None, "preempting": False, "artifacts": [], "system_samples": 0}
     for line in out.splitlines():
         if not line.startswith("{"):
             continue
@@ -48,6 +49,8 @@ def read_offline_run(path: str | Path) -> dict:
             art = rec["artifact"]
             run["artifacts"].append({"name": art.get("name"), "type": art.get("type"),
                                      "paths": [c["path"] for c in (art.get("manifest") or {}).get("contents", [])]})
+        elif kind == "stats":  # W&B's own system sampling (xbench turns it off)
+            run["system_samples"] += 1
         elif kind == "preempting":
             run["preempting"] = True
         elif kind == "exit":

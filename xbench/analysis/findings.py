@@ -1,0 +1,258 @@
+"""The answers a set of runs can give, in sentences with their figures and uncertainty, as the studies' posts
+lead with them: fastest, cheapest per sample, fastest and cheapest to the target, scaling efficiency at N,
+each compiled runtime's speed-up over eager, and where the baseline stands.
+
+Every comparison is within one work (model and data: analysis/workload.py) and between configurations
+(batch size, precision and strategy stay apart). A configuration's uncertainty is its throughput spread
+(analysis/spread.py: min-max over repeated runs, else the run's 95% CI over windows, else its p10-p90
+steps); a difference whose intervals overlap is said to be "within noise", and a figure without a spread
+says so. Works beyond MAX_WORKS are counted, not described.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xbench.analysis.rows import TP, Rows, groups
+from xbench.analysis.scaling import scaling_rows
+from xbench.analysis.spread import spread
+from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK
+
+MAX_WORKS = 6
+LABEL_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model",
+              "batch_size_per_device", "global_batch_size", "devices", "threads", "runtime_options")
+
+
+@dataclass
+class Finding:
+    question: str  # "fastest", "cheapest per sample", ...
+    work: str | None  # "resnet50 on synthetic_imagenet"; None: across works
+    text: str
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def _work(k: dict) -> str:
+    return f"{k['model']} on {k['data']}"
+
+
+def label_keys(rows) -> list[str]:
+    names = [k for k in LABEL_KEYS if len({r.get(k) for r in rows}) > 1]
+    if "devices" not in names and {"global_batch_size", "batch_size_per_device"} <= set(names):
+        names.remove("batch_size_per_device")  # one device count: the global batch says it
+    return names
+
+
+def _label(keys: dict, names: list[str]) -> str:
+    parts = []
+    for k in names:
+        v = keys.get(k)
+        if v is None:
+            continue
+        parts.append({"global_batch_size": f"batch {v}", "batch_size_per_device": f"{v}/device",
+                      "devices": f"{v} devices", "threads": f"{v} threads"}.get(k, str(v)))
+    return " / ".join(parts) or "the only configuration"
+
+
+@dataclass
+class Config:
+    label: str
+    rows: Rows
+    value: float
+    low: float | None  # the figure's interval (None: no spread measured)
+    high: float | None
+
+    def interval(self) -> str:
+        if self.low is None:
+            return "no spread measured"
+        return f"{fmt(self.low)}-{fmt(self.high)}"
+
+
+@dataclass
+class Found:
+    """One configuration of a work: its keys, its ok runs, and its throughput spread (analysis/spread.py),
+    computed once per findings() call and handed to every question that needs it."""
+    keys: dict
+    rows: Rows
+    tp_low: float | None
+    tp_high: float | None
+    tp: float | None  # median throughput
+
+    @classmethod
+    def of(cls, keys: dict, g: Rows) -> Found:
+        lo, hi, _, _ = spread(g)
+        return cls(keys, g, lo, hi, g.ok().median(TP))
+
+
+def _configs(found: list[Found], names: list[str], col: str, power: float | None) -> list[Config]:
+    """Each configuration's median of `col` with an interval: throughput's spread carried by `power`
+    (figure ~ throughput**power), or min-max over its runs when `power` is None."""
+    out = []
+    for f in found:
+        ok = f.rows.ok(col)
+        if not ok:
+            continue
+        v = ok.median(col)
+        if power is None:
+            xs = ok.nums(col)
+            lo, hi = (min(xs), max(xs)) if len(xs) > 1 else (None, None)
+        else:
+            tlo, thi, tp = f.tp_low, f.tp_high, f.tp
+            if tlo and thi and tp:
+                a, b = (tlo / tp) ** power, (thi / tp) ** power
+                lo, hi = v * min(a, b), v * max(a, b)
+            else:
+                lo = hi = None
+        out.append(Config(_label(f.keys, names), ok, v, lo, hi))
+    return out
+
+
+def overlap(a: Config, b: Config) -> bool | None:
+    """Whether two intervals overlap (None: one has no interval)."""
+    if a.low is None or b.low is None:
+        return None
+    return a.low <= b.high and b.low <= a.high
+
+
+def _versus(best: Config, second: Config, higher: bool, what: str, better: str) -> str:
+    ratio = best.value / second.value if higher else second.value / best.value
+    o = overlap(best, second)
+    if o:
+        return f"within noise of {second.label} ({fmt(second.value)}{what}; the intervals overlap)"
+    tail = "" if o is False else " (no spread measured on one side: not tested against noise)"
+    return f"{ratio:.2f}x {better} the runner-up, {second.label} ({fmt(second.value)}{what}){tail}"
+
+
+def _best(found: list[Found], names: list[str], col: str, higher: bool, power: float | None,
+          question: str, unit: str, work: str, prefix: str = "", suffix: str = "", better: str = "") -> Finding | None:
+    cs = sorted(_configs(found, names, col, power), key=lambda c: c.value, reverse=higher)
+    if not cs:
+        return None
+    b = cs[0]
+    runs = len(b.rows)
+    text = (f"{question.capitalize()}: {b.label} at {prefix}{fmt(b.value)}{unit}{suffix} ({b.interval()}; "
+            f"{runs} run{'s' if runs != 1 else ''})")
+    text += ", " + _versus(b, cs[1], higher, unit, better) + "." if len(cs) > 1 else "; nothing else to compare it with."
+    return Finding(question, work, text)
+
+
+MAX_SCALING = 4  # scaling findings: the workloads measured at the most device counts
+
+
+def _scaling(rows: Rows) -> tuple[list[Finding], int]:
+    out = []
+    s = scaling_rows(rows)
+    found = groups(s, ["model", "data", "device_kind", "runtime", "precision", "batch_size_per_device"])
+    found.sort(key=lambda x: (-len(x[1]), -max(r["devices"] for r in x[1])))
+    for _, sub in found[:MAX_SCALING]:
+        k = sub[0]
+        parts = []
+        for pk, g in groups(sub, ["parallel"]):
+            top = max(g, key=lambda r: r["devices"])
+            if top["devices"] <= 1:
+                continue
+            odd = " (above 100%: noise or a cache effect, not a result)" if top["scaling_efficiency"] > 1.05 else ""
+            parts.append(f"{pk['parallel']} {top['scaling_efficiency'] * 100:.0f}% at {top['devices']} devices "
+                         f"({top['speedup']:.2f}x the 1-device throughput){odd}")
+        if parts:
+            out.append(Finding("scaling efficiency", _work(k), f"Scaling efficiency on {k['device_kind']} "
+                               f"({k['runtime']}, {k['precision']}, batch {k['batch_size_per_device']}/device): "
+                               + "; ".join(parts) + ". 100% is linear."))
+    return out, max(0, len(found) - MAX_SCALING)
+
+
+def _runtimes(found: list[Found]) -> list[Finding]:
+    """Each non-eager runtime against the eager run of the same workload and placement, per configuration
+    (never pooled over batch sizes): listed when few, else the median with the best and worst named."""
+    same = (*VERSUS_EAGER, "experiment")  # a twin of the same experiment first (a sweep's own eager run)
+    eager: dict[tuple, Found] = {}
+    for f in found:
+        r0 = f.rows[0]
+        if r0.get("runtime") == "eager":
+            eager[tuple(r0.get(k) for k in same)] = f
+            eager.setdefault(tuple(r0.get(k) for k in VERSUS_EAGER), f)
+    by_runtime: dict[str, list[tuple[str, float, bool | None]]] = {}
+    for f in found:
+        rt, r0 = f.keys.get("runtime"), f.rows[0]
+        twin = None if rt == "eager" else (eager.get(tuple(r0.get(k) for k in same))
+                                           or eager.get(tuple(r0.get(k) for k in VERSUS_EAGER)))
+        if twin is None or not f.tp or not twin.tp:
+            continue
+        o = (None if None in (f.tp_low, f.tp_high, twin.tp_low, twin.tp_high)
+             else (f.tp_low <= twin.tp_high and twin.tp_low <= f.tp_high))
+        where = f"{_work(f.keys)}, batch {f.keys.get('global_batch_size')}"
+        by_runtime.setdefault(str(rt), []).append((where, f.tp / twin.tp, o))
+    out = []
+    for rt, pairs in sorted(by_runtime.items()):
+        noise = sum(1 for p in pairs if p[2])
+
+        def one(p):
+            return f"{p[1]:.2f}x ({p[0]}{', within noise' if p[2] else ''})"
+        if len(pairs) <= 4:
+            body = "; ".join(one(p) for p in pairs)
+        else:
+            ratios = sorted(p[1] for p in pairs)
+            lo, hi = min(pairs, key=lambda p: p[1]), max(pairs, key=lambda p: p[1])
+            body = (f"median {ratios[len(ratios) // 2]:.2f}x over {len(pairs)} configurations, from {one(lo)} "
+                    f"to {one(hi)}; {noise} within noise")
+        out.append(Finding(f"{rt} speed-up", None, f"{rt} vs eager (throughput ratio, same workload and placement): "
+                           f"{body}."))
+    return out
+
+
+def findings(rows, cur: str | None = None, normalised: Rows | None = None, baseline_text: str | None = None
+             ) -> tuple[list[Finding], str]:
+    """(the findings, a sentence about what was left out)."""
+    rows = Rows.of(rows)
+    out: list[Finding] = []
+    ok = rows.ok(None)
+    works = sorted(groups(ok, WORK), key=lambda x: -len(x[1]))
+    configs = [Found.of(keys, g) for keys, g in groups(ok, CONFIGURATION)]  # each spread once
+    by_work: dict[tuple, list[Found]] = {}
+    for f in configs:
+        by_work.setdefault(tuple(f.keys[x] for x in WORK), []).append(f)
+    for k, sub in works[:MAX_WORKS]:
+        w = _work(k)
+        found, names = by_work.get(tuple(k[x] for x in WORK), []), label_keys(sub)
+        out += [f for f in (
+            _best(found, names, TP, True, 1.0, "fastest", " samples/s", w, better="the throughput of"),
+            _best(found, names, f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples",
+                  w, prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
+            _best(found, names, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w,
+                  better="faster than"),
+            _best(found, names, f"train_cost_to_target_{cur}", False, None, "cheapest to the target", "", w,
+                  prefix=f"{cur.upper()} ", suffix=" of training", better="cheaper than") if cur else None,
+        ) if f is not None]
+        if normalised is not None:
+            mine = Rows(r for r in normalised if all(r.get(x) == k[x] for x in WORK) and not r.get("is_baseline"))
+            cs = sorted((r for r in mine if r.get("normalised_time")), key=lambda r: r["normalised_time"])
+            if cs:
+                names = label_keys(mine)
+                b = cs[0]
+                out.append(Finding("against the baseline", w, f"Against the baseline ({baseline_text}): "
+                                   f"{_label(b, names)} takes {b['normalised_time']:.3g}x its time"
+                                   + (f" and {b['normalised_cost']:.3g}x its cost" if b.get("normalised_cost") else "")
+                                   + f" ({len(cs)} configurations compared; the baseline table has each)."))
+    scaled, more_scaling = _scaling(ok)
+    out += scaled + _runtimes([f for f in configs if f.rows.ok()])
+    bad = [r.get("status") for r in rows if r.get("status") != "ok"]
+    if bad:
+        counts = {s: bad.count(s) for s in sorted(set(bad), key=str)}
+        out.append(Finding("runs that did not finish", None, f"{len(bad)} of {len(rows)} runs did not finish ok ("
+                           + ", ".join(f"{n} {s}" for s, n in counts.items()) + "): they stay in the tables with "
+                           "their reasons, outside every median."))
+    noisy = sum(1 for r in ok if r.get("noisy"))
+    if noisy:
+        out.append(Finding("noise", None, f"{noisy} of {len(ok)} ok runs flagged themselves noisy (spread above "
+                           "bench.noisy_cv): their figures are less certain than their medians look."))
+    rest = len(works) - MAX_WORKS
+    left = ([f"{rest} more works are in the tables (narrow the report with --filter model=... to read their "
+             "findings)"] if rest > 0 else []) + ([f"{more_scaling} more scaled workloads are in the scaling table"]
+                                                 if more_scaling else [])
+    return out, ("; ".join(left) + ".") if left else ""
