@@ -85,6 +85,19 @@ def test_spot_discount_per_vcpu_and_reserved_utilisation():
     assert price_per_hour(ri) == pytest.approx(8.4456)
     ri["utilisation"] = 0.5
     assert price_per_hour(ri) == pytest.approx(16.8912)  # half the hours idle: each used hour costs double
+    committed = load_platform("local_as_gce_n1_standard_2_committed_1y")  # 2 vCPUs x $0.0475 less 37%
+    assert price_per_hour(committed) == pytest.approx(0.05985)
+
+
+def test_an_amortised_price_without_its_unit_is_refused():
+    """An hourly rate under month_amortised billing read as monthly rent would be 730x too cheap."""
+    p = {"name": "x", "billing": "month_amortised", "price": [{"name": "vm", "amount": 0.0475, "count": 2}]}
+    [msg] = problems(p)
+    assert "needs the amount's unit: unit: hour" in msg and "unit: month" in msg
+    with pytest.raises(ValueError, match="needs the amount's unit"):
+        price_per_hour(p)
+    fee = {"name": "y", "billing": "month_amortised", "price": [{"name": "setup", "kind": "setup_fee", "amount": 9}]}
+    assert problems(fee) == []  # a one-off fee has no rate
 
 
 def test_bad_prices_are_reported_with_what_is_allowed():

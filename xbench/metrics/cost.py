@@ -54,6 +54,10 @@ def problems(platform: dict) -> list[str]:
         label = f"platform {name!r} price component {c.get('name', '?')!r}"
         if c.get("unit", "hour") not in UNIT_S:
             out.append(f"{label}: unit={c.get('unit')!r} is unknown; allowed: {', '.join(UNIT_S)}")
+        if "unit" not in c and c.get("kind", "usage") != "setup_fee" and _amortised(c, platform):
+            # an amortised price per what? (an hourly rate read as monthly rent is 730x off)
+            out.append(f"{label}: billing month_amortised needs the amount's unit: unit: hour (a rate, e.g. a "
+                       "reservation's hourly price) or unit: month (rent); allowed: " + ", ".join(UNIT_S))
         if c.get("kind", "usage") not in KINDS:
             out.append(f"{label}: kind={c.get('kind')!r} is unknown; allowed: {', '.join(KINDS)}")
         if c.get("per", "machine") not in PER:

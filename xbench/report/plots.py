@@ -366,7 +366,7 @@ def normalised(rows: Rows, ctx: Context):
 @plot("overhead")
 def overhead(rows: Rows, ctx: Context):
     """Framework time breakdown: one-off (compile, warm-up, first step) and per step (steady step, the host's
-    share), per runtime."""
+    share), per configuration, the runtime named first."""
     ok = rows.ok(None)
     cc = compile_columns(ok)
     panels = [(cc[0], "compile time [s]", 1.0) if cc else ("warmup_s", "warm-up (incl. compile) [s]", 1.0),
@@ -389,7 +389,7 @@ def overhead(rows: Rows, ctx: Context):
         f = summarise(bars, False, layout.bar_cap(len(panels)))
         f.title, f.xlabel = xlabel.split(" [")[0], xlabel
         facets.append(f)
-    return hbar_figure(facets, "Framework time breakdown per runtime: one-off costs and the steady step",
+    return hbar_figure(facets, "Framework time breakdown per configuration (runtime first): one-off costs and the steady step",
                        "", _note(constant_caption(ok), pooled_text(found, (*ctx.pool, "experiment")), "Error bars: min-max over repeated "
                                  "runs. Eager never compiles: no compile bar."))
 
