@@ -22,7 +22,7 @@ GPU_COMMON = ["model=resnet50", "data=synthetic_imagenet", "data.batch_size=256"
               "bench.steps=40", "bench.repeats=3", "bench.warmup_max_steps=60", "logger=wandb",
               "logger.progress=false"]
 DRY_COMMON = ["model=cnn_small", "data=synthetic_cifar10", "data.batch_size=16", "platform=cpu",
-              "bench.steps=4", "bench.repeats=2", "bench.warmup_min_steps=2", "bench.warmup_max_steps=4",
+              "bench.steps=4", "bench.min_window_s=0", "bench.repeats=2", "bench.warmup_min_steps=2", "bench.warmup_max_steps=4",
               "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10", "logger=wandb", "logger.progress=false"]
 CL = "model.channels_last=true"
 

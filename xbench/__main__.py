@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from xbench import runner
 from xbench.config import config_dir, register_configs
 from xbench.hints import compose_hints
+from xbench.launch.isolation import isolated
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 
@@ -41,8 +42,9 @@ def run(dcfg: DictConfig):
 def main(dcfg: DictConfig) -> None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if multirun and not _PRELOADED:
-        _PRELOADED.append(True)  # a sweep reaching an XLA runtime needs torch_xla before any backward
-        preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
+        _PRELOADED.append(True)
+        if not isolated(dcfg):  # points sharing this process: an XLA one needs torch_xla before any backward
+            preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
     record = run(dcfg)
     if record is None:  # a rank > 0: rank 0 writes the record and sets the exit status
         return

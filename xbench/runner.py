@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from xbench import launch, runtimes
 from xbench.config import XBenchConfig
 from xbench.envelope import ConfigError, RunEnvelope
+from xbench.launch import isolation
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact
 from xbench.records.store import CHECKPOINT_FILE, find_run, new_run_id, read_record
@@ -74,6 +75,7 @@ def read_baseline(cfg) -> dict | None:
 
 def run(dcfg: DictConfig) -> RunRecord | None:
     """One benchmark run; the final RunRecord, or None in a process whose record another writes."""
+    isolation.begin_point()  # this point's start-up counts from here, not from the sweep's start
     prior = None
     if dcfg.get("resume"):
         dcfg, prior = resume_config(dcfg)
@@ -94,6 +96,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
 
         facts = host_facts()
         env.record.env["torch"] = torch_env(facts)
+        env.record.env.update(isolation.point_facts(cfg))
         _xla_device_first(cfg, facts)
         reasons = compat.check(cfg, facts)
         if reasons:
