@@ -88,7 +88,7 @@ def point_facts(cfg) -> dict:
     (secret values redacted) and whether it ran isolated."""
     job = hydra_job()
     facts = {"xbench_version": xbench_version(),
-             "point": {"isolation": cfg.bench.isolation, "isolated": isolated(cfg)}}
+             "point": {"isolation": cfg.bench.isolation, "isolated": isolated(cfg), "runner_pid": os.getpid()}}
     if job is not None:
         facts["point"].update(multirun=job["multirun"], job_num=job["job_num"],
                               overrides=redact_argv(job["overrides"]))

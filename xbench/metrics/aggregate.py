@@ -41,6 +41,7 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
         "throughput_ci95_note": tp["ci_note"] or "95% CI of the geometric mean over windows (t, log scale)",
         "data_wait_fraction": max(r["data_wait_s"] for r in ranks) / window_total if window_total else None,
         "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+        "rank_pids": [r.get("pid") for r in ranks],  # the processes that measured (isolated: not the runner's)
     })
     energy = [r.get("energy_j") for r in ranks]
     if all(e is not None for e in energy):

@@ -7,37 +7,68 @@ Confidence intervals are valid for the sample size or absent:
 - quantities that cannot be negative (throughput, times, ratios of them) get their interval on the
   log scale: the t interval of the mean of log(x), mapped back, i.e. a CI of the geometric mean. It
   is never below zero and is asymmetric the way multiplicative noise is;
-- the t quantile is computed for the exact degrees of freedom (Welch's fractional df included).
+- the t quantile is computed (incomplete beta, bisection) for the exact degrees of freedom, Welch's
+  fractional df included.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
 MIN_CI_SAMPLES = 3  # fewer values give no confidence interval
-# Two-sided 95% Student t quantiles, df = 1..30; beyond, the Cornish-Fisher expansion (error < 1e-5).
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045,
-        2.042)
-_Z975 = 1.959964
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for aa in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
+                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _ibeta(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(df: float, two_tailed: float) -> float:
+    lo, hi = 0.0, 1.0
+    while _ibeta(df / 2, 0.5, df / (df + hi * hi)) > two_tailed:  # P(|T| > hi) still above: widen
+        hi *= 2.0
+    for _ in range(80):  # bisection to double precision
+        mid = (lo + hi) / 2
+        if _ibeta(df / 2, 0.5, df / (df + mid * mid)) > two_tailed:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def t95(df: float) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (fractional df interpolated)."""
-    if not df or df <= 0 or math.isnan(df):
+    """The 0.975 quantile of Student's t with `df` (> 0, fractional allowed: Welch) degrees of freedom."""
+    if df is None or math.isnan(df) or df <= 0:
         return math.nan
-    if df >= 30:
-        z = _Z975
-        return (z + (z**3 + z) / 4 / df + (5 * z**5 + 16 * z**3 + 3 * z) / 96 / df**2
-                + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384 / df**3)
-    if df < 1:
-        return _T95[0]
-    lo = int(df)
-    if lo == df:
-        return _T95[lo - 1]
-    w = (1 / lo - 1 / df) / (1 / lo - 1 / (lo + 1))  # linear in 1/df between the tabulated neighbours
-    return _T95[lo - 1] + w * (_T95[lo] - _T95[lo - 1])
+    return _t_quantile(round(float(df), 9), 0.05)
 
 
 def percentile(values: list[float], q: float) -> float:

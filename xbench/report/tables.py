@@ -53,6 +53,15 @@ def table(name: str):
     return deco
 
 
+def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
+    """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/contention.py, the loop's stalls)."""
+    hit = Rows(r for r in rows if r.get(flag))
+    if not hit:
+        return None
+    worst = max(hit.nums(figure), default=None)
+    return f"{len(hit)} of {len(rows)} runs" + (f" (max {worst:.2g} {unit})" if worst is not None else "")
+
+
 @table("throughput")
 def throughput_table(rows: Rows, ctx: Context) -> Table:
     if not rows:
@@ -74,6 +83,8 @@ def throughput_table(rows: Rows, ctx: Context) -> Table:
             "per device [samples/s]": ok.median("throughput_per_device_samples_per_s"),
             "step time median [s]": ok.median("step_time_s_median"),
             "noisy": noisy(sub, cv if len(ok.nums(TP)) >= 2 else None),  # spread() gave the across-run CV
+            "contended": _flagged(sub, "contended", "other_cpu_cores_during", "other processes' cores"),
+            "stalled": _flagged(sub, "stalled", "stall_excess_s_total", "s lost"),
             "reason": reasons(sub),
             "warnings": join_unique(sub.col("warnings")),
         })
@@ -238,7 +249,9 @@ RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("
                ("precision", "precision"), ("parallel", "parallel"), ("global_batch_size", "global batch"),
                ("devices", "devices"), ("threads", "threads"), (TP, "throughput [samples/s]"),
                ("step_time_s_median", "step time median [s]"), ("throughput_cv", "throughput CV"),
-               ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"), ("warnings", "warnings"))
+               ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"),
+               ("contended", "contended"), ("other_cpu_cores_during", "other processes [cores]"),
+               ("stalled", "stalled"), ("stall_excess_s_total", "lost to stalls [s]"), ("warnings", "warnings"))
 
 
 @table("published")
