@@ -177,8 +177,7 @@ def main() -> int:
             lines.append(f"overhead xbench/hand, {name}: no result ({r['error']})")
             failures += 1
             continue
-        lo, hi = r["ratio_ci95"]
-        lines.append(f"overhead xbench/hand, {name}: {r['ratio_median']:.4f} (95% CI {lo:.4f}-{hi:.4f}, "
+        lines.append(f"overhead xbench/hand, {name}: {r['ratio_median']:.4f} ({r['ratio_ci95_text']}, "
                      f"{r['pairs']} pairs) goal >= {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")
         failures += int(gpu and not r["goal_met"])
     for name, f, _ in table:

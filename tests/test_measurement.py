@@ -296,3 +296,19 @@ def test_breakdown_cpu_splits_a_real_step_into_compute_and_the_rest():
     fig = breakdown.split(hooks, "cpu", {}, 3, 100, steady)
     assert fig["breakdown_steps"] == 3 and fig["device_s_per_step"] > 0
     assert fig["host_s_per_step"] == pytest.approx(max(0.0, steady - fig["device_s_per_step"]))
+
+
+def test_other_processes_on_the_run_gpu_make_it_contended(monkeypatch):
+    """NVML's process list (faked: no GPU here): a compute context of another pid on the run's GPU."""
+    import os
+
+    me = os.getpid()
+    monkeypatch.setattr(contention, "_gpu", lambda idx: {i: {"pids": {me: 2**30, 424242: 2**31}, "util_percent": 87.0}
+                                                         for i in idx})
+    snap = contention.snapshot([0])
+    assert contention.gpu_others(snap, snap.own) == {"0": [424242]}
+    fig = contention.ContentionMeter(threads=1, device_type="cuda", gpus=[0]).start().stop()
+    assert fig["contended"] and fig["gpu_other_pids_during"] == {"0": [424242]}
+    assert "other processes used the GPU(s)" in fig["contended_reason"]
+    p = contention.probe(0.05, gpus=[0], reuse_s=0)
+    assert p["gpu_other_pids"] == {"0": [424242]} and p["gpu_util_percent"] == {"0": 87.0}

@@ -24,7 +24,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import psutil
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -35,6 +34,7 @@ from xbench.bench.mlperf_log import LOG_FILE, MLPerfLog
 from xbench.bench.worker import build_workload, check_finite, input_format, make_step, set_threads
 from xbench.config import XBenchConfig
 from xbench.data import loaders
+from xbench.launch.isolation import point_started_at
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run, console_progress
@@ -140,7 +140,7 @@ class TargetTraining:
     """
 
     def __init__(self, cfg, facts, ctx: RankContext, run_dir: Path, on_step=None, stop=None):
-        self.created = psutil.Process().create_time()
+        self.created = point_started_at()  # this run's start (a sweep point's own: launch/isolation.py)
         self.cfg, self.goal, self.ctx = cfg, cfg.goal, ctx
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
         self.threads = set_threads(ctx.threads, cfg.bench.interop_threads)
