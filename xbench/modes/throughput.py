@@ -84,8 +84,9 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     """Probe the machine, build the rank, warm it up, size and time `plan.repeats` windows, and report
     this rank's figures."""
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
-    before = contention.probe(cfg.bench.contention_probe_s, _gpus(dev, ctx)) if cfg.bench.contention_probe_s > 0 \
-        else None
+    main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
+    probe_s = cfg.bench.contention_probe_s if main else 0
+    before = contention.probe(probe_s, _gpus(dev, ctx)) if probe_s > 0 else None
     p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
@@ -113,7 +114,7 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
     m.update(sizing, startup_to_first_step_s=startup_to_first_step_s)
     steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
-    m.update(breakdown.split(p.hooks, dev, m, cfg.bench.breakdown_steps, steps, steady_s))
+    m.update(breakdown.split(p.hooks, dev, m, cfg.bench.breakdown_steps if main else 0, steps, steady_s))
     if m.get("xla_compiles_before_run"):
         warnings.append(f"compile figures read low: {m['xla_compiles_before_run']} XLA graph(s) were compiled "
                         "earlier in this process and identical ones came from its cache (bench.isolation=shared); "
