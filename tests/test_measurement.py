@@ -212,8 +212,20 @@ def _busy_child():
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def test_contention_sees_a_busy_process_and_calls_the_run_contended():
-    child = _busy_child()
+def _foreign_busy() -> int:
+    """A busy process that is not this one's descendant (its parent exits: another user's job)."""
+    out = subprocess.run([sys.executable, "-c", "import subprocess, sys; print(subprocess.Popen("
+                          "[sys.executable, '-c', 'while True: pass'], stdout=subprocess.DEVNULL, "
+                          "stderr=subprocess.DEVNULL).pid)"], capture_output=True, text=True, timeout=60)
+    return int(out.stdout)
+
+
+def test_contention_sees_a_busy_process_and_calls_the_run_contended(monkeypatch):
+    import os
+    import signal
+
+    monkeypatch.delenv(contention.ROOT_ENV, raising=False)  # this process is the run
+    pid = _foreign_busy()
     try:
         time.sleep(0.3)
         meter = contention.ContentionMeter(threads=contention.physical_cores(), device_type="cpu").start()
@@ -222,9 +234,9 @@ def test_contention_sees_a_busy_process_and_calls_the_run_contended():
         fig = meter.stop()
         b = contention.snapshot()
     finally:
-        child.kill()
-        child.wait()
-    mine = (b.procs[child.pid][1] - a.procs[child.pid][1]) / (b.wall - a.wall)
+        os.kill(pid, signal.SIGKILL)
+    assert pid not in b.own
+    mine = (b.procs[pid][1] - a.procs[pid][1]) / (b.wall - a.wall)
     assert mine > 0.05  # it ran, whatever share a busy machine gave it
     assert fig["other_cpu_cores_during"] >= mine * 0.8 - 0.05  # counted among the others (system-wide)
     assert fig["contended"] and "other processes kept" in fig["contended_reason"]
