@@ -260,16 +260,21 @@ def test_the_run_own_processes_are_not_others(monkeypatch):
     assert fig["own_cores"] > 0.05
 
 
-def test_probe_gives_free_cores_and_the_threads_default_uses_them():
+def test_probe_gives_free_cores_and_the_threads_default_uses_them(monkeypatch):
     from xbench.config import XBenchConfig
     from xbench.launch.preamble import threads_asked
 
     p = contention.probe(0.2, reuse_s=0)
     assert 1 <= p["free_cores"] <= p["physical_cores"] == contention.physical_cores()
     assert p["free_cores"] == max(1, p["physical_cores"] - round(p["other_cores"]))
+    monkeypatch.delenv(contention.FREE_ENV, raising=False)
+    monkeypatch.delenv(contention.ROOT_ENV, raising=False)
     cfg = XBenchConfig()
     asked = threads_asked(cfg)
     assert asked["threads"] >= 1 and asked["threads_policy"].startswith("free physical cores")
+    # Decided once per process: a later point of the sweep gets the same count, whatever the load now.
+    again = threads_asked(cfg)
+    assert again["threads"] == asked["threads"] and again["threads_policy"].endswith("first run)")
     cfg.bench.threads = 3
     assert threads_asked(cfg) == {"threads": 3, "threads_policy": "bench.threads"}
 

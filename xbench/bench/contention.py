@@ -11,8 +11,8 @@ steps, and the windows pay nothing for it.
   cores. `steal` (a hypervisor giving the vCPU to another guest) is contention too. The busiest
   other processes are listed by name and pid (no command lines: they can hold secrets).
 - CPU capacity: `free cores` = physical cores (within this process's affinity) minus the other
-  processes' busy cores, rounded; the default thread count is this (launch/preamble.py), and a run
-  asking for more threads than free cores is warned.
+  processes' busy cores, rounded; the default thread count is this, decided once per sweep process
+  (launch/preamble.py), and a run asking for more threads than free cores is warned.
 - GPU (NVML, where present): other processes holding a compute context on this run's GPUs, and the
   GPU's utilisation before the run started using it.
 - `contended`: during the windows, other processes' busy cores plus this run's threads exceeded the
@@ -166,11 +166,23 @@ def probe(seconds: float = PROBE_S, gpus: list[int] | None = None, reuse_s: floa
     return out
 
 
+FREE_ENV = "XBENCH_FREE_CORES"  # "<root pid>:<free cores>:<how>": one decision per sweep process
+
+
 def free_cores() -> tuple[int, str]:
-    """(free physical cores now, how that was found) for the default thread count."""
+    """(free physical cores, how that was found) for the default thread count. Decided once per run's
+    root process, so the points of a sweep compare at one thread count (a probe per point gave 2 threads
+    to one round and 1 to the others when the machine's load came and went); the environment carries
+    the decision to the processes the run starts."""
+    root = str(root_pid())
+    cached = os.environ.get(FREE_ENV, "").split(":", 2)
+    if len(cached) == 3 and cached[0] == root and cached[1].isdigit():
+        return int(cached[1]), cached[2] + " (decided at this process's first run)"
     p = probe()
-    return p["free_cores"], (f"free physical cores: {p['physical_cores']} physical - "
-                             f"{p['other_cores']:.1f} busy with other processes = {p['free_cores']}")
+    how = (f"free physical cores: {p['physical_cores']} physical - {p['other_cores']:.1f} busy with other "
+           f"processes = {p['free_cores']}")
+    os.environ[FREE_ENV] = f"{root}:{p['free_cores']}:{how}"
+    return p["free_cores"], how
 
 
 class ContentionMeter:
