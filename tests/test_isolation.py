@@ -143,3 +143,31 @@ def test_a_process_stopped_mid_window_is_a_stall_measured_again(store):
     if m["window_sized_by"] == "time":
         assert m["timed_steps_per_window"] == math.ceil(1.5 / m["warmup_step_s_steady"])
     assert m["other_cpu_cores_before"] >= 0 and m["free_cores_before"] >= 1 and "contended" in m
+
+
+# ---------- the harness's cost at process level (make bench: scripts/bench_process.py) ----------
+
+@pytest.mark.slow
+def test_process_level_pair_under_the_benchmark_own_load():
+    """One loaded pair of scripts/bench_process.py, small: the CLI and the plain script train the same
+    model (parameter counts checked by the script), the competing load is started by the benchmark and
+    gone after it, xbench's record sees it as another process's busy core, and the ratio is a ratio of
+    two real throughputs."""
+    import importlib.util
+
+    import psutil
+
+    spec = importlib.util.spec_from_file_location("bench_process", REPO / "scripts" / "bench_process.py")
+    bp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bp)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    r = bp.condition("eager", "loaded", 1, ["bench.min_window_s=0", "bench.steps=40", "bench.repeats=3",
+                                            "bench.warmup_max_steps=6", "bench.warmup_min_steps=2"], False)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before  # the load was stopped
+    assert r["pairs"] == 1 and r["windows"] == 3 and r["steps_per_window"] == 40
+    assert r["ratio_ci95"] == [None, None]  # one pair: no CI, and the script says so
+    assert r["xbench_samples_per_s_median"] > 0 and r["hand_samples_per_s_median"] > 0
+    assert r["ratio_median"] == pytest.approx(r["xbench_samples_per_s_median"] / r["hand_samples_per_s_median"])
+    assert 0.3 < r["ratio_median"] < 3
+    assert r["other_cpu_cores_during_median"] >= 0.5  # the spinner, at least, was another's busy core
+    assert r["cpu_per_step_ratio_median"] is not None and r["cpu_per_step_ratio_median"] > 0

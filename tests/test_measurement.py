@@ -101,7 +101,36 @@ def test_report_says_when_a_speedup_ci_spans_one():
     faster = _run("f", [150.0, 151.0, 149.0, 150.0], runtime="compile", window_s_total=2.67,
                   timed_steps_per_window=10, repeats=4, compile_time_s=20.0)
     t = overhead_table(Rows.of(to_frame([eager, faster])), Context())
-    assert t.frame[t.frame["runtime"] == "compile"].iloc[0]["versus eager"] == "faster than eager"
+    row = t.frame[t.frame["runtime"] == "compile"].iloc[0]
+    assert row["versus eager"] == "faster than eager"
+    # 0.1 s eager step, 0.06675 s compiled: 20 s of compiling pays back after 20 / 0.03325 = 601.5 steps.
+    assert row["break-even vs eager [steps]"] == pytest.approx(20.0 / (0.1 - 0.06675))
+
+
+def test_overhead_table_has_host_device_compile_and_break_even_for_every_runtime():
+    """The framework-overhead table: host vs device time per step for every runtime that measured them,
+    compile time, and break-even against eager, 'never' for a compiled runtime that is not faster (the
+    median over its pairs, a pair that never pays back counted as infinite), blank for one that compiles
+    nothing."""
+    from xbench.report.rows import Context
+    from xbench.report.tables import NEVER, overhead_table
+
+    def rec(run_id, runtime, step_s, **extra):
+        return _run(run_id, [64 / step_s] * 3, runtime=runtime, window_s_total=step_s * 30, timed_steps_per_window=10,
+                    repeats=3, host_s_per_step=step_s * 0.8, device_s_per_step=step_s * 0.2, **extra)
+
+    runs = [rec("e", "eager", 0.002), rec("a", "accelerate", 0.0021),
+            rec("x1", "xla", 0.004, compile_time_s=0.74), rec("x2", "xla", 0.0019, compile_time_s=0.74),
+            rec("x3", "xla", 0.0041, compile_time_s=0.74),
+            rec("c1", "compile", 0.001, compile_time_s=20.0), rec("c2", "compile", 0.0015, compile_time_s=20.0)]
+    t = overhead_table(Rows.of(to_frame(runs)), Context())
+    by = {r["runtime"]: r for r in t.frame.to_dict("records")}
+    assert by["xla"]["break-even vs eager [steps]"] == NEVER  # 2 of 3 rounds never pay back: the median is never
+    assert by["compile"]["break-even vs eager [steps]"] == pytest.approx(statistics.median([20 / 0.001, 20 / 0.0005]))
+    assert by["accelerate"]["break-even vs eager [steps]"] is None or math.isnan(by["accelerate"]["break-even vs eager [steps]"])
+    assert by["compile"]["compile time [s]"] == 20.0 and by["xla"]["compile time [s]"] == pytest.approx(0.74)
+    for name, r in by.items():
+        assert r["host per step [s]"] > 0 and r["device per step [s]"] > 0, name
 
 
 # ---------- windows sized by time, stalls ----------
@@ -329,3 +358,49 @@ def test_other_processes_on_the_run_gpu_make_it_contended(monkeypatch):
     assert "other processes used the GPU(s)" in fig["contended_reason"]
     p = contention.probe(0.05, gpus=[0], reuse_s=0)
     assert p["gpu_other_pids"] == {"0": [424242]} and p["gpu_util_percent"] == {"0": 87.0}
+
+
+# ---------- defaults that do not mislead on a small machine ----------
+
+
+def _baseline_query(report_command: str) -> dict[str, str]:
+    import shlex
+
+    words = shlex.split(report_command)
+    if "--baseline" not in words:
+        return {}
+    return dict(kv.split("=", 1) for kv in words[words.index("--baseline") + 1].split("&"))
+
+
+def _matches(facts: dict, query: dict[str, str]) -> bool:
+    return all(str(facts.get(k)).lower() == v.lower() or (v == "none" and facts.get(k) is None)
+               for k, v in query.items())
+
+
+def test_study_small_baselines_are_not_oversubscribed():
+    """Each study's small command, as run on a small machine: a point that pins its threads asks for no
+    more cores than the instance it is priced as (ranks x threads <= vCPUs), a point that leaves them
+    unset gets the free cores at run time, and the configuration its report normalises to (--baseline)
+    runs one thread per rank: the reference row is never the one that waits for cores."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import CONF
+    from xbench import studies
+    from xbench.studies.sweep import compose_point, expand
+
+    baselines = 0
+    for study in studies.all_studies():
+        query = _baseline_query(study["report"]["small"])
+        for command in studies.small_commands(study):
+            cmd = studies.parse(command)
+            for job in (expand(CONF, cmd.overrides) if cmd.multirun else [cmd.overrides]):
+                cfg = OmegaConf.to_container(compose_point(CONF, job), resolve=True)
+                f = studies.facts(cfg, cmd.env)
+                if cfg["platform"].get("device") != "cpu":
+                    continue
+                if f["threads"] is not None:
+                    assert f["devices"] * f["threads"] <= cfg["platform"]["cpu_vcpus"], (study["id"], job)
+                if query and _matches(f, query):
+                    baselines += 1
+                    assert f["threads"] == 1, (study["id"], job, f["threads"])
+    assert baselines == 7  # cpu_vs_gpu's six 1-vCPU workloads and xla_speedup's eager DDP (2 ranks x 1 thread)

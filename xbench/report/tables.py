@@ -11,6 +11,8 @@ eager) come from xbench.analysis; this module only lays them out.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 
 import pandas as pd
@@ -173,8 +175,18 @@ OVERHEAD = (("first_step_s", "first step [s]"), ("warmup_s", "warm-up [s]"), ("w
             ("startup_to_first_step_s", "start-up to first step [s]"),
             ("host_s_per_step", "host per step [s]"), ("device_s_per_step", "device per step [s]"),
             ("host_overhead_fraction", "host share of a step"))
-EAGER_COLUMNS = (("speedup_vs_eager", "speed-up vs eager [x]"),
-                ("break_even_steps_vs_eager", "break-even vs eager [steps]"))
+NEVER = "never (not faster than eager)"
+
+
+def _break_even(paired: Rows):
+    """Median break-even over a configuration's pairs with eager, a pair that never pays back (not faster)
+    counted as infinite: 'never' when that is the median; None when the runtime compiles nothing."""
+    known = [r for r in paired if "break_even_steps_vs_eager" in r]
+    if not known:
+        return None
+    steps = [math.inf if r["break_even_steps_vs_eager"] is None else r["break_even_steps_vs_eager"] for r in known]
+    mid = statistics.median(steps)
+    return NEVER if math.isinf(mid) else mid
 
 
 @table("overhead")
@@ -193,7 +205,8 @@ def overhead_table(rows: Rows, ctx: Context) -> Table:
     for keys, sub in groups(ok):
         paired = Rows(vs[r["run_id"]] for r in sub if r["run_id"] in vs)
         row = {**key_cols(keys, show), "runs": len(sub), **{label: sub.median(c) for c, label in cols},
-               **{label: paired.median(c) for c, label in EAGER_COLUMNS}}
+               "speed-up vs eager [x]": paired.median("speedup_vs_eager"),
+               "break-even vs eager [steps]": _break_even(paired)}
         twin = eager.get(key(sub[0], VERSUS_EAGER)) if keys.get("runtime") != "eager" else None
         if twin is not None and paired:
             _, ci = ratio(sub, twin)
@@ -204,7 +217,9 @@ def overhead_table(rows: Rows, ctx: Context) -> Table:
                  "host vs device time per step", frame(out),
                  note=constant_caption(ok) + " Host: dispatch, tracing and launches; device: the kernels "
                  "(XLA: its trace/sync and execute clocks; CPU: computing ops vs the rest of the step)."
-                 + (" Speed-up and break-even against the eager run of the same workload and placement." if vs else ""))
+                 + (" Speed-up and break-even against the eager run of the same workload and placement: break-even = "
+                    "compile time / (eager step - this step), the steps after which compiling has paid for itself."
+                    if vs else ""))
 
 
 @table("efficiency")
