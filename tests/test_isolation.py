@@ -171,3 +171,5 @@ def test_process_level_pair_under_the_benchmark_own_load():
     assert 0.3 < r["ratio_median"] < 3
     assert r["other_cpu_cores_during_median"] >= 0.5  # the spinner, at least, was another's busy core
     assert r["cpu_per_step_ratio_median"] is not None and r["cpu_per_step_ratio_median"] > 0
+    # The pair counts as free of outside load only when xbench's windows saw no more than the spinner.
+    assert r["clean_pairs"] == (r["other_cpu_cores_during_median"] <= 1.0 + bp.OUTSIDE_SLACK_CORES)
