@@ -53,8 +53,9 @@ lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-l
 	$(VENV)/bin/ruff check xbench tests scripts
 	$(VENV)/bin/lint-imports --no-cache
 
-bench: $(STAMP)  ## harness overhead and report-scale benchmarks (prints ratios measured side by side)
+bench: $(STAMP)  ## harness overhead (in-process and process-level, quiet and loaded) and report-scale benchmarks (ratios side by side)
 	$(VPY) scripts/bench_overhead.py
+	$(VPY) scripts/bench_process.py
 	$(VPY) scripts/bench_report.py 10000 --plots
 
 report: $(STAMP)  ## tables and plots from ./results into ./report

@@ -6,7 +6,8 @@
 Both sides are built once, in ONE process, and warmed up; then their timed windows alternate, A B then
 B A, for P pairs. Each pair gives one ratio (hand window time / xbench window time = xbench's
 throughput over the hand loop's); the verdict is on the median ratio, printed with the 95% CI of the
-mean, the pooled ratio (all hand time over all xbench time) and the range. Pairing windows a second
+mean, the pooled ratio (all hand time over all xbench time) and the range (the CI is of the geometric mean,
+from 3 pairs up: metrics/stats.py). Pairing windows a second
 apart cancels the slow drift of a shared machine, which dominated when whole runs were compared (XLA
 on this 2-core VM: +-20% from one 2-s window to the next, for identical work).
 
@@ -40,9 +41,9 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from scripts.hand_train import textbook_step  # noqa: E402
 from xbench.metrics.stats import summarize  # noqa: E402
 
 GOALS = {"eager": 0.98, "xla": 0.98, "cuda": 0.99}
@@ -141,19 +142,7 @@ def hand_side(runtime: str, a) -> Side:
     g = torch.Generator().manual_seed(0)
     pool = [(torch.randn(a.batch, *shape, generator=g).to(dev),
              torch.randint(0, classes, (a.batch,), generator=g).to(dev)) for _ in range(POOL)]
-    bf16 = a.precision == "amp_bf16"
-
-    def step(x, y):
-        if bf16:
-            with torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = F.cross_entropy(model(x), y)
-        else:  # the fp32 loop a user writes has no autocast context at all
-            loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync()
-        return loss.detach()
+    step = textbook_step(model, opt, sync, dev.type if a.precision == "amp_bf16" else None)
 
     c0 = count()
     for i in range(5):
@@ -213,6 +202,7 @@ def compare(runtime: str, a) -> dict:
     out = {"runtime": runtime, "model": a.model, "precision": a.precision, "pairs": a.pairs, "steps": a.steps,
            "batch": a.batch, "hidden": a.hidden if a.model == "mlp" else None,
            "ratio_median": s["median"], "ratio_mean": s["mean"], "ratio_ci95": [s["ci95_low"], s["ci95_high"]],
+           "ratio_ci95_text": f"95% CI {s['ci95_low']:.4f}-{s['ci95_high']:.4f}" if s["ci95_low"] else s["ci_note"],
            "ratio_pooled": sum(th) / sum(tx), "ratio_min": s["min"], "ratio_max": s["max"],
            # Best window against best window: contention only ever adds time, so the fastest window of
            # each side is its least disturbed one (timeit's rule).
@@ -282,8 +272,7 @@ def main() -> None:
           "(a timed window over a step that does nothing)", flush=True)
     for name in names:
         r = compare(name, a)
-        lo, hi = r["ratio_ci95"]
-        print(f"{name:6s} ratio xbench/hand {r['ratio_median']:.3f} (95% CI of mean {lo:.3f}-{hi:.3f}, "
+        print(f"{name:6s} ratio xbench/hand {r['ratio_median']:.3f} ({r['ratio_ci95_text']}, "
               f"pooled {r['ratio_pooled']:.3f}, best/best {r['ratio_best']:.3f}, min {r['ratio_min']:.3f}, "
               f"max {r['ratio_max']:.3f}) "
               f"goal >= {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}", flush=True)

@@ -22,7 +22,7 @@ GPU_COMMON = ["model=resnet50", "data=synthetic_imagenet", "data.batch_size=256"
               "bench.steps=40", "bench.repeats=3", "bench.warmup_max_steps=60", "logger=wandb",
               "logger.progress=false"]
 DRY_COMMON = ["model=cnn_small", "data=synthetic_cifar10", "data.batch_size=16", "platform=cpu",
-              "bench.steps=4", "bench.repeats=2", "bench.warmup_min_steps=2", "bench.warmup_max_steps=4",
+              "bench.steps=4", "bench.min_window_s=0", "bench.repeats=2", "bench.warmup_min_steps=2", "bench.warmup_max_steps=4",
               "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10", "logger=wandb", "logger.progress=false"]
 CL = "model.channels_last=true"
 
@@ -177,8 +177,7 @@ def main() -> int:
             lines.append(f"overhead xbench/hand, {name}: no result ({r['error']})")
             failures += 1
             continue
-        lo, hi = r["ratio_ci95"]
-        lines.append(f"overhead xbench/hand, {name}: {r['ratio_median']:.4f} (95% CI {lo:.4f}-{hi:.4f}, "
+        lines.append(f"overhead xbench/hand, {name}: {r['ratio_median']:.4f} ({r['ratio_ci95_text']}, "
                      f"{r['pairs']} pairs) goal >= {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")
         failures += int(gpu and not r["goal_met"])
     for name, f, _ in table:

@@ -34,8 +34,11 @@ def records(store: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(store).glob("*/record.json"))]
 
 
-# Keep every CLI run small: a few steps, no W&B unless the test asks.
-FAST = ("bench.steps=5", "bench.warmup_max_steps=6", "bench.warmup_min_steps=2", "bench.warmup_stable_steps=2",
+# Keep every CLI run small: a few steps, no W&B unless the test asks. Windows of exactly bench.steps
+# (not sized by time), one of them, and a sweep's points in one process: a test that is about window
+# sizing, repeats or isolation says so after FAST (a later override wins).
+FAST = ("bench.steps=5", "bench.min_window_s=0", "bench.repeats=1", "bench.isolation=shared",
+        "bench.warmup_max_steps=6", "bench.warmup_min_steps=2", "bench.warmup_stable_steps=2",
         "bench.warmup_cv_tol=10", "logger=none", "logger.progress=false")
 
 

@@ -180,7 +180,7 @@ def test_bench_overhead_quick_prints_ratios_for_xla():
     assert "ratio xbench/hand" in p.stdout
     r = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     assert r["runtime"] == "xla" and r["pairs"] == 2 and r["ratio_median"] > 0
-    assert r["ratio_ci95"][0] <= r["ratio_mean"] <= r["ratio_ci95"][1]
+    assert r["ratio_ci95"] == [None, None] and "no CI: 2 samples" in r["ratio_ci95_text"]  # 2 pairs: no CI
     assert r["xbench_compiles_timed"] == r["hand_compiles_timed"] == 0
     assert r["xbench_compiles_warmup"] == r["hand_compiles_warmup"] >= 1
 

@@ -25,9 +25,12 @@ def test_summarize_against_hand_computed_values():
     assert s["std"] == pytest.approx(1.5811388, rel=1e-6)  # sample std: sqrt(10/4)
     assert s["cv"] == pytest.approx(1.5811388 / 11.0, rel=1e-6)
     assert s["olympic_mean"] == 11.0  # drop 9 and 13
-    half = 2.776 * 1.5811388 / math.sqrt(5)  # t(0.975, df=4) = 2.776
-    assert s["ci95_low"] == pytest.approx(11 - half, rel=1e-4)
-    assert s["ci95_high"] == pytest.approx(11 + half, rel=1e-4)
+    # 95% CI of the geometric mean: t(0.975, df=4) = 2.776 on the logs, mapped back.
+    logs = [math.log(x) for x in xs]
+    half = 2.7764451 * statistics.stdev(logs) / math.sqrt(5)
+    assert s["ci95_low"] == pytest.approx(math.exp(statistics.fmean(logs) - half), rel=1e-4)
+    assert s["ci95_high"] == pytest.approx(math.exp(statistics.fmean(logs) + half), rel=1e-4)
+    assert 0 < s["ci95_low"] < 11 < s["ci95_high"] and s["ci_note"] is None
     assert s["p10"] == pytest.approx(9.4) and s["p90"] == pytest.approx(12.6)
 
 
@@ -35,7 +38,8 @@ def test_percentile_and_olympic_edges():
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert olympic_mean([1.0, 100.0]) == 50.5
     assert olympic_mean([1.0, 2.0, 3.0, 1000.0]) == 2.5
-    assert t95(1) == 12.706 and t95(11) == 2.228 and t95(500) == 1.96
+    assert t95(1) == pytest.approx(12.7062, abs=1e-4) and t95(11) == pytest.approx(2.2010, abs=1e-4)
+    assert t95(500) == pytest.approx(1.9647, abs=1e-4) and t95(1.5) == pytest.approx(6.0167, abs=1e-4)  # Welch df
 
 
 def _rank(rank, windows, batch=32, steps=10):

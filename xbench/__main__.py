@@ -25,6 +25,7 @@ from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints
+from xbench.launch.isolation import isolated
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 from xbench.version import __version__
@@ -53,8 +54,9 @@ def main(dcfg: DictConfig) -> None:
         say(f"xbench: {SIGNALS.flag.reason} received; the remaining points of the sweep are skipped")
         raise SystemExit(130)
     if multirun and not _PRELOADED:
-        _PRELOADED.append(True)  # a sweep reaching an XLA runtime needs torch_xla before any backward
-        preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
+        _PRELOADED.append(True)
+        if not isolated(dcfg):  # points sharing this process: an XLA one needs torch_xla before any backward
+            preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
     try:
         record = run(dcfg)
     except runner.Refused as e:  # nothing was written; a sweep goes on to its next point

@@ -23,6 +23,7 @@ from xbench.bench import faults
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
+from xbench.launch.isolation import ISOLATION
 from xbench.metrics import cost
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
@@ -60,7 +61,7 @@ def positive_numbers(cfg, facts):
             out.append(f"{label} must be a positive whole number, got {value}")
     for label, value in (("bench.threads", cfg.bench.threads), ("bench.interop_threads", cfg.bench.interop_threads)):
         if value is not None and value < 1:
-            out.append(f"{label} must be >= 1 or null (torch's default), got {value}")
+            out.append(f"{label} must be >= 1 or null (the free physical cores / torch's default), got {value}")
     if cfg.bench.warmup_min_steps > cfg.bench.warmup_max_steps:
         out.append(f"bench.warmup_min_steps ({cfg.bench.warmup_min_steps}) exceeds bench.warmup_max_steps "
                    f"({cfg.bench.warmup_max_steps})")
@@ -68,6 +69,23 @@ def positive_numbers(cfg, facts):
         out.append(f"optim.lr must be > 0, got {cfg.optim.lr}")
     if cfg.bench.stop_grace_s <= 0:
         out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
+    return out
+
+
+@rule
+def measurement_policy(cfg, facts):
+    """Window sizing, stall handling, the contention probe and isolation (bench/loop.py rules 7-8)."""
+    b, out = cfg.bench, []
+    if b.isolation not in ISOLATION:
+        out.append(f"bench.isolation={b.isolation!r} is unknown; allowed: {', '.join(ISOLATION)}")
+    for label, value in (("bench.min_window_s", b.min_window_s), ("bench.stall_remeasure", b.stall_remeasure),
+                         ("bench.contention_probe_s", b.contention_probe_s)):
+        if value < 0:
+            out.append(f"{label} must be >= 0, got {value}")
+    if b.stall_factor <= 1:
+        out.append(f"bench.stall_factor must be > 1 (a step over this x the median is an outlier), got {b.stall_factor}")
+    if not 0 < b.stall_fraction <= 1:
+        out.append(f"bench.stall_fraction must be in (0, 1], got {b.stall_fraction}")
     return out
 
 

@@ -193,15 +193,36 @@ class BenchConfig:
     warmup_max_steps: int = 50
     warmup_stable_steps: int = 3  # compile counters flat and step times within tolerance over this many steps
     warmup_cv_tol: float = 0.15
-    steps: int = 30  # timed steps per window
-    repeats: int = 1  # timed windows; median and spread over them
+    # Timed windows are sized by time: at least `min_window_s` at the warm-up's steady step time, never
+    # under `steps` (a floor, which wins over the cap) nor over `max_window_steps`; min_window_s=0 gives
+    # exactly `steps`.
+    steps: int = 10
+    min_window_s: float = 2.0
+    max_window_steps: int = 20000
+    repeats: int = 5  # timed windows; median and spread over them (a 95% CI needs 3 or more)
     # Whole-process repeats: the run (warm-up + `repeats` windows) N times, each in a fresh process;
     # the spread across processes shows run-to-run variance a window repeat cannot see (throughput mode).
     process_repeats: int = 1
     noisy_cv: float = 0.05  # a coefficient of variation above this flags the result noisy
+    # Stalls: a step over `stall_factor` x its window's median is an outlier (counted per window); a
+    # window whose outliers cost more than `stall_fraction` of it is stalled, flagged, and measured
+    # again up to `stall_remeasure` times (0: kept as measured, flagged).
+    stall_factor: float = 5.0
+    stall_fraction: float = 0.05
+    stall_remeasure: int = 1
+    # Other processes' CPU/GPU use probed this long before the rank builds (0: no probe; the default
+    # thread count then is the physical cores).
+    contention_probe_s: float = 0.25
+    # Where each run's rank work runs: `process` (a fresh spawned interpreter: compile caches, start-up,
+    # memory peaks and allocator state belong to the run alone), `shared` (this process), or `auto`
+    # (process for the points of a --multirun sweep, shared for a single run).
+    isolation: str = "auto"
+    # Host (dispatch) vs device time per step, profiled over at most this many steps after the windows
+    # (bench/breakdown.py; XLA uses its own clocks); 0: off.
+    breakdown_steps: int = 3
     self_check: bool = False  # also measure at half the batch; flag throughput that falls as the batch grows
     seed: int = 0
-    threads: int | None = None  # torch intra-op threads (None: torch's default)
+    threads: int | None = None  # torch intra-op threads (None: the free physical cores, probed at start)
     # ATen's CPU vector kernels (ATEN_CPU_CAPABILITY, read when torch starts, so the run goes to fresh
     # processes): default (no SIMD, the "stock build") | avx2 | avx512; None: the best this CPU has.
     cpu_capability: str | None = None

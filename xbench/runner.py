@@ -28,6 +28,7 @@ from xbench.bench import faults
 from xbench.config import XBenchConfig
 from xbench.envelope import EXIT_UNSAVED, SIGNALS, ConfigError, RunEnvelope
 from xbench.hints import unknown_keys
+from xbench.launch import isolation
 from xbench.records.record import RunRecord
 from xbench.records.redact import config_secret_values, redact, remember
 from xbench.records.store import (
@@ -109,6 +110,7 @@ def read_baseline(cfg) -> dict | None:
 
 def run(dcfg: DictConfig) -> RunRecord | None:
     """One benchmark run; the final RunRecord, or None in a process whose record another writes."""
+    isolation.begin_point()  # this point's start-up counts from here, not from the sweep's start
     if dcfg.store.run_name is not None and (why := name_problem(str(dcfg.store.run_name), "store.run_name")):
         raise Refused(why)
     prior = lock = None
@@ -141,6 +143,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
 
         facts = host_facts()
         env.record.env["torch"] = torch_env(facts)
+        env.record.env.update(isolation.point_facts(cfg))
         _xla_device_first(cfg, facts)
         reasons = compat.check(cfg, facts)
         if reasons:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from xbench.analysis.frame import check_keys, flatten, matches
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups
+from xbench.analysis.spread import ratio, verdict
 from xbench.analysis.workload import BASELINE, CONFIGURATION, key
 from xbench.metrics.derived import normalise
 from xbench.records.record import RunRecord
@@ -67,13 +68,22 @@ def normalised_rows(rows, query: dict[str, list[str]] | None, text: str | None =
         if not base:
             continue
         _one_configuration(base, text)
-        by_batch = {k["global_batch_size"]: _as_record(g, cur) for k, g in groups(base, ["global_batch_size"])}
-        fastest = _as_record(Rows([max(base, key=lambda r: r[TP])]), cur)
+        by_batch = {k["global_batch_size"]: g for k, g in groups(base, ["global_batch_size"])}
+        fastest = Rows([max(base, key=lambda r: r[TP])])
         for keys, sub in groups(wsub):
-            n = normalise(_as_record(sub, cur), by_batch.get(keys["global_batch_size"]) or fastest)
+            ref = by_batch.get(keys["global_batch_size"]) or fastest
+            n = normalise(_as_record(sub, cur), _as_record(ref, cur))
+            is_base = all(matches(r, query) for r in sub)
+            ci = None
+            if n.get("normalised_basis") == "seconds_per_sample" and not is_base:
+                _, tp_ci = ratio(ref, sub)  # time per sample relative to the baseline = its throughput / ours
+                ci = tp_ci
             out.append({**keys, TP: sub.median(TP), "normalised_time": n.get("normalised_time"),
+                        "normalised_time_ci95": ci,
+                        "verdict": None if is_base or n.get("normalised_time") is None
+                        else verdict(ci, "slower than the baseline", "faster than the baseline"),
                         "normalised_cost": n.get("normalised_cost"), "normalised_basis": n.get("normalised_basis"),
-                        "is_baseline": all(matches(r, query) for r in sub)})
+                        "is_baseline": is_base})
     if not out:
         raise NoData(f"no workload has both the baseline {text!r} and other runs")
     return out

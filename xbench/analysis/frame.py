@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from xbench.analysis import wandb_source
 from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
 from xbench.metrics import utilisation
+from xbench.metrics.stats import ci95, log_moments
 from xbench.records.record import RunRecord
 from xbench.records.store import scan_records
 
@@ -98,6 +99,35 @@ def _batch_search(m: dict) -> dict:
     }
 
 
+def _numbers(v) -> list[float] | None:
+    return [float(x) for x in v] if isinstance(v, list) and v and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) else None
+
+
+def _ci_columns(m: dict) -> dict:
+    """A run's CIs (windows; processes under bench.process_repeats), recomputed from the stored samples
+    where the record has them, so a record written before the rules of metrics/stats.py (a linear CI
+    from 2 windows, below zero) never reaches a table; a stored CI with a bound at or below zero is
+    dropped. Plus the log moments a ratio's CI needs (over processes when there are several)."""
+    out = {}
+    for stored, samples, low, high in (
+            ("throughput_ci95_samples_per_s", "throughput_samples_per_s_windows",
+             "throughput_ci95_low_samples_per_s", "throughput_ci95_high_samples_per_s"),
+            ("throughput_process_ci95_samples_per_s", "throughput_samples_per_s_processes",
+             "throughput_process_ci95_low_samples_per_s", "throughput_process_ci95_high_samples_per_s")):
+        xs, ci = _numbers(m.get(samples)), m.get(stored)
+        if xs is not None:
+            ci = ci95(xs)
+        if ci is not None and len(ci) == 2 and None not in ci and ci[0] > 0:
+            out[low], out[high] = ci
+    xs = _numbers(m.get("throughput_samples_per_s_processes"))
+    xs = xs if xs and len(xs) > 1 else _numbers(m.get("throughput_samples_per_s_windows"))
+    moments = log_moments(xs) if xs else None
+    if moments:
+        out["throughput_log_mean"], out["throughput_log_sd"], out["throughput_log_n"] = moments
+    return out
+
+
 def flatten(rec: RunRecord) -> dict:
     """One tidy row for one record."""
     c, m = rec.config or {}, rec.measurements or {}
@@ -137,12 +167,7 @@ def flatten(rec: RunRecord) -> dict:
         row["devices"] = world
     if row.get("global_batch_size") is None and isinstance(data.get("batch_size"), int):
         row["global_batch_size"] = data["batch_size"] * (row["devices"] or 1)
-    ci = m.get("throughput_ci95_samples_per_s")
-    if isinstance(ci, list) and len(ci) == 2:
-        row["throughput_ci95_low_samples_per_s"], row["throughput_ci95_high_samples_per_s"] = ci
-    ci = m.get("throughput_process_ci95_samples_per_s")  # bench.process_repeats > 1
-    if isinstance(ci, list) and len(ci) == 2:
-        row["throughput_process_ci95_low_samples_per_s"], row["throughput_process_ci95_high_samples_per_s"] = ci
+    row.update(_ci_columns(m))
     row.update(_batch_search(m))
     row["warnings"] = "; ".join(rec.warnings or []) or None
     row["n_warnings"] = len(rec.warnings or [])

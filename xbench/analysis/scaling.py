@@ -7,12 +7,21 @@ any distribution, so a strategy's own 1-device run shows what distributing costs
 speed-up 0.9). Without one, the strategy's own 1-device run; without that, the strategy's smallest
 device count is the reference (`reference_devices`). A strategy with one point and no 1-device
 reference has nothing to compare and is left out.
+
+Efficiency above 1 + SUPERLINEAR_TOL is not a result but a question: `flag` says "superlinear: noise
+or cache effects?" (a 2-device DDP run at 108% on one store, 676% on another: a noisy or oversubscribed
+1-device reference, or a per-device batch that fits a cache only when split). Each point carries the
+95% CI of its efficiency where both sides have 3 samples (analysis/spread.py `ratio`).
 """
 
 from __future__ import annotations
 
 from xbench.analysis.rows import TP, Rows, groups
+from xbench.analysis.spread import ratio
 from xbench.analysis.workload import SCALING
+
+SUPERLINEAR_TOL = 0.05  # efficiency above 1 + this is flagged
+SUPERLINEAR = "superlinear: noise or cache effects?"
 
 
 def efficiency_by_devices(throughput_by_devices: dict[int, float], reference: int | None = None,
@@ -62,8 +71,13 @@ def scaling_rows(rows) -> Rows:
             tp = {n: s.median(TP) for n, s in by_n.items()}
             ref_tp = ref.median(TP) if ref is not None else None
             for n, e in efficiency_by_devices(tp, reference_samples_per_s=ref_tp).items():
+                ref_rows = ref if ref is not None else by_n[e["reference_devices"]]
+                _, ci = ratio(by_n[n], ref_rows) if by_n[n] is not ref_rows else (None, None)
+                scale = e["reference_devices"] / n  # efficiency = speed-up x n0 / n
                 out.append({**wkeys, "parallel": pkeys["parallel"], "devices": n, "runs": len(by_n[n]),
                             "throughput_samples_per_s": tp[n], "ideal_samples_per_s": e["ideal_samples_per_s"],
                             "speedup": e["speedup"], "scaling_efficiency": e["efficiency"],
+                            "scaling_efficiency_ci95": None if ci is None else (ci[0] * scale, ci[1] * scale),
+                            "flag": SUPERLINEAR if e["efficiency"] > 1 + SUPERLINEAR_TOL else None,
                             "reference_devices": e["reference_devices"]})
     return out

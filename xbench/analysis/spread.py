@@ -2,6 +2,8 @@
 
 Repeated runs give the honest spread (run to run); a single run can only offer its own: the 95% CI
 over whole-process repeats, else over its timed windows, else samples/s at its p90 and p10 steps.
+A ratio of two configurations' throughputs (a speed-up, a time relative to a baseline) gets its 95%
+CI from the same samples (`ratio`), so a table that calls a winner can say when the CI spans 1.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import statistics
 
 from xbench.analysis.rows import TP, Rows, missing
+from xbench.metrics.stats import log_moments, ratio_ci95
 
 NOISY_CV_DEFAULT = 0.05  # bench.noisy_cv's default, for records that do not carry it
 
@@ -47,3 +50,44 @@ def noisy(rows: Rows, cv_across_runs: float | None = None) -> str | None:
     if cv_across_runs is not None and not missing(cv_across_runs) and cv_across_runs > bound:
         return "NOISY (across runs)"
     return None
+
+
+SPANS_ONE = "CI spans 1: no clear winner"
+
+
+def moments(rows: Rows) -> tuple[float, float, int] | None:
+    """Log moments of a configuration's throughput samples: one per run when it was repeated, else the
+    run's own windows (or processes)."""
+    ok = rows.ok()
+    tps = ok.nums(TP)
+    if len(tps) >= 2:
+        return log_moments(tps)
+    if len(tps) == 1:
+        r = ok[0]
+        m, sd, n = r.get("throughput_log_mean"), r.get("throughput_log_sd"), r.get("throughput_log_n")
+        if None not in (m, sd, n):
+            return m, sd, int(n)
+    return None
+
+
+def ratio(a: Rows, b: Rows) -> tuple[float | None, tuple[float, float] | None]:
+    """(median(a) / median(b), 95% CI of the ratio or None) of two configurations' throughputs."""
+    ta, tb = a.ok().median(TP), b.ok().median(TP)
+    if not ta or not tb:
+        return None, None
+    return ta / tb, ratio_ci95(moments(a), moments(b))
+
+
+def verdict(ci: tuple[float, float] | None, above: str, below: str) -> str:
+    """What a ratio's CI says: `above` 1, `below` 1, spans 1, or that there is no CI."""
+    if ci is None:
+        return "no CI (fewer than 3 samples a side)"
+    if ci[0] > 1:
+        return above
+    if ci[1] < 1:
+        return below
+    return SPANS_ONE
+
+
+def ci_text(ci: tuple[float, float] | None, digits: int = 3) -> str | None:
+    return None if ci is None else f"{ci[0]:.{digits}g}-{ci[1]:.{digits}g}"

@@ -17,10 +17,19 @@ Rules
    steady state.
 6. The harness's own per-step work is a handful of `perf_counter` calls and list stores; no
    logging, no allocation and no Python-level branching on device values inside the window.
+7. Windows are sized by time, not by a step count: at least `min_window_s` at the warm-up's steady
+   step time (the median of its last stable steps), never under the `steps` floor nor over the cap;
+   every rank runs the same count (the largest any rank needs, agreed before the first window).
+   A fixed count cannot serve a 2-ms step and a 2-s step alike: 30 steps of 2.3 ms is a 70-ms
+   window, which measures the scheduler (step-time CV 0.65).
+8. A window is stalled when its outlier steps (over `stall_factor` x the window's median step) cost
+   more than `stall_fraction` of its wall time (a process stopped, swapped or descheduled for
+   seconds); outliers are counted in every window. What is done about a stall is the mode's.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -108,6 +117,50 @@ def warmup(h: Hooks, min_steps: int, max_steps: int, stable_steps: int, cv_tol: 
                                     counts[-1], True)
     return WarmupResult(len(times), perf_counter() - start, times[0], times, h.read_losses(losses),
                         counts[-1], False)
+
+
+def steady_step_s(wu: WarmupResult, stable_steps: int) -> float:
+    """The warm-up's steady step time: the median of its last `stable_steps` steps."""
+    return statistics.median(wu.step_times_s[-max(1, stable_steps):])
+
+
+def window_steps(h: Hooks, step_s: float, min_window_s: float, floor: int, cap: int) -> tuple[int, str]:
+    """(steps per timed window, how they were chosen: time | steps floor | cap), agreed by every rank:
+    the smallest count that covers every rank's need, found by bisection over `h.agree` (each rank's
+    steps-for-time differ slightly; ranks running different counts would hang in their collectives)."""
+    floor, cap = max(1, floor), max(1, floor, cap)
+    if min_window_s <= 0 or not step_s or step_s <= 0:
+        return floor, "steps floor"
+    want = math.ceil(min_window_s / step_s)
+    need = min(cap, max(floor, want))
+    lo, hi = floor, cap
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if h.agree(need <= mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo == floor and want <= floor:
+        return lo, "steps floor"
+    return lo, "cap" if lo == cap and want > cap else "time"
+
+
+@dataclass
+class Stall:
+    outliers: int  # steps over factor x the window's median
+    excess_s: float  # their time beyond the median
+    stalled: bool  # excess_s above fraction x the window's wall time
+
+
+def stall(w: WindowResult, factor: float, fraction: float) -> Stall:
+    """The window's outlier steps and whether they stalled it (rule 8)."""
+    times = w.step_times_s
+    if len(times) < 3 or factor <= 0:
+        return Stall(0, 0.0, False)
+    med = statistics.median(times)
+    out = [t for t in times if t > factor * med]
+    excess = sum(t - med for t in out)
+    return Stall(len(out), excess, bool(out) and excess > fraction * w.wall_s)
 
 
 def timed_window(h: Hooks, steps: int) -> WindowResult:

@@ -20,6 +20,7 @@ import os
 
 from xbench import parallel
 from xbench.launch import child
+from xbench.launch.isolation import isolated
 from xbench.launch.torchrun import under_torchrun
 from xbench.launch.xla import host_index
 from xbench.rank import LaunchResult
@@ -52,12 +53,14 @@ def process_environment(cfg) -> dict[str, str]:
     return {"ATEN_CPU_CAPABILITY": cap} if cap else {}
 
 
-def run(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
+def run(cfg, work, facts, on_step=None, stop=None, fresh: bool | None = None) -> LaunchResult | None:
     """Every rank's results (rank 0 first), or None in a process that does not write the record.
 
     `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats, or settings
-    torch reads at start); the other launchers start fresh processes anyway."""
+    torch reads at start); None: as `bench.isolation` says (launch/isolation.py: a sweep's points are
+    isolated by default). The other launchers start fresh processes anyway."""
     module, fn = LAUNCHERS[launcher(cfg)].split(":")
     env = process_environment(cfg)
+    fresh = isolated(cfg) if fresh is None else fresh
     with child.environ(env):
         return getattr(importlib.import_module(module), fn)(cfg, work, facts, on_step, stop, fresh or bool(env))

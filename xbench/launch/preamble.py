@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from xbench.bench import contention
 from xbench.rank import RankContext, RankResult
 
 
-def threads_asked(cfg) -> dict:
-    """The rank's threads as the config asks them (RankContext keywords)."""
+def threads_asked(cfg, share: int = 1) -> dict:
+    """The rank's threads as the config asks them (RankContext keywords): bench.threads, else this rank's
+    `share` of the free physical cores (other processes' busy cores probed now, bench/contention.py):
+    torch's default (every core) oversubscribes a machine that others use, and 2 threads on a busy
+    2-core machine ran 2.5-26x slower than one."""
     t = cfg.bench.threads
-    return {"threads": t, "threads_policy": "bench.threads" if t is not None else "torch default"}
+    if t is not None:
+        return {"threads": t, "threads_policy": "bench.threads"}
+    if cfg.bench.contention_probe_s > 0:
+        free, how = contention.free_cores()
+    else:
+        free, how = contention.physical_cores(), "physical cores (bench.contention_probe_s=0: not probed)"
+    n = max(1, free // share)
+    return {"threads": n, "threads_policy": how + (f" // {share} ranks on this host = {n}" if share > 1 else "")}
 
 
 def world_size_warning(cfg, started: int, what: str) -> tuple[str, ...]:

@@ -43,10 +43,7 @@ def under_torchrun() -> bool:
 def _threads_for_rank(cfg, dev_type: str, local_world: int) -> dict:
     """Fair CPU timings: without bench.threads, each rank gets its share of the cores (torchrun itself
     would set OMP_NUM_THREADS=1; torch's default would oversubscribe)."""
-    if cfg.bench.threads is not None or dev_type != "cpu":
-        return threads_asked(cfg)
-    share = max(1, (os.cpu_count() or 1) // local_world)
-    return {"threads": share, "threads_policy": f"cores // local_world_size = {share}"}
+    return threads_asked(cfg, local_world if dev_type == "cpu" else 1)
 
 
 def rank_main(cfg, work, facts, on_step=None, stop=None):

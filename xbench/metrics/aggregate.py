@@ -37,9 +37,11 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
         "throughput_samples_per_s": statistics.median(per_window),
         "throughput_samples_per_s_windows": per_window,
         "throughput_cv": tp["cv"] if len(per_window) > 1 else None,
-        "throughput_ci95_samples_per_s": [tp["ci95_low"], tp["ci95_high"]] if len(per_window) > 1 else None,
+        "throughput_ci95_samples_per_s": [tp["ci95_low"], tp["ci95_high"]] if tp["ci95_low"] is not None else None,
+        "throughput_ci95_note": tp["ci_note"] or "95% CI of the geometric mean over windows (t, log scale)",
         "data_wait_fraction": max(r["data_wait_s"] for r in ranks) / window_total if window_total else None,
         "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+        "rank_pids": [r.get("pid") for r in ranks],  # the processes that measured (isolated: not the runner's)
     })
     energy = [r.get("energy_j") for r in ranks]
     if all(e is not None for e in energy):
@@ -47,6 +49,10 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
         # the same host's packages (one host), so it is one reading, not world_size of them.
         m["energy_j"] = sum(energy) if r0.get("energy_source") == "nvml" else max(energy)
         m["energy_j_per_sample"] = m["energy_j"] / (samples * repeats)  # every rank's samples, every window
+    # A stall or contention on any rank is the run's (the figures are rank 0's; `ranks` holds each).
+    for flag in ("stalled", "contended"):
+        if any(flag in r for r in ranks):
+            m[flag] = any(bool(r.get(flag)) for r in ranks)
     # Noisy: spread across repeated windows, or across steps when there is a single window.
     spread = m["throughput_cv"] if m["throughput_cv"] is not None else r0.get("step_time_cv")
     m["noisy"] = bool(spread is not None and spread > noisy_cv)
@@ -71,6 +77,9 @@ def merge_processes(per_process: list[list[dict]]) -> list[dict]:
         m["window_s"] = [w for ranks in per_process for w in ranks[i]["window_s"]]
         m["repeats"] = len(m["window_s"])  # steady step time = window_s_total / (steps x repeats)
         m["data_wait_s"] = sum(ranks[i]["data_wait_s"] for ranks in per_process)
+        for flag in ("stalled", "contended"):  # any process's
+            if any(flag in ranks[i] for ranks in per_process):
+                m[flag] = any(bool(ranks[i].get(flag)) for ranks in per_process)
         if all(ranks[i].get("energy_j") is not None for ranks in per_process):
             m["energy_j"] = sum(ranks[i]["energy_j"] for ranks in per_process)  # metered over its windows
         merged.append(m)
@@ -91,7 +100,8 @@ def across_processes(per_process: list[list[dict]], noisy_cv: float = 0.05) -> d
         "throughput_process_median_samples_per_s": s["median"],
         "throughput_process_mean_samples_per_s": s["mean"],
         "throughput_process_olympic_mean_samples_per_s": s["olympic_mean"],
-        "throughput_process_ci95_samples_per_s": [s["ci95_low"], s["ci95_high"]] if several else None,
+        "throughput_process_ci95_samples_per_s": [s["ci95_low"], s["ci95_high"]] if s["ci95_low"] is not None else None,
+        "throughput_process_ci95_note": s["ci_note"] or "95% CI of the geometric mean over processes (t, log scale)",
         "throughput_process_cv": s["cv"] if several else None,
         "process_pids": [ranks[0].get("pid") for ranks in per_process],
     })

@@ -94,12 +94,18 @@ def cost(m: dict, cfg: dict) -> dict:
 
 @derived
 def host_overhead(m: dict, cfg: dict) -> dict:
-    """Share of a steady step the host spends tracing it (XLA: the step body before the sync), over
-    the steady step's wall time. Eager has no such figure yet (see docs/runtimes.md)."""
-    host, step_s = m.get("xla_trace_s_median"), steady_step_s(m)
-    if host is None or not step_s:
+    """Share of a steady step the host spends on it (dispatch, tracing, launches) over the steady step's
+    wall time: bench/breakdown.py's host time for every runtime; without it (older records), XLA's
+    tracing time."""
+    step_s = steady_step_s(m)
+    if not step_s:
         return {}
-    return {"host_overhead_fraction": host / step_s, "host_overhead_source": "xla_tracing"}
+    if m.get("host_s_per_step") is not None:
+        return {"host_overhead_fraction": m["host_s_per_step"] / step_s,
+                "host_overhead_source": m.get("breakdown_source")}
+    if m.get("xla_trace_s_median") is None:
+        return {}
+    return {"host_overhead_fraction": m["xla_trace_s_median"] / step_s, "host_overhead_source": "xla_tracing"}
 
 
 @derived

@@ -1,22 +1,74 @@
-"""Summary statistics of repeated measurements (pure Python: the report uses them without torch)."""
+"""Summary statistics of repeated measurements (pure Python: the report uses them without torch).
+
+Confidence intervals are valid for the sample size or absent:
+- a 95% CI needs at least MIN_CI_SAMPLES values; with fewer there is none (`ci_note` says why), since
+  a t interval from 2 values is 12.7 standard errors wide and, on the linear scale, routinely went
+  below zero (-53 to 215 samples/s from two windows);
+- quantities that cannot be negative (throughput, times, ratios of them) get their interval on the
+  log scale: the t interval of the mean of log(x), mapped back, i.e. a CI of the geometric mean. It
+  is never below zero and is asymmetric the way multiplicative noise is;
+- the t quantile is computed (incomplete beta, bisection) for the exact degrees of freedom, Welch's
+  fractional df included.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
-# Two-sided 95% Student t quantiles for small samples (df = n - 1); the normal value beyond.
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000,
-        120: 1.980}
+MIN_CI_SAMPLES = 3  # fewer values give no confidence interval
 
 
-def t95(df: int) -> float:
-    if df <= 0:
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for aa in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
+                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _ibeta(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(df: float, two_tailed: float) -> float:
+    lo, hi = 0.0, 1.0
+    while _ibeta(df / 2, 0.5, df / (df + hi * hi)) > two_tailed:  # P(|T| > hi) still above: widen
+        hi *= 2.0
+    for _ in range(80):  # bisection to double precision
+        mid = (lo + hi) / 2
+        if _ibeta(df / 2, 0.5, df / (df + mid * mid)) > two_tailed:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def t95(df: float) -> float:
+    """The 0.975 quantile of Student's t with `df` (> 0, fractional allowed: Welch) degrees of freedom."""
+    if df is None or math.isnan(df) or df <= 0:
         return math.nan
-    if df > 120:
-        return 1.960
-    return _T95[max(k for k in _T95 if k <= df)]  # the nearest tabulated df below: slightly wide
+    return _t_quantile(round(float(df), 9), 0.05)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -38,14 +90,60 @@ def olympic_mean(values: list[float]) -> float:
     return statistics.fmean(xs[1:-1])
 
 
-def summarize(values: list[float]) -> dict[str, float]:
-    """median, mean, olympic mean, p10/p90, min/max, sample std, CV and a 95% CI of the mean."""
+def ci_note(n: int) -> str | None:
+    """Why there is no CI for `n` values (None when there is one)."""
+    if n >= MIN_CI_SAMPLES:
+        return None
+    return f"no CI: {n} sample{'s' if n != 1 else ''} (a 95% CI needs {MIN_CI_SAMPLES} or more)"
+
+
+def ci95(values: list[float]) -> tuple[float, float] | None:
+    """95% CI: on the log scale (geometric mean) when every value is positive, else the t interval of
+    the mean; None under MIN_CI_SAMPLES values."""
+    n = len(values)
+    if n < MIN_CI_SAMPLES:
+        return None
+    if all(v > 0 for v in values):
+        logs = [math.log(v) for v in values]
+        m, half = statistics.fmean(logs), t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+        return math.exp(m - half), math.exp(m + half)
+    m, half = statistics.fmean(values), t95(n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return m - half, m + half
+
+
+def log_moments(values: list[float]) -> tuple[float, float, int] | None:
+    """(mean, sample std, n) of log(values): what a ratio's CI needs from each side; None if any <= 0."""
+    if not values or any(v is None or v <= 0 for v in values):
+        return None
+    logs = [math.log(v) for v in values]
+    return statistics.fmean(logs), statistics.stdev(logs) if len(logs) > 1 else 0.0, len(logs)
+
+
+def ratio_ci95(a: tuple[float, float, int] | None, b: tuple[float, float, int] | None) -> tuple[float, float] | None:
+    """95% CI of geomean(a) / geomean(b) from both sides' log moments (Welch's t on the log scale);
+    None unless both sides have MIN_CI_SAMPLES values."""
+    if a is None or b is None or a[2] < MIN_CI_SAMPLES or b[2] < MIN_CI_SAMPLES:
+        return None
+    (ma, sa, na), (mb, sb, nb) = a, b
+    va, vb = sa * sa / na, sb * sb / nb
+    se = math.sqrt(va + vb)
+    d = ma - mb
+    if se == 0:
+        return math.exp(d), math.exp(d)
+    df = (va + vb) ** 2 / ((va * va / (na - 1) if va else 0.0) + (vb * vb / (nb - 1) if vb else 0.0))
+    half = t95(df) * se
+    return math.exp(d - half), math.exp(d + half)
+
+
+def summarize(values: list[float]) -> dict[str, float | None]:
+    """median, mean, olympic mean, p10/p90, min/max, sample std, CV and a 95% CI (see `ci95`; None
+    with `ci_note` under MIN_CI_SAMPLES values)."""
     n = len(values)
     if n == 0:
         return {"n": 0}
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if n > 1 else 0.0
-    half = t95(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+    ci = ci95(values)
     return {
         "n": n,
         "median": statistics.median(values),
@@ -57,6 +155,8 @@ def summarize(values: list[float]) -> dict[str, float]:
         "max": max(values),
         "std": std,
         "cv": std / mean if mean else math.nan,
-        "ci95_low": mean - half if n > 1 else math.nan,
-        "ci95_high": mean + half if n > 1 else math.nan,
+        "ci95_low": ci[0] if ci else None,
+        "ci95_high": ci[1] if ci else None,
+        "ci_note": ci_note(n),
     }
+

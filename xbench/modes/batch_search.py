@@ -8,6 +8,8 @@ launch path of the run's strategy (warm-up of at most 2 steps, then 1 timed step
 an inline strategy, in fresh rank processes for DDP or XLA) followed by cleanup (garbage collection,
 CUDA cache release, peak statistics reset inside the next trial). On the CPU the trials run under
 `host_memory_guard`, so a batch too large for the host fails as an allocation error, not as swapping.
+Inline trials stay in the run's process whatever `bench.isolation` says: the guard and the recovery
+from an out-of-memory trial work in-process.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
         row: dict = {"batch_size": bs}
         try:
             work = ThroughputWork(cfg, facts, batch_size=bs, plan=_trial_plan(cfg), show_progress=False)
-            m = aggregate([r.measurements for r in launch.run(cfg, work, facts, stop=stop).ranks])
+            m = aggregate([r.measurements for r in launch.run(cfg, work, facts, stop=stop, fresh=False).ranks])
             step_s = m["step_time_s_median"]
             row.update(fits=True, step_time_s=step_s,
                        throughput_samples_per_s=m["global_batch_size"] / step_s if step_s else None,

@@ -37,7 +37,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import psutil
 import torch
 
 from xbench import launch, models
@@ -49,6 +48,7 @@ from xbench.bench.worker import build_workload, check_finite, input_format, make
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.launch import child
+from xbench.launch.isolation import point_started_at
 from xbench.metrics import targets as tg
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
@@ -128,7 +128,7 @@ class TargetTraining:
 
     def __init__(self, cfg, facts, ctx: RankContext, run_dir: Path, started_at: float | None = None,
                  on_step=None, stop=None):
-        self.created = started_at or psutil.Process().create_time()
+        self.created = started_at or point_started_at()  # this run's start (a sweep point's own: launch/isolation.py)
         self.cfg, self.goal, self.ctx = cfg, cfg.goal, ctx
         self.targets = tg.effective_targets(cfg.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
@@ -508,7 +508,7 @@ class TrainToTarget(Mode):
         launch.run(cfg, self.work(cfg, facts, run_dir), facts)
 
     def execute(self, run: Run) -> None:
-        started = psutil.Process().create_time()
+        started = point_started_at()  # the runner's mark for this point (launch/isolation.py)
         work = self.work(run.cfg, run.facts, run.run_dir, started)
         curve = Path(run.run_dir) / CURVE_FILE
         curve.unlink(missing_ok=True)  # rank 0 writes it afresh (a resume: from the checkpoint's curve)

@@ -18,20 +18,19 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import psutil
-
 from xbench import launch
-from xbench.bench import faults, loop, profile
+from xbench.bench import breakdown, contention, faults, loop, profile
 from xbench.bench.memory import peak_host_rss_gib
 from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, utilisation_sampler
 from xbench.config import XBenchConfig
+from xbench.launch.isolation import point_started_at
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
 from xbench.metrics.derived import derive
 from xbench.metrics.energy import EnergyMeter
 from xbench.metrics.gates import batch_scaling_gate, record_gates
 from xbench.metrics.stats import summarize
 from xbench.modes.base import Mode, Run
-from xbench.platforms.detect import HostFacts
+from xbench.platforms.detect import HostFacts, device_type
 from xbench.rank import LaunchResult, RankContext, RankResult, StopRequested
 from xbench.sinks.console import Progress, human
 from xbench.sinks.curve import WINDOWS_FILE, CurveTail, CurveWriter
@@ -47,13 +46,19 @@ class WindowPlan:
     warmup_max_steps: int
     warmup_stable_steps: int
     warmup_cv_tol: float
-    steps: int
+    steps: int  # the floor (exactly this when min_window_s is 0)
     repeats: int
+    min_window_s: float = 0.0  # windows sized to at least this at the warm-up's step time
+    max_window_steps: int = 20000
+    stall_factor: float = 5.0
+    stall_fraction: float = 0.05
+    stall_remeasure: int = 0
 
     @classmethod
     def of(cls, bench) -> WindowPlan:
         return cls(bench.warmup_min_steps, bench.warmup_max_steps, bench.warmup_stable_steps,
-                   bench.warmup_cv_tol, bench.steps, bench.repeats)
+                   bench.warmup_cv_tol, bench.steps, bench.repeats, bench.min_window_s, bench.max_window_steps,
+                   bench.stall_factor, bench.stall_fraction, bench.stall_remeasure)
 
 
 @dataclass
@@ -72,7 +77,8 @@ class ThroughputWork:
         if not (self.show_progress and self.cfg.logger.progress):
             return None
         p = self.plan or WindowPlan.of(self.cfg.bench)
-        return Progress(p.warmup_max_steps, p.steps * p.repeats, enabled=True)
+        # Time-sized windows: the count is known after warm-up, so the bar counts without a total.
+        return Progress(p.warmup_max_steps, None if p.min_window_s > 0 else p.steps * p.repeats, enabled=True)
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
         live = window_log(self.run_dir, ctx) if self.live and self.run_dir else None
@@ -99,44 +105,96 @@ def window_log(run_dir: str, ctx: RankContext):
 
 def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
                  on_step=None, stop=None, run_dir: str | None = None, live=None) -> RankResult:
-    """Build the rank, warm it up, time `plan.repeats` windows, and report this rank's figures."""
+    """Probe the machine, build the rank, warm it up, size and time `plan.repeats` windows, and report
+    this rank's figures."""
+    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
+    probe_s = cfg.bench.contention_probe_s if main else 0
+    before = contention.probe(probe_s, _gpus(dev, ctx)) if probe_s > 0 else None
     p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
     check_finite(wu.losses, 0, "warmup")
-    startup_to_first_step_s = time.time() - psutil.Process().create_time() - (wu.time_s - wu.first_step_s)
+    # From this run's start (a sweep point's own, launch/isolation.py) to the end of its first step.
+    startup_to_first_step_s = time.time() - point_started_at() - (wu.time_s - wu.first_step_s)
     warnings = list(p.warnings)
     if not wu.stable:
         warnings.append(f"warm-up did not stabilise within {plan.warmup_max_steps} steps (compilations or "
                         f"step times still changing); the timed windows may include them")
-    windows, meters = _timed_windows(cfg, p, plan, wu, warnings, live)
+    warnings += _oversubscribed(p, dev, before)
+    step_s = loop.steady_step_s(wu, plan.warmup_stable_steps)
+    steps, sized_by = loop.window_steps(p.hooks, step_s, plan.min_window_s, plan.steps, plan.max_window_steps)
+    sizing = {"timed_steps_per_window": steps, "window_sized_by": sized_by, "window_min_s": plan.min_window_s,
+              "window_steps_floor": plan.steps, "warmup_step_s_steady": step_s}
+    if sized_by == "cap":
+        warnings.append(f"timed windows capped at bench.max_window_steps={plan.max_window_steps} steps "
+                        f"({steps * step_s:.2g} s, under bench.min_window_s={plan.min_window_s})")
+    windows, meters = _timed_windows(cfg, p, plan, wu, warnings, steps, before, dev, live)
     wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
     if wait_fraction > INPUT_BOUND_FRACTION:
         warnings.append(f"input-bound: {wait_fraction:.0%} of the timed window waited for data "
                         f"(data.source={cfg.data.source}, num_workers={cfg.data.num_workers}); "
                         "this measures the loader, not the chip")
     m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
-    m["startup_to_first_step_s"] = startup_to_first_step_s
+    m.update(sizing, startup_to_first_step_s=startup_to_first_step_s)
+    steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
+    m.update(breakdown.split(p.hooks, dev, m, cfg.bench.breakdown_steps if main else 0, steps, steady_s))
+    if m.get("xla_compiles_before_run"):
+        warnings.append(f"compile figures read low: {m['xla_compiles_before_run']} XLA graph(s) were compiled "
+                        "earlier in this process and identical ones came from its cache (bench.isolation=shared); "
+                        "run it isolated for its own compile count and time")
     artifacts = {}
-    if cfg.bench.profile and batch_size is None:  # the run's own batch (not the self-check's or a trial's)
+    if cfg.bench.profile and main:  # the run's own batch (not the self-check's or a trial's)
         artifacts, notes = profile.capture(cfg, p, run_dir, ctx.rank)
         warnings += notes
     return RankResult(ctx.rank, m, _series(wu, windows), warnings, artifacts)
 
 
-def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], live=None):
-    """The timed windows, with energy and utilisation metered beside them (never inside a step); `live`
-    hears of each window once it has closed (W&B), before the next one starts."""
+def _gpus(dev: str, ctx: RankContext) -> list[int]:
+    """The GPUs a rank will drive (known before it builds: rank_gpus says it after)."""
+    if dev != "cuda":
+        return []
+    return list(range(ctx.devices_per_rank)) if ctx.devices_per_rank > 1 else [ctx.local_rank]
+
+
+def _oversubscribed(p: PreparedRank, dev: str, before: dict | None) -> list[str]:
+    """A CPU run asking for more threads than there are free physical cores waits for cores, not work."""
+    threads = p.threads.get("threads_intra")
+    if before is None or dev not in ("cpu", "xla") or not threads or threads <= before["free_cores"]:
+        return []
+    return [f"oversubscribed: {threads} threads, but only {before['free_cores']} of {before['physical_cores']} "
+            f"physical cores were free ({before['other_cores']:.1f} busy with other processes); the timings "
+            "include waiting for cores (bench.threads, or leave it unset for the free cores)"]
+
+
+def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
+                   before: dict | None = None, dev: str = "cpu", live=None):
+    """The timed windows, with energy, utilisation and other processes' use metered at their edges
+    (never inside a step). A stalled window (loop.py rule 8) is measured again, at most
+    `plan.stall_remeasure` times, when every rank agrees one stalled. `live` hears of each kept window
+    once it has closed (W&B), before the next one starts."""
     energy = EnergyMeter(p.work.runtime.device.type, rank_gpus(p))
     energy.start()
-    windows = []
+    windows, stalls, dropped = [], [], []
     sampler = utilisation_sampler(cfg, p)
-    sampler.start()  # its own thread, at a low rate; started and stopped outside the steps
+    meter = contention.ContentionMeter(p.threads.get("threads_intra") or 1, dev, rank_gpus(p), before)
+    sampler.start()  # CPU: counters read at the edges; GPU: an NVML thread at a low rate
+    meter.start()
+    done_steps = wu.steps
     try:
-        for _ in range(plan.repeats):
-            w = loop.timed_window(p.hooks, plan.steps)
-            check_finite(w.losses, wu.steps + sum(x.steps for x in windows), "timed")
+        while len(windows) < plan.repeats:
+            w = loop.timed_window(p.hooks, steps)
+            check_finite(w.losses, done_steps, "timed")
+            done_steps += w.steps
+            st = loop.stall(w, plan.stall_factor, plan.stall_fraction)
+            any_stalled = not p.hooks.agree(not st.stalled)
+            if any_stalled and len(dropped) < plan.stall_remeasure:
+                dropped.append((w, st))
+                warnings.append(f"stalled window measured again: {st.outliers} step(s) over {plan.stall_factor:g}x "
+                                f"the median took {st.excess_s:.3g} s extra of its {w.wall_s:.3g} s")
+                continue
             windows.append(w)
+            stalls.append(st)
             if live is not None:
                 live(len(windows) - 1, w, p.samples_per_step * w.steps)
             if w.compiles_during:
@@ -152,7 +210,23 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
         if samples and seconds > 0:
             part["throughput_samples_per_s_partial"] = samples / seconds
         raise
-    return windows, {**sampler.stop(), **energy.stop()}
+    figures = {**meter.stop(), **sampler.stop(), **energy.stop()}
+    kept = [i for i, st in enumerate(stalls) if st.stalled]
+    figures.update({
+        "outlier_steps_per_window": [st.outliers for st in stalls],
+        "stall_excess_s_per_window": [st.excess_s for st in stalls],
+        "stall_factor": plan.stall_factor,
+        "stalled_windows_kept": len(kept),
+        "stalled_windows_remeasured": len(dropped),
+        "window_s_stalled": [w.wall_s for w, _ in dropped],
+        "stall_excess_s_total": sum(st.excess_s for st in stalls) + sum(st.excess_s for _, st in dropped),
+        "stalled": bool(kept or dropped),
+    })
+    if kept:
+        warnings.append(f"stalled: {len(kept)} timed window(s) lost {sum(stalls[i].excess_s for i in kept):.3g} s to "
+                        f"outlier steps (over {plan.stall_factor:g}x the median) and are in the figures "
+                        f"(bench.stall_remeasure={plan.stall_remeasure})")
+    return windows, figures
 
 
 def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, meters: dict) -> dict:
@@ -177,10 +251,10 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         "first_step_s": wu.first_step_s,
         "compiles_warmup": wu.compiles,
         "compiles_timed": None if windows[0].compiles_during is None else sum(w.compiles_during for w in windows),
-        "timed_steps_per_window": plan.steps,
-        "repeats": plan.repeats,
+        "timed_steps_per_window": windows[0].steps,
+        "repeats": len(windows),
         "window_s": [w.wall_s for w in windows],
-        "samples_per_window": p.samples_per_step * plan.steps,
+        "samples_per_window": p.samples_per_step * windows[0].steps,
         "step_time_source": windows[0].step_time_source,
         "step_time_s_median": st["median"],
         "step_time_s_mean": st["mean"],
@@ -199,7 +273,8 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
     }
     m.update(runtime.memory())
     if "energy_j" in m:
-        m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * plan.steps * plan.repeats)
+        run = sum(w.steps for w in windows) + len(m.get("window_s_stalled", ())) * windows[0].steps  # metered
+        m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * run)
     return m
 
 
@@ -245,6 +320,9 @@ class Throughput(Mode):
         if rec.measurements.get("noisy"):
             rec.warnings.append(f"noisy: spread above bench.noisy_cv={b.noisy_cv} "
                                 f"({noisy_spread(rec.measurements, b.noisy_cv)})")
+        if rec.measurements.get("contended"):
+            rec.warnings.append("contended: " + (rec.measurements.get("contended_reason")
+                                                 or "on another rank or process (see ranks)"))
         if b.self_check:
             faults.at_phase(cfg.fault, "self_check")
             try:

@@ -11,6 +11,7 @@ eager) come from xbench.analysis; this module only lays them out.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
@@ -22,8 +23,8 @@ from xbench.analysis.published import published_beside_measured
 from xbench.analysis.quality import quality_parity
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
-from xbench.analysis.spread import noisy, spread
-from xbench.analysis.workload import SCALING
+from xbench.analysis.spread import ci_text, noisy, ratio, spread, verdict
+from xbench.analysis.workload import SCALING, VERSUS_EAGER, key
 from xbench.metrics import targets
 from xbench.report.rows import (
     Context,
@@ -60,6 +61,15 @@ def table(name: str):
     return deco
 
 
+def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
+    """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/contention.py, the loop's stalls)."""
+    hit = Rows(r for r in rows if r.get(flag))
+    if not hit:
+        return None
+    worst = max(hit.nums(figure), default=None)
+    return f"{len(hit)} of {len(rows)} runs" + (f" (max {worst:.2g} {unit})" if worst is not None else "")
+
+
 @table("throughput")
 def throughput_table(rows: Rows, ctx: Context) -> Table:
     rows = Rows(r for r in rows if r.get("bench_mode") != "find_max_batch")  # its trials: the max_batch table
@@ -82,6 +92,8 @@ def throughput_table(rows: Rows, ctx: Context) -> Table:
             "per device [samples/s]": ok.median("throughput_per_device_samples_per_s"),
             "step time median [s]": ok.median("step_time_s_median"),
             "noisy": noisy(sub, cv if len(ok.nums(TP)) >= 2 else None),  # spread() gave the across-run CV
+            "contended": _flagged(sub, "contended", "other_cpu_cores_during", "other processes' cores"),
+            "stalled": _flagged(sub, "stalled", "stall_excess_s_total", "s lost"),
             "reason": reasons(sub),
             "warnings": join_unique(sub.col("warnings")),
         })
@@ -164,19 +176,35 @@ def scaling_table(rows: Rows, ctx: Context) -> Table:
         "ideal [samples/s]": r["ideal_samples_per_s"],
         "speed-up [x]": r["speedup"],
         "scaling efficiency [%]": r["scaling_efficiency"] * 100,
+        "efficiency 95% CI [%]": ci_text(None if r["scaling_efficiency_ci95"] is None
+                                         else tuple(x * 100 for x in r["scaling_efficiency_ci95"])),
+        "flag": r["flag"],
     } for r in s])
     return Table("scaling", "Scaling over devices: efficiency = throughput(N) / (N x throughput(1))", out,
                  note=constant_caption(s, SCALING) + " The 1-device reference is the single-device run, else "
-                 "the strategy's own 1-device run, else its smallest device count.",
+                 "the strategy's own 1-device run, else its smallest device count. Efficiency above 105% is "
+                 "flagged: it is noise or a cache effect, not a result.",
                  pooled="Each row: one workload, strategy and device count (median over its runs).")
 
 
 OVERHEAD = (("first_step_s", "first step [s]"), ("warmup_s", "warm-up [s]"), ("warmup_steps", "warm-up steps"),
             ("compiles_warmup", "compilations in warm-up"), ("compiles_timed", "recompilations after warm-up"),
             ("step_time_s_median", "steady step time median [s]"),
-            ("startup_to_first_step_s", "start-up to first step [s]"))
-EAGER_COLUMNS = (("speedup_vs_eager", "speed-up vs eager [x]"),
-                ("break_even_steps_vs_eager", "break-even vs eager [steps]"))
+            ("startup_to_first_step_s", "start-up to first step [s]"),
+            ("host_s_per_step", "host per step [s]"), ("device_s_per_step", "device per step [s]"),
+            ("host_overhead_fraction", "host share of a step"))
+NEVER = "never (not faster than eager)"
+
+
+def _break_even(paired: Rows):
+    """Median break-even over a configuration's pairs with eager, a pair that never pays back (not faster)
+    counted as infinite: 'never' when that is the median; None when the runtime compiles nothing."""
+    known = [r for r in paired if "break_even_steps_vs_eager" in r]
+    if not known:
+        return None
+    steps = [math.inf if r["break_even_steps_vs_eager"] is None else r["break_even_steps_vs_eager"] for r in known]
+    mid = statistics.median(steps)
+    return NEVER if math.isinf(mid) else mid
 
 
 @table("overhead")
@@ -190,15 +218,26 @@ def overhead_table(rows: Rows, ctx: Context) -> Table:
     if "runtime" not in show:
         show.insert(0, "runtime")
     vs = versus_eager(ok)
+    eager = {key(r, VERSUS_EAGER): g for _, g in groups(ok) for r in g[:1] if r.get("runtime") == "eager"}
     out = []
     for keys, sub in groups(ok):
         paired = Rows(vs[r["run_id"]] for r in sub if r["run_id"] in vs)
-        out.append({**key_cols(keys, show), "runs": len(sub), **{label: sub.median(c) for c, label in cols},
-                    **{label: paired.median(c) for c, label in EAGER_COLUMNS},
-                    "warnings": join_unique(sub.col("warnings"))})
-    return Table("overhead", "Framework overhead: compile time, first step, recompilations, steady step time",
-                 frame(out), note=constant_caption(ok) + (" Speed-up and break-even against the eager run of "
-                                                          "the same workload and placement." if vs else ""))
+        row = {**key_cols(keys, show), "runs": len(sub), **{label: sub.median(c) for c, label in cols},
+               "speed-up vs eager [x]": paired.median("speedup_vs_eager"),
+               "break-even vs eager [steps]": _break_even(paired)}
+        twin = eager.get(key(sub[0], VERSUS_EAGER)) if keys.get("runtime") != "eager" else None
+        if twin is not None and paired:
+            _, ci = ratio(sub, twin)
+            row["speed-up 95% CI [x]"] = ci_text(ci)
+            row["versus eager"] = verdict(ci, "faster than eager", "slower than eager")
+        out.append({**row, "warnings": join_unique(sub.col("warnings"))})
+    return Table("overhead", "Framework overhead: compile time, first step, recompilations, steady step time, "
+                 "host vs device time per step", frame(out),
+                 note=constant_caption(ok) + " Host: dispatch, tracing and launches; device: the kernels "
+                 "(XLA: its trace/sync and execute clocks; CPU: computing ops vs the rest of the step)."
+                 + (" Speed-up and break-even against the eager run of the same workload and placement: break-even = "
+                    "compile time / (eager step - this step), the steps after which compiling has paid for itself."
+                    if vs else ""))
 
 
 @table("efficiency")
@@ -234,6 +273,8 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
     out = [{**key_cols(r, show), "baseline": "<- baseline" if r["is_baseline"] else "",
             "throughput median [samples/s]": r[TP],
             "time relative to baseline [x]": r["normalised_time"],
+            "time 95% CI [x]": ci_text(r["normalised_time_ci95"]),
+            "verdict": r["verdict"],
             "cost relative to baseline [x]": r["normalised_cost"],
             "compared on": BASIS.get(r["normalised_basis"])} for r in n]
     return Table("baseline", f"Time and cost normalised to the baseline ({ctx.baseline_text})", frame(out),
@@ -274,7 +315,9 @@ RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("
                ("precision", "precision"), ("parallel", "parallel"), ("global_batch_size", "global batch"),
                ("devices", "devices"), ("threads", "threads"), (TP, "throughput [samples/s]"),
                ("step_time_s_median", "step time median [s]"), ("throughput_cv", "throughput CV"),
-               ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"), ("warnings", "warnings"))
+               ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"),
+               ("contended", "contended"), ("other_cpu_cores_during", "other processes [cores]"),
+               ("stalled", "stalled"), ("stall_excess_s_total", "lost to stalls [s]"), ("warnings", "warnings"))
 
 
 @table("quality")

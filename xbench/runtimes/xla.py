@@ -148,6 +148,7 @@ class XlaRuntime(Runtime):
             "xla_trace_s_median": _median(self._trace_s),
             "xla_sync_s_median": _median(self._sync_s),
             "xla_execute_s_total": (e[1] - self._exec0[1]) / 1e9,
+            "xla_executions": e[0] - self._exec0[0],
             "pjrt_device": os.environ.get("PJRT_DEVICE"),
             # >0: an earlier run in this process (a sweep point) compiled graphs; identical graphs are
             # then served from the in-process cache and this run's compile count/time read low.

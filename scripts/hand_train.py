@@ -1,0 +1,87 @@
+"""A plain training loop, written the way a user would, in its own process: the reference that
+scripts/bench_process.py compares the xbench CLI's recorded throughput with. It imports nothing of
+xbench on purpose (scripts/bench_overhead.py reuses its `textbook_step` for its in-process hand side).
+
+    python scripts/hand_train.py --runtime eager|xla --hidden 256 --batch 64 --threads 1 \
+        --warmup 10 --steps 800 --windows 5
+
+The MLP is xbench's `mlp` on `synthetic_mnist` (Flatten, Linear 784->hidden, ReLU, Linear, ReLU,
+Linear ->10; parameter count printed for the caller to check), SGD lr 0.01 momentum 0.9, a pool of
+4 random batches on the device. Prints one JSON line: the median throughput over the windows, each
+window's, the CPU time per step and the parameter count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def textbook_step(model, opt, mark=lambda: None, autocast_device: str | None = None):
+    """The step a user writes: forward (under bf16 autocast only when asked), loss, backward, SGD step."""
+
+    def step(x, y):
+        if autocast_device:
+            with torch.autocast(autocast_device, dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y)
+        else:  # the fp32 loop a user writes has no autocast context at all
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        mark()
+        return loss.detach()
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runtime", choices=("eager", "xla"), default="eager")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=800, help="steps per timed window")
+    ap.add_argument("--windows", type=int, default=5)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    if a.runtime == "xla":
+        os.environ.setdefault("PJRT_DEVICE", "CPU")  # read when torch_xla is imported
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        dev, mark, wait = torch_xla.device(), torch_xla.sync, xm.wait_device_ops
+    else:
+        dev, mark, wait = torch.device("cpu"), (lambda: None), (lambda: None)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden), nn.ReLU(),
+                          nn.Linear(a.hidden, 10)).to(dev)
+    step = textbook_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), mark)
+    pool = [(torch.randn(a.batch, 1, 28, 28).to(dev), torch.randint(0, 10, (a.batch,)).to(dev)) for _ in range(4)]
+    for i in range(a.warmup):
+        step(*pool[i % 4])
+        wait()
+    rates = []
+    cpu0 = time.process_time()  # every thread of this process: the work the windows cost, whatever the share
+    for _ in range(a.windows):
+        wait()
+        t0 = time.perf_counter()
+        for i in range(a.steps):
+            step(*pool[i % 4])
+        wait()
+        rates.append(a.batch * a.steps / (time.perf_counter() - t0))
+    print(json.dumps({"throughput_samples_per_s": statistics.median(rates), "windows": rates,
+                      "cpu_s_per_step": (time.process_time() - cpu0) / (a.steps * a.windows),
+                      "params": sum(p.numel() for p in model.parameters())}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Which process a run's rank work runs in, and what belongs to the run alone (`bench.isolation`).
+
+A sweep (`python -m xbench -m ...`) runs its points one after another in one Hydra process. Sharing
+that process, a point inherits what ran before it: `xla_compile` after `xla` found its graphs in the
+in-process cache and reported 0 compilations and 0 s compile time (2 and 0.49 s alone); start-up was
+counted from the process's start (three 0.6-s points reported 21.9, 22.6 and 23.2 s); memory peaks
+(`ru_maxrss`) and the allocator's state carry over. So, as optimum-benchmark does, every point runs
+its rank work in a fresh spawned interpreter:
+
+- `bench.isolation=auto` (default): a fresh process for each point of a --multirun sweep; a single
+  run stays in its own process (which is fresh anyway);
+- `process`: always a fresh process; `shared`: never (the old behaviour, and the cheaper one when a
+  sweep does not measure what a process carries: tests, a quick look).
+
+Launchers other than `inline` start fresh processes anyway. The runner calls `begin_point` first
+thing, so each point's start-up is counted from its own start (`point_started_at`), and its record
+holds the point's Hydra job number and overrides (`point_facts`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import time
+
+import psutil
+
+from xbench.records.redact import redact_argv
+
+ISOLATION = ("auto", "process", "shared")
+POINT_ENV = "XBENCH_POINT"  # "<pid of the runner's process>:<wall time the point started>"
+_POINTS_SEEN: list[int] = []  # points begun in this process
+
+
+def hydra_job() -> dict | None:
+    """The Hydra job this process is running (None outside Hydra, e.g. the Python API or a spawned rank)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return None
+        hc = HydraConfig.get()
+        return {"multirun": hc.mode == RunMode.MULTIRUN, "job_num": hc.job.get("num"),
+                "overrides": list(hc.overrides.task)}
+    except Exception:  # Hydra internals differ by version: the run goes on without the facts
+        return None
+
+
+def isolated(cfg) -> bool:
+    """Whether this run's inline rank work goes to a fresh process."""
+    mode = cfg.bench.isolation
+    if mode == "process":
+        return True
+    if mode == "shared":
+        return False
+    job = hydra_job()
+    return bool(job and job["multirun"])
+
+
+def begin_point() -> float:
+    """Mark the start of a run (a sweep point) in this process: the first point starts with the process
+    (its start-up includes Python, imports and Hydra, as a single run's does), a later one now. The start
+    and this process's pid go to the environment, so the ranks it starts count from there too."""
+    started = psutil.Process().create_time() if not _POINTS_SEEN else time.time()
+    _POINTS_SEEN.append(1)
+    os.environ[POINT_ENV] = f"{os.getpid()}:{started!r}"
+    return started
+
+
+def point_started_at() -> float:
+    """Wall time this run started: the runner's mark (begin_point), else this process's start."""
+    try:
+        return float(os.environ[POINT_ENV].split(":", 1)[1])
+    except (KeyError, IndexError, ValueError):
+        return psutil.Process().create_time()
+
+
+def xbench_version() -> str | None:
+    try:
+        return md.version("xbench")
+    except md.PackageNotFoundError:
+        return None
+
+
+def point_facts(cfg) -> dict:
+    """For the record's env: xbench's version and, in a sweep, the point's job number, its overrides
+    (secret values redacted) and whether it ran isolated."""
+    job = hydra_job()
+    facts = {"xbench_version": xbench_version(),
+             "point": {"isolation": cfg.bench.isolation, "isolated": isolated(cfg), "runner_pid": os.getpid()}}
+    if job is not None:
+        facts["point"].update(multirun=job["multirun"], job_num=job["job_num"],
+                              overrides=redact_argv(job["overrides"]))
+    return facts
