@@ -27,8 +27,9 @@ def store(tmp_path_factory):
     """One store holding a real run of every mode, each with its offline W&B run."""
     root = tmp_path_factory.mktemp("wandb_modes") / "results"
     env = cli_env(WANDB_MODE="offline")
-    runs = [("-m", *WANDB, PRICED, "data.batch_size=16,32", "bench.repeats=2"),
-            (*WANDB, PRICED, "parallel=ddp", "parallel.world_size=2", "data.batch_size=16", "bench.repeats=2"),
+    # 3 windows: a CI (none from fewer samples, metrics/stats.py)
+    runs = [("-m", *WANDB, PRICED, "data.batch_size=16,32", "bench.repeats=3"),
+            (*WANDB, PRICED, "parallel=ddp", "parallel.world_size=2", "data.batch_size=16", "bench.repeats=3"),
             ("+experiment=digits_to_target", "platform=gce_n1_standard_8", "logger=wandb", "logger.progress=false"),
             (*WANDB, PRICED, "bench.mode=find_max_batch", "bench.max_batch_limit=64", "data.batch_size=16")]
     for args in runs:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from xbench.records import batch_trials
-from xbench.records.record import STATUSES, RunRecord
+from xbench.records.record import SAMPLE_LISTS, STATUSES, RunRecord
 from xbench.records.wandb_files import read_offline_run
 
 API, OFFLINE = "wandb:", "wandb-offline:"
@@ -58,7 +58,7 @@ def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict
         elif (k in HISTORY_ONLY or k.startswith("window_") or batch_trials.is_trial_key(k)
               or (k == metric and isinstance(v, (int, float)))):
             continue
-        elif v is None or isinstance(v, (bool, int, float, str)):
+        elif v is None or isinstance(v, (bool, int, float, str)) or k in SAMPLE_LISTS and isinstance(v, list):
             m[k] = v
     for stem, lohi in cis.items():
         if "low" in lohi and "high" in lohi:

@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field
 SCHEMA_VERSION = 1
 # running: only ever seen if the process died without a chance to write (kill -9, power loss).
 STATUSES = ("running", "ok", "failed", "oom", "interrupted", "diverged")
+# Lists of throughput samples a record keeps (per timed window; per process under bench.process_repeats):
+# CIs and ratio CIs are computed from them, so W&B keeps them too (sinks/wandb.py, analysis/wandb_source.py).
+SAMPLE_LISTS = ("throughput_samples_per_s_windows", "throughput_samples_per_s_processes")
 # Figures that cannot be negative: a throughput, a step time, a price or a cost (never averaged if they are).
 NON_NEGATIVE = re.compile(r"samples_per_s|tokens_per_s|^step_time_s|_per_hour$|_per_million_samples$|cost|^price")
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from xbench.extras import message
 from xbench.metrics import utilisation
 from xbench.records import batch_trials
-from xbench.records.record import RunRecord
+from xbench.records.record import SAMPLE_LISTS, RunRecord
 from xbench.records.redact import redact, redact_argv
 from xbench.wandb_env import has_credentials
 
@@ -128,6 +128,8 @@ def flat_summary(record: RunRecord) -> dict:
         for k, v in src.items():
             if isinstance(v, (int, float, str, bool)) or v is None:
                 out[k] = v
+            elif k in SAMPLE_LISTS and isinstance(v, list) and all(map(_number, v)):
+                out[k] = v  # a ratio's or scaling's CI is computed from these (analysis/frame.py)
             elif k.endswith("_ci95_samples_per_s") and isinstance(v, list) and len(v) == 2 and all(map(_number, v)):
                 stem = k.removesuffix("_ci95_samples_per_s")
                 out[f"{stem}_ci95_low_samples_per_s"], out[f"{stem}_ci95_high_samples_per_s"] = v
