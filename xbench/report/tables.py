@@ -54,9 +54,16 @@ TO_TARGET = (("target_status", "target status"), ("train_time_to_target_s", "tra
 TABLES: dict[str, Callable] = {}
 
 
-def table(name: str):
+SEARCHES = "find_max_batch"  # a batch search measures no throughput of its own: only these tables show it
+WITH_SEARCHES: set[str] = set()
+
+
+def table(name: str, searches: bool = False):
+    """Register a table; `searches`: it is given the batch-search runs too (every other table is not)."""
     def deco(fn):
         TABLES[name] = fn
+        if searches:
+            WITH_SEARCHES.add(name)
         return fn
     return deco
 
@@ -72,7 +79,6 @@ def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
 
 @table("throughput")
 def throughput_table(rows: Rows, ctx: Context) -> Table:
-    rows = Rows(r for r in rows if r.get("bench_mode") != "find_max_batch")  # its trials: the max_batch table
     if not rows:
         raise NoData("no runs")
     show = varying_keys(rows) or ["model", "platform"]
@@ -281,9 +287,9 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
                  note=constant_caption(n) + " Below 1 is faster / cheaper than the baseline for the same work.")
 
 
-@table("max_batch")
+@table("max_batch", searches=True)
 def max_batch_table(rows: Rows, ctx: Context) -> Table:
-    sub_rows = Rows(r for r in rows if r.get("bench_mode") == "find_max_batch")
+    sub_rows = Rows(r for r in rows if r.get("bench_mode") == SEARCHES)
     if not sub_rows:
         raise NoData("no batch search (bench.mode=find_max_batch) among these records")
     show = varying_keys(sub_rows) or ["platform", "runtime"]
@@ -356,7 +362,7 @@ def published_table(rows: Rows, ctx: Context) -> Table:
                  pooled="Each row: one published figure, beside the median of the runs under its conditions.")
 
 
-@table("runs")
+@table("runs", searches=True)
 def runs_table(rows: Rows, ctx: Context) -> Table:
     if not rows:
         raise NoData("no runs")
@@ -418,10 +424,11 @@ def findings_of(rows: Rows, ctx: Context) -> tuple[list[Finding], str]:
 def build_tables(df: pd.DataFrame, ctx: Context, rows: Rows | None = None) -> tuple[list[Table], dict[str, str]]:
     """(tables drawn, {table name: why it was skipped}); `rows`: the frame already prepared (rows.prepare)."""
     rows = rows if rows is not None else prepare(df, ctx)
+    measured = Rows(r for r in rows if r.get("bench_mode") != SEARCHES)
     made, skipped = [], {}
     for name, fn in TABLES.items():
         try:
-            made.append(fn(rows, ctx))
+            made.append(fn(rows if name in WITH_SEARCHES else measured, ctx))
         except NoData as e:
             skipped[name] = str(e)
     return made, skipped
