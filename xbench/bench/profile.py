@@ -22,6 +22,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from xbench import env_vars
+
 DIR = "profile"
 
 
@@ -38,14 +40,8 @@ def environment(cfg, run_dir):
         return
     saved = os.environ.get("XLA_FLAGS")
     flags = f"--xla_dump_to={_xla_dump(run_dir)} --xla_dump_hlo_as_text"
-    os.environ["XLA_FLAGS"] = f"{saved} {flags}" if saved else flags
-    try:
+    with env_vars.temporarily({"XLA_FLAGS": f"{saved} {flags}" if saved else flags}):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("XLA_FLAGS", None)
-        else:
-            os.environ["XLA_FLAGS"] = saved
 
 
 def capture(cfg, p, run_dir, rank: int) -> tuple[dict[str, str], list[str]]:

@@ -18,8 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from xbench import parallel
-from xbench.launch import child
+from xbench import env_vars, parallel
 from xbench.launch.isolation import isolated
 from xbench.launch.torchrun import under_torchrun
 from xbench.launch.xla import host_index
@@ -62,5 +61,5 @@ def run(cfg, work, facts, on_step=None, stop=None, fresh: bool | None = None) ->
     module, fn = LAUNCHERS[launcher(cfg)].split(":")
     env = process_environment(cfg)
     fresh = isolated(cfg) if fresh is None else fresh
-    with child.environ(env):
+    with env_vars.temporarily(env):  # fresh processes inherit it at exec, before torch
         return getattr(importlib.import_module(module), fn)(cfg, work, facts, on_step, stop, fresh or bool(env))

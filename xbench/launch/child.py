@@ -115,17 +115,3 @@ def in_fresh_process(fn, args: tuple, stop, what: str):
         return wait(pool.submit(fn, *args), stop, what)
 
 
-@contextmanager
-def environ(env: dict[str, str]):
-    """`env` in this process's environment while processes are started (they inherit it at exec, before
-    they import torch); restored afterwards."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -27,7 +27,7 @@ import os
 import torch
 from torch import nn
 
-from xbench import extras
+from xbench import env_vars, extras
 from xbench.data.spec import InputSpec
 from xbench.data.synthetic import make_batch
 from xbench.models import ModelEntry
@@ -164,16 +164,8 @@ def _quiet_transformers():
     import sys
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random init from a config: nothing to download
-    saved = os.environ.get("USE_TORCH_XLA")
-    if "torch_xla" not in sys.modules:
-        os.environ["USE_TORCH_XLA"] = "0"
-    try:
+    with env_vars.temporarily({} if "torch_xla" in sys.modules else {"USE_TORCH_XLA": "0"}):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("USE_TORCH_XLA", None)
-        else:
-            os.environ["USE_TORCH_XLA"] = saved
 
 
 @functools.cache
