@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from xbench.analysis.rows import TP, Rows, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
-from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK
+from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK, label_names
 
 MAX_WORKS = 6
 LABEL_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model",
@@ -43,10 +43,7 @@ def _work(k: dict) -> str:
 
 
 def label_keys(rows) -> list[str]:
-    names = [k for k in LABEL_KEYS if len({r.get(k) for r in rows}) > 1]
-    if "devices" not in names and {"global_batch_size", "batch_size_per_device"} <= set(names):
-        names.remove("batch_size_per_device")  # one device count: the global batch says it
-    return names
+    return label_names([k for k in LABEL_KEYS if len({r.get(k) for r in rows}) > 1])
 
 
 def _label(keys: dict, names: list[str]) -> str:

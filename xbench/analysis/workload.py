@@ -74,3 +74,11 @@ def device_kind(platform: dict, cpu_model: str | None = None) -> str | None:
 def key(row: dict, level: tuple[str, ...]) -> tuple:
     """The values of `level`'s columns in a row: equal keys, comparable runs."""
     return tuple(row.get(k) for k in level)
+
+
+def label_names(names: list[str]) -> list[str]:
+    """The varying keys a configuration's label names, less the per-device batch when the device count is
+    the same everywhere (the global batch then says it)."""
+    if "devices" not in names and "global_batch_size" in names and "batch_size_per_device" in names:
+        return [k for k in names if k != "batch_size_per_device"]
+    return names

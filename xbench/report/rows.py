@@ -16,7 +16,7 @@ from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
 from xbench.analysis.rows import NoData, Rows
-from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK
+from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK, label_names
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing",
@@ -81,10 +81,7 @@ def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -
     """The configuration keys that tell one work's bars apart (the ones that vary), minus what the user
     pooled (--pool) and `drop`."""
     skip = set(WORK) | set(drop) | set(ctx.pool if ctx else ())
-    names = [k for k in varying_keys(rows) if k not in skip]
-    if "devices" not in names and "global_batch_size" in names and "batch_size_per_device" in names:
-        names.remove("batch_size_per_device")  # one device count: the global batch says it
-    return names
+    return label_names([k for k in varying_keys(rows) if k not in skip])
 
 
 def bar_label(keys: dict, names: list[str]) -> str:
