@@ -230,3 +230,23 @@ def test_published_figures_are_drawn_beside_the_measured_ones(fixture_store):
     assert bars["tpu_throughput: 2018-04-26"] == 2796 and bars["tpu_throughput: here, 1 run"] == 2500.0
     assert {k.split(" | ")[0] for k in _bars(fig)} == {"tpu_vs_gpu [images/s]"}
     assert layout.text_problems(fig) == []
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_work_with_two_facets_is_drawn_whole_or_named_as_left_out(tmp_path, threads):
+    """The normalised plot draws time and cost for each work: with three works and room for four facets, two
+    works are drawn with both, the third is named as not drawn (a capped figure once dropped works silently)."""
+    R = fake_record
+    recs = []
+    for model in ("mlp", "cnn_small", "resnet18"):
+        for platform, tp in (("a", 1000), ("b", 1500)):
+            recs.append(R(f"{model}-{platform}", throughput=tp, model=model, platform=platform, usd_per_hour=1.0,
+                          threads=(1 if platform == "a" else 2) if threads else None))
+    rows, ctx = _rows(_store(tmp_path, recs), baseline="platform=a")
+    fig = PLOTS["normalised"](rows, ctx)
+    titles = [ax.get_title(loc="left") or ax.get_title() for ax in fig.axes if ax.get_title(loc="left") or ax.get_title()]
+    drawn = {m for m in ("mlp", "cnn_small", "resnet18") if any(t.startswith(m + " ") for t in titles)}
+    assert len(drawn) == 2 and len(titles) == 4, titles
+    [missing] = {"mlp", "cnn_small", "resnet18"} - drawn
+    note = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+    assert "1 more works not drawn" in note and missing in note

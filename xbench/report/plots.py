@@ -50,16 +50,18 @@ def _work_title(k: dict) -> str:
     return f"{k['model']} on {k['data']}" + (f" ({details})" if details else "")
 
 
-def workloads(rows: Rows) -> tuple[list[tuple[str, Rows]], str]:
+def workloads(rows: Rows, facets_per_work: int = 1) -> tuple[list[tuple[str, Rows]], str]:
     """(title, rows) per work (model and data, with their options), the most-run first when there are more
-    than a figure draws, and a sentence naming the ones left out (empty when none)."""
+    than a figure draws (layout.MAX_FACETS facets, `facets_per_work` each), and a sentence naming the ones
+    left out (empty when none)."""
     found = [(_work_title(k), sub) for k, sub in groups(rows, WORK)]
-    if len(found) <= layout.MAX_FACETS:
+    fit = max(1, layout.MAX_FACETS // facets_per_work)
+    if len(found) <= fit:
         return found, ""
     found.sort(key=lambda x: -len(x[1]))
-    rest = found[layout.MAX_FACETS:]
+    rest = found[fit:]
     names = ", ".join(t for t, _ in rest[:4]) + (", ..." if len(rest) > 4 else "")
-    return found[:layout.MAX_FACETS], (f"{len(rest)} more works not drawn ({names}): narrow the report with "
+    return found[:fit], (f"{len(rest)} more works not drawn ({names}): narrow the report with "
                                        "--filter model=...")
 
 
@@ -101,7 +103,7 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
     ok = rows.ok(col)
     if not ok:
         raise NoData(f"no ok record has {col}")
-    wl, left_out = workloads(ok)
+    wl, left_out = workloads(ok, facets_per_work)
     facets, found_all, summarised = [], [], 0
     cap = layout.bar_cap(len(wl) * facets_per_work)
     for title, sub in wl:
@@ -324,10 +326,10 @@ def gpu_utilisation(rows: Rows, ctx: Context):
 def normalised(rows: Rows, ctx: Context):
     n = baseline_rows(rows, ctx)
     base = f"baseline ({ctx.baseline_text})"
-    wl, left_out = workloads(n)
-    threads = len(set(n.nums("threads"))) > 1
     panels_cols = [("normalised_time", "time relative to baseline [x]")] + (
         [("normalised_cost", "cost relative to baseline [x]")] if n.has("normalised_cost") else [])
+    wl, left_out = workloads(n, len(panels_cols))
+    threads = len(set(n.nums("threads"))) > 1
     note = _note(constant_caption(n), "Same work (model and data) as the baseline; each configuration against "
                  "the baseline at its global batch (else the baseline's fastest). Below 1: faster / cheaper.",
                  _fx_note(ctx), left_out)
