@@ -8,11 +8,16 @@ see what costs only at process level: a thread beside the steps (a utilisation s
 the state start-up leaves (imports, a larger heap for the garbage collector), the progress bar. Here
 each side is a fresh process, as a user runs it: `python -m xbench ...` (its defaults, bench.threads=1,
 no W&B) and `python scripts/hand_train.py` with the same model, batch, optimizer, thread count, window
-length and number of windows (taken from the first xbench record). The pairs alternate (A B, then B
+length and number of windows (taken from the first xbench record), and the same numbers: the same seed
+gives both the same weights and batches, checked by their first losses being equal (the loss of a
+model trained on 4 batches falls towards zero, and when its gradients turn subnormal is a property of
+the trajectory, worth several percent of speed). The pairs alternate (A B, then B
 A) so a drifting machine does not favour one side, and each pair gives one ratio: xbench's recorded
 throughput over the hand script's (each the median of its windows). Beside it, the ratio of CPU time
 per step (hand over xbench): the work each side did per step, whatever share of a contended machine
-it got, which shows a harness cost that wall-clock pairs on a busy machine are too noisy to see. On a
+it got, which shows a harness cost that wall-clock pairs on a busy machine are too noisy to see. And
+the best window of either side against the other's (timeit's rule: noise only ever adds time, so each
+side's fastest window is its least disturbed; on this VM single pairs scatter by +-5%). On a
 machine others share, the pairs whose xbench windows saw no load beyond the benchmark's own (other
 processes' busy cores, from the record, at most OUTSIDE_SLACK_CORES over it) are summarised apart.
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -58,13 +64,13 @@ def xbench_run(runtime: str, w: dict, store: Path, extra: list[str]) -> dict:
     if p.returncode != 0 or len(new) != 1:
         raise SystemExit(f"xbench run failed ({p.returncode}):\n{p.stderr[-3000:]}")
     rec = json.loads(new[0].read_text())
-    return rec["measurements"]
+    return {**rec["measurements"], "seed": rec["config"]["bench"]["seed"]}
 
 
-def hand_run(runtime: str, w: dict, steps: int, windows: int, warmup: int) -> dict:
+def hand_run(runtime: str, w: dict, steps: int, windows: int, warmup: int, seed: int) -> dict:
     cmd = [sys.executable, str(REPO / "scripts" / "hand_train.py"), "--runtime", runtime, "--hidden",
            str(w["hidden"]), "--batch", str(w["batch"]), "--threads", "1", "--steps", str(steps), "--windows",
-           str(windows), "--warmup", str(warmup)]
+           str(windows), "--warmup", str(warmup), "--seed", str(seed)]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"hand script failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -80,6 +86,7 @@ def condition(runtime: str, load: str, pairs: int, extra: list[str], verbose: bo
     w = WORKLOAD[runtime]
     spinner = busy_load() if load == "loaded" else None
     ratios, cpu, xs, hs, others, contended = [], [], [], [], [], 0
+    x_windows, h_windows = [], []  # every timed window's throughput, each side
     plan = None
     try:
         with tempfile.TemporaryDirectory(prefix="xbench-bench-process-") as tmp:
@@ -89,13 +96,18 @@ def condition(runtime: str, load: str, pairs: int, extra: list[str], verbose: bo
                 for side in (("xbench", "hand") if i % 2 == 0 else ("hand", "xbench")):  # pair 0: xbench first
                     if side == "xbench":
                         got["xbench"] = m = xbench_run(runtime, w, store, extra)
-                        plan = plan or (m["timed_steps_per_window"], m["repeats"], m["warmup_steps"])
-                    else:  # the same window length, windows and warm-up as xbench's first run
+                        plan = plan or (m["timed_steps_per_window"], m["repeats"], m["warmup_steps"], m["seed"])
+                    else:  # the same window length, windows, warm-up and numbers as xbench's first run
                         got["hand"] = hand_run(runtime, w, *plan)
                 mx, mh = got["xbench"], got["hand"]
                 if mx["params_count"] != mh["params"]:
                     raise SystemExit(f"models differ: xbench {mx['params_count']} params, hand {mh['params']}")
+                if not math.isclose(mx["loss_first"], mh["loss_first"], rel_tol=1e-4):
+                    raise SystemExit(f"the two sides trained different numbers: first loss xbench {mx['loss_first']}, "
+                                     f"hand {mh['loss_first']} (a different trajectory changes the speed too)")
                 xs.append(mx["throughput_samples_per_s"])
+                x_windows += mx.get("throughput_samples_per_s_windows") or [xs[-1]]
+                h_windows += mh["windows"]
                 hs.append(mh["throughput_samples_per_s"])
                 ratios.append(xs[-1] / hs[-1])
                 # Work per step, whatever share of the machine each side got: CPU seconds per step over
@@ -122,7 +134,7 @@ def condition(runtime: str, load: str, pairs: int, extra: list[str], verbose: bo
     sc = summarize(clean) if clean else None
     return {"runtime": runtime, "load": load, "pairs": pairs, **w, "steps_per_window": plan[0], "windows": plan[1],
             "ratio_median": s["median"], "ratio_ci95": [s["ci95_low"], s["ci95_high"]], "ratio_min": s["min"],
-            "ratio_max": s["max"], "ratios": ratios, "cpu_per_step_ratio_median": statistics.median(cpu) if cpu else None,
+            "ratio_max": s["max"], "ratios": ratios, "ratio_best_window": max(x_windows) / max(h_windows), "cpu_per_step_ratio_median": statistics.median(cpu) if cpu else None,
             "cpu_per_step_ratios": cpu, "xbench_samples_per_s_median": statistics.median(xs),
             "hand_samples_per_s_median": statistics.median(hs),
             "other_cpu_cores_during_median": statistics.median(known) if known else None,
@@ -151,6 +163,7 @@ def main() -> None:
             print(f"{runtime:5s} {load:6s} ratio xbench/hand {r['ratio_median']:.3f} ({ci}, min {r['ratio_min']:.3f}, "
                   f"max {r['ratio_max']:.3f}) goal >= {GOAL}: {'met' if r['goal_met'] else 'NOT met'}; "
                   f"CPU time per step hand/xbench {r['cpu_per_step_ratio_median']:.3f}; "
+                  f"best window against best window {r['ratio_best_window']:.3f}; "
                   f"{r['xbench_samples_per_s_median']:.0f} vs {r['hand_samples_per_s_median']:.0f} samples/s, "
                   f"{r['windows']} windows of {r['steps_per_window']} steps; other processes "
                   f"{r['other_cpu_cores_during_median']:.2f} cores during xbench's windows "

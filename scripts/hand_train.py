@@ -7,8 +7,14 @@ xbench on purpose (scripts/bench_overhead.py reuses its `textbook_step` for its 
 
 The MLP is xbench's `mlp` on `synthetic_mnist` (Flatten, Linear 784->hidden, ReLU, Linear, ReLU,
 Linear ->10; parameter count printed for the caller to check), SGD lr 0.01 momentum 0.9, a pool of
-4 random batches on the device. Prints one JSON line: the median throughput over the windows, each
-window's, the CPU time per step and the parameter count.
+4 random batches on the device. The numbers are xbench's own for the same `--seed` (bench.seed): the
+model initialised after `torch.manual_seed(seed)`, the batches drawn from a generator seeded with it,
+inputs then targets, as xbench's synthetic pool draws them. The same numbers matter, not only the same
+shapes: trained on 4 batches the loss falls towards zero, and how soon gradients reach subnormal
+floats (each operation on them costs many times a normal one's) depends on the exact values; two
+different trajectories differ by up to ~5% in speed with no harness involved. Prints one JSON line:
+the median throughput over the windows, each window's, the CPU time per step, the parameter count and
+the first step's loss (the caller checks it equals xbench's).
 """
 
 from __future__ import annotations
@@ -51,9 +57,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=800, help="steps per timed window")
     ap.add_argument("--windows", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0, help="xbench's bench.seed: the same weights and batches")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     if a.runtime == "xla":
         os.environ.setdefault("PJRT_DEVICE", "CPU")  # read when torch_xla is imported
         import torch_xla
@@ -65,10 +72,15 @@ def main() -> None:
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden), nn.ReLU(),
                           nn.Linear(a.hidden, 10)).to(dev)
     step = textbook_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), mark)
-    pool = [(torch.randn(a.batch, 1, 28, 28).to(dev), torch.randint(0, 10, (a.batch,)).to(dev)) for _ in range(4)]
+    gen = torch.Generator().manual_seed(a.seed)
+    pool = [(torch.randn(a.batch, 1, 28, 28, generator=gen), torch.randint(0, 10, (a.batch,), generator=gen))
+            for _ in range(4)]
+    pool = [(x.to(dev), y.to(dev)) for x, y in pool]
+    first_loss = None
     for i in range(a.warmup):
-        step(*pool[i % 4])
+        loss = step(*pool[i % 4])
         wait()
+        first_loss = float(loss.cpu()) if first_loss is None else first_loss
     rates = []
     cpu0 = time.process_time()  # every thread of this process: the work the windows cost, whatever the share
     for _ in range(a.windows):
@@ -80,7 +92,7 @@ def main() -> None:
         rates.append(a.batch * a.steps / (time.perf_counter() - t0))
     print(json.dumps({"throughput_samples_per_s": statistics.median(rates), "windows": rates,
                       "cpu_s_per_step": (time.process_time() - cpu0) / (a.steps * a.windows),
-                      "params": sum(p.numel() for p in model.parameters())}))
+                      "params": sum(p.numel() for p in model.parameters()), "loss_first": first_loss}))
 
 
 if __name__ == "__main__":

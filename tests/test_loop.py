@@ -88,3 +88,25 @@ def test_stop_flag_interrupts_with_partial_figures():
 def test_cv():
     assert loop.cv([1.0]) == 0.0
     assert loop.cv([1.0, 3.0]) == pytest.approx(0.5)
+
+
+def test_cpu_runtimes_keep_each_loss_as_a_float_and_other_devices_a_tensor():
+    """On the CPU the step's loss is read at once (Runtime.keep_loss): a window of kept 4-byte tensors
+    fragments the heap the step allocates from. Elsewhere a read would synchronise: the step is unchanged."""
+    from xbench.runtimes.base import Runtime
+
+    class Cfg:
+        cudnn_benchmark = False
+
+    def step(x, y):
+        return (x * 2).sum().detach()
+
+    cpu = Runtime(Cfg(), "cpu")
+    kept = cpu.keep_loss(step)
+    x = torch.arange(4.0)
+    assert kept(x, None) == 12.0 and isinstance(kept(x, None), float)
+    w = loop.timed_window(loop.Hooks(step=kept, next_batch=lambda: (x, None), sync=lambda: None,
+                                     read_losses=cpu.read_losses), steps=5)
+    assert w.losses == [12.0] * 5
+    assert cpu.read_losses([torch.tensor(1.5), torch.tensor(2.5)]) == [1.5, 2.5]  # tensors still read
+    assert Runtime(Cfg(), "meta").keep_loss(step) is step  # not the CPU: no read inside the window

@@ -8,7 +8,10 @@ Rules
    the record says warm-up never stabilised. Warm-up steps are synchronised one by one (they are
    not timed as throughput), so their times include compilation and show when it stopped.
 2. Inside a timed window nothing reads device values on the host: the device is synchronised at
-   the window's two edges only. Losses stay device tensors until the window has closed.
+   the window's two edges only. Losses stay device tensors until the window has closed, except on
+   the CPU, where the host is the device and the step has finished when it returns: there the
+   runtime hands back a float (Runtime.keep_loss: a window of kept 4-byte tensors fragments the heap
+   and slows the step's own allocations by several percent).
 3. Per-step times come from CUDA events where the device has them, else from host timestamps taken
    after each step was issued (exact on the CPU, where eager execution is synchronous; on XLA they
    are host tracing/dispatch times and say so in `step_time_source`).

@@ -129,9 +129,10 @@ def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Wor
 
 
 def make_step(w: Workload, cfg: XBenchConfig, rank: int = 0):
-    """The runtime's step over the workload (after any checkpoint was loaded), with a fault if asked."""
+    """The runtime's step over the workload (after any checkpoint was loaded), with a fault if asked,
+    returning the loss the way the runtime keeps it (Runtime.keep_loss)."""
     step = w.runtime.prepare(w.model, w.optimizer, w.entry.task, w.precision, StepOptions.of(cfg.optim))
-    return _inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step
+    return w.runtime.keep_loss(_inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step)
 
 
 @dataclass

@@ -50,10 +50,30 @@ class Runtime:
         """Graph compilations so far; None for runtimes that do not compile."""
         return None
 
+    def keep_loss(self, step):
+        """`step` as the loops call it: what it returns is what they keep of each step's loss.
+
+        On the CPU the host is the device and every op has finished when the step returns, so the loss
+        is read as a float at once (no synchronisation; ~1 us). Holding a window's thousand 4-byte loss
+        tensors instead scatters long-lived small blocks through the heap the step's large buffers are
+        carved from, and the allocator's splitting and merging around them cost 4-9% of a 1.5-ms MLP
+        step (measured in its own process: scripts/bench_process.py, docs/measurement.md). On a GPU or
+        an XLA device a read would synchronise, so the loss stays a device tensor until the window closes.
+        """
+        if self.device.type != "cpu":
+            return step
+
+        def step_reading_loss(inputs, targets):
+            return step(inputs, targets).item()
+
+        return step_reading_loss
+
     def read_losses(self, losses: list) -> list[float]:
-        """Device loss scalars -> floats, after a window (one transfer where the device allows)."""
+        """Kept losses -> floats, after a window (one transfer where the device allows)."""
         if not losses:
             return []
+        if isinstance(losses[0], float):  # read at each step (keep_loss)
+            return list(losses)
         return torch.stack([x.float() for x in losses]).cpu().tolist()
 
     def overhead(self) -> dict:
