@@ -250,3 +250,19 @@ def test_a_work_with_two_facets_is_drawn_whole_or_named_as_left_out(tmp_path, th
     [missing] = {"mlp", "cnn_small", "resnet18"} - drawn
     note = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
     assert "1 more works not drawn" in note and missing in note
+
+
+def test_findings_name_a_configuration_as_its_bar_does(tmp_path):
+    """One label rule for findings and bars (analysis/workload.configuration_label): "1 thread", never
+    "1 threads"; the findings differ from a bar only in spelling out "devices"."""
+    from xbench.analysis.workload import configuration_label
+    from xbench.report.rows import bar_label
+
+    R = fake_record
+    store = _store(tmp_path, [R("one", throughput=1000, threads=1), R("two", throughput=1500, threads=2)])
+    [fastest] = [f.text for f in findings_of(*_rows(store))[0] if f.question == "fastest"]
+    assert fastest.startswith("Fastest: 2 threads at 1,500 samples/s") and "1 thread " in fastest + " "
+    keys = {"threads": 1, "devices": 2.0, "cpu_capability": None, "global_batch_size": 64}
+    names = ["threads", "devices", "cpu_capability", "global_batch_size"]
+    assert bar_label(keys, names) == "1 thread / 2 dev / best CPU kernels / batch 64"
+    assert configuration_label(keys, names, "-") == "1 thread / 2 devices / best CPU kernels / batch 64"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from xbench.analysis.rows import TP, Rows, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
-from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK, label_names
+from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK, configuration_label, label_names
 
 MAX_WORKS = 6
 LABEL_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model",
@@ -47,14 +47,7 @@ def label_keys(rows) -> list[str]:
 
 
 def _label(keys: dict, names: list[str]) -> str:
-    parts = []
-    for k in names:
-        v = keys.get(k)
-        if v is None:
-            continue
-        parts.append({"global_batch_size": f"batch {v}", "batch_size_per_device": f"{v}/device",
-                      "devices": f"{v} devices", "threads": f"{v} threads"}.get(k, str(v)))
-    return " / ".join(parts) or "the only configuration"
+    return configuration_label(keys, names, "the only configuration")
 
 
 @dataclass

@@ -82,3 +82,30 @@ def label_names(names: list[str]) -> list[str]:
     if "devices" not in names and "global_batch_size" in names and "batch_size_per_device" in names:
         return [k for k in names if k != "batch_size_per_device"]
     return names
+
+
+def configuration_label(keys: dict, names: list[str], empty: str, devices: str = "devices") -> str:
+    """A configuration's label from the keys `label_names` chose: "gpu / eager / batch 32 / 1 thread".
+    `devices` is the word after a device count (bars use "dev"); `empty` stands for no key at all."""
+    parts = []
+    for k in names:
+        v = keys.get(k)
+        if k == "cpu_capability":  # None is a setting too: the best kernels the CPU has
+            parts.append(f"{v or 'best'} CPU kernels")
+        elif v is None:
+            continue
+        elif k == "global_batch_size":
+            parts.append(f"batch {_number(v)}")
+        elif k == "batch_size_per_device":
+            parts.append(f"{_number(v)}/device")
+        elif k == "devices":
+            parts.append(f"{_number(v)} {devices}")
+        elif k == "threads":
+            parts.append(f"{_number(v)} thread" + ("s" if v != 1 else ""))
+        else:
+            parts.append(str(v))
+    return " / ".join(parts) or empty
+
+
+def _number(v) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)

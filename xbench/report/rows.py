@@ -16,7 +16,7 @@ from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
 from xbench.analysis.rows import NoData, Rows
-from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK, label_names
+from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK, configuration_label, label_names
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing",
@@ -85,24 +85,7 @@ def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -
 
 
 def bar_label(keys: dict, names: list[str]) -> str:
-    parts = []
-    for k in names:
-        v = keys.get(k)
-        if k == "cpu_capability":  # None is a setting too: the best kernels the CPU has
-            parts.append(f"{v or 'best'} CPU kernels")
-        elif v is None:
-            continue
-        elif k == "global_batch_size":
-            parts.append(f"batch {_text(v)}")
-        elif k == "batch_size_per_device":
-            parts.append(f"{_text(v)}/device")
-        elif k == "devices":
-            parts.append(f"{_text(v)} dev")
-        elif k == "threads":
-            parts.append(f"{_text(v)} thread" + ("s" if v != 1 else ""))
-        else:
-            parts.append(str(v))
-    return " / ".join(parts) or "all runs"
+    return configuration_label(keys, names, "all runs", devices="dev")
 
 
 def pooled_text(found: list[tuple[dict, Rows]], candidates: Iterable[str] = CONFIGURATION, what: str = "bar") -> str:
