@@ -139,8 +139,19 @@ def condition(runtime: str, load: str, pairs: int, extra: list[str], verbose: bo
             "hand_samples_per_s_median": statistics.median(hs),
             "other_cpu_cores_during_median": statistics.median(known) if known else None,
             "xbench_runs_contended": contended, "goal": GOAL, "goal_met": s["median"] >= GOAL,
+            "verdict": verdict(s["median"], s["ci95_low"], s["ci95_high"]),
             "clean_pairs": len(clean), "clean_ratios": clean, "clean_ratio_median": sc["median"] if sc else None,
             "clean_ratio_ci95": [sc["ci95_low"], sc["ci95_high"]] if sc else [None, None]}
+
+
+def verdict(median: float, low: float | None, high: float | None) -> str:
+    """The goal against the pairs' median and its CI: a median on one side of the goal with the CI across it
+    is the machine's noise speaking as much as the harness (single pairs scatter by +-5% on a small VM)."""
+    if high is not None and high < GOAL:
+        return "NOT met (the whole CI is below)"
+    if median >= GOAL:
+        return "met" if low is None or low >= GOAL else "met (median; the CI spans the goal)"
+    return "NOT met (median below)" if high is None else "not shown: median below, CI spans the goal (more --pairs)"
 
 
 def main() -> None:
@@ -161,7 +172,7 @@ def main() -> None:
             lo, hi = r["ratio_ci95"]
             ci = f"95% CI {lo:.3f}-{hi:.3f}" if lo is not None else "no CI"
             print(f"{runtime:5s} {load:6s} ratio xbench/hand {r['ratio_median']:.3f} ({ci}, min {r['ratio_min']:.3f}, "
-                  f"max {r['ratio_max']:.3f}) goal >= {GOAL}: {'met' if r['goal_met'] else 'NOT met'}; "
+                  f"max {r['ratio_max']:.3f}) goal >= {GOAL}: {r['verdict']}; "
                   f"CPU time per step hand/xbench {r['cpu_per_step_ratio_median']:.3f}; "
                   f"best window against best window {r['ratio_best_window']:.3f}; "
                   f"{r['xbench_samples_per_s_median']:.0f} vs {r['hand_samples_per_s_median']:.0f} samples/s, "
