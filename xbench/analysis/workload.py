@@ -95,17 +95,18 @@ def configuration_label(keys: dict, names: list[str], empty: str, devices: str =
         elif v is None:
             continue
         elif k == "global_batch_size":
-            parts.append(f"batch {_number(v)}")
+            parts.append(f"batch {number_text(v)}")
         elif k == "batch_size_per_device":
-            parts.append(f"{_number(v)}/device")
+            parts.append(f"{number_text(v)}/device")
         elif k == "devices":
-            parts.append(f"{_number(v)} {devices}")
+            parts.append(f"{number_text(v)} {devices}")
         elif k == "threads":
-            parts.append(f"{_number(v)} thread" + ("s" if v != 1 else ""))
+            parts.append(f"{number_text(v)} thread" + ("s" if v != 1 else ""))
         else:
             parts.append(str(v))
     return " / ".join(parts) or empty
 
 
-def _number(v) -> str:
+def number_text(v) -> str:
+    """A configuration value as a label shows it: a whole float without its ".0" (2.0 devices: "2")."""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)

@@ -16,7 +16,14 @@ from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
 from xbench.analysis.rows import NoData, Rows
-from xbench.analysis.workload import CONFIGURATION, DETAILS, WORK, configuration_label, label_names
+from xbench.analysis.workload import (
+    CONFIGURATION,
+    DETAILS,
+    WORK,
+    configuration_label,
+    label_names,
+    number_text,
+)
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing",
@@ -108,12 +115,6 @@ class Table:
     pooled: str = "Each row: one configuration (median over its repeated runs)."
 
 
-def _text(v) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
 def _varies(rows: Rows, k: str) -> bool:
     first = rows[0].get(k)
     return any(r.get(k) != first for r in rows)  # stops at the first difference
@@ -126,7 +127,7 @@ def varying_keys(rows: Rows, keys=CONFIGURATION) -> list[str]:
 
 def constant_caption(rows: Rows, keys=CONFIGURATION) -> str:
     """"All rows: model=..., ..." for the keys every row shares (option and shape details left out)."""
-    parts = [f"{KEY_LABELS.get(k, k)}={_text(rows[0][k])}" for k in keys
+    parts = [f"{KEY_LABELS.get(k, k)}={number_text(rows[0][k])}" for k in keys
              if k not in DETAILS and rows and rows[0].get(k) is not None and not _varies(rows, k)]
     return ("All rows: " + ", ".join(parts) + ".") if parts else ""
 
