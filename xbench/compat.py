@@ -25,6 +25,7 @@ from xbench.data import loaders
 from xbench.data.spec import InputSpec
 from xbench.launch.isolation import ISOLATION
 from xbench.metrics import cost
+from xbench.platforms import sku
 from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import PRECISIONS
 from xbench.training import optim
@@ -210,16 +211,16 @@ def platform_is_here(cfg, facts):
     if p.device == "cuda" and not facts.cuda_count:
         out.append(f"platform {p.name!r} declares CUDA GPUs but none is visible here "
                    f"(torch {facts.torch_version}); use platform=local or platform=cpu")
-    if p.accelerator:
+    if p.accelerator:  # a SKU: name, memory and SMs of a GPU, the reported type of a TPU (platforms/sku.py)
         seen = facts.cuda_devices
-        if "tpu" in p.accelerator.lower():
+        if sku.is_tpu(p):
             if not facts.tpu_chips:
                 out.append(f"platform {p.name!r} expects {p.accelerator} chips, but this machine has no TPU "
                            f"(no /dev/accel* or /dev/vfio/*; accelerators seen: {', '.join(seen) or 'none, CPU only'}); "
                            "use platform=local to describe it")
-        elif not any(p.accelerator.lower() in n.lower() for n in seen):
-            out.append(f"platform {p.name!r} expects accelerator {p.accelerator!r}, but this machine has "
-                       f"{', '.join(seen) or 'no accelerator (CPU only)'}; use platform=local to describe it")
+            out += sku.tpu_mismatches(p, facts)
+        else:
+            out += sku.gpu_mismatches(p, facts)
     if p.device_count is not None and p.device == "cuda" and p.device_count > facts.cuda_count:
         out.append(f"platform {p.name!r} declares {p.device_count} GPUs, {facts.cuda_count} are visible")
     hint = studies.run_here_hint(cfg.experiment) if out else None

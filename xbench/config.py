@@ -82,11 +82,13 @@ class PlatformConfig:
     name: str = MISSING
     device: str = "auto"  # auto | cpu | cuda | xla (TPU or XLA on CPU/GPU)
     device_count: int | None = None  # devices the workload may use; None = all that are seen
-    accelerator: str | None = None  # expected accelerator model substring (e.g. "H200", "TPU v3")
+    accelerator: str | None = None  # the accelerator's model, a whole word of its device name ("H200", "TPU v3")
+    sm_count: int | None = None  # GPU: streaming multiprocessors per device (tells H100 SXM5 132 from PCIe 114)
+    accelerator_type: str | None = None  # TPU: the type its runtime reports (v3-8, v5litepod-8)
     cpu_vcpus: int | None = None  # vCPUs of the instance, for per-vCPU prices
     peak_tflops: dict[str, float] = field(default_factory=dict)  # per device, by dtype: fp32, tf32, bf16, fp16
     peak_tflops_source: str | None = None  # which vendor datasheet the peak_tflops figures come from
-    memory_gib: float | None = None  # per device
+    memory_gib: float | None = None  # per device; a GPU platform matches a GPU of this memory (platforms/sku.py)
     pricing_model: str = "on_demand"  # on_demand | spot | preemptible | reserved_1y | reserved_3y | monthly
     billing: str = "second"  # default granularity of the components: millisecond | second | minute | hour | month_amortised
     minimum_charge_s: float = 0.0  # default minimum billed time per start (e.g. 60 on AWS/GCE per-second billing)

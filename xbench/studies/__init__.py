@@ -210,16 +210,21 @@ def platform_problems(p: dict) -> list[str]:
 
 def simulated_host(p: dict) -> dict:
     """Keyword arguments for xbench.platforms.detect.HostFacts describing a machine of platform `p`: its
-    GPUs by name, its TPU chips, its vCPUs (torch-xla and Accelerate installed)."""
+    GPUs by name, memory and SMs, its TPU chips and type, its vCPUs (torch-xla and Accelerate installed)."""
     n = p.get("device_count") or 1
     acc = p.get("accelerator") or ""
     out = {"torch_xla": True, "accelerate": True, "torch_version": "2.9.0", "logical_cores": p.get("cpu_vcpus") or 2,
            "cuda_devices": [], "tpu_chips": 0}
     if p.get("device") == "cuda":
         out["cuda_devices"] = [f"NVIDIA {acc or 'GPU'}"] * n
+        if p.get("memory_gib"):  # the driver reports ~2% under the datasheet's figure (platforms/sku.py)
+            out["cuda_memory_gib"] = [round(0.98 * p["memory_gib"], 2)] * n
+        if p.get("sm_count"):
+            out["cuda_sm_counts"] = [p["sm_count"]] * n
         out["torch_xla_cuda_plugin"] = True  # a GPU host set up for XLA too (study 4 runs both)
     if p.get("device") == "xla" and "tpu" in acc.lower():
         out["tpu_chips"] = max(1, n // cores_per_chip(acc))
+        out["tpu_accelerator_type"] = p.get("accelerator_type")
     return out
 
 
