@@ -18,6 +18,7 @@ from xbench.analysis.rows import Rows
 from xbench.analysis.scaling import SUPERLINEAR, scaling_rows
 from xbench.analysis.spread import SPANS_ONE, ratio, spread
 from xbench.bench import breakdown, contention, loop
+from xbench.bench.meters.contention import ContentionMeter
 from xbench.metrics.aggregate import aggregate
 from xbench.metrics.stats import ci95, log_moments, ratio_ci95, summarize, t95
 from xbench.records.record import RunRecord
@@ -257,7 +258,7 @@ def test_contention_sees_a_busy_process_and_calls_the_run_contended(monkeypatch)
     pid = _foreign_busy()
     try:
         time.sleep(0.3)
-        meter = contention.ContentionMeter(threads=contention.physical_cores(), device_type="cpu").start()
+        meter = ContentionMeter(threads=contention.physical_cores(), device_type="cpu").start()
         a = meter._a
         time.sleep(1.0)
         fig = meter.stop()
@@ -353,7 +354,7 @@ def test_other_processes_on_the_run_gpu_make_it_contended(monkeypatch):
                                                          for i in idx})
     snap = contention.snapshot([0])
     assert contention.gpu_others(snap, snap.own) == {"0": [424242]}
-    fig = contention.ContentionMeter(threads=1, device_type="cuda", gpus=[0]).start().stop()
+    fig = ContentionMeter(threads=1, device_type="cuda", gpus=[0]).start().stop()
     assert fig["contended"] and fig["gpu_other_pids_during"] == {"0": [424242]}
     assert "other processes used the GPU(s)" in fig["contended_reason"]
     p = contention.probe(0.05, gpus=[0], reuse_s=0)

@@ -13,11 +13,17 @@ steps, and the windows pay nothing for it.
 - CPU capacity: `free cores` = physical cores (within this process's affinity) minus the other
   processes' busy cores, rounded; the default thread count is this, decided once per sweep process
   (launch/preamble.py), and a run asking for more threads than free cores is warned.
-- GPU (NVML, where present): other processes holding a compute context on this run's GPUs, and the
-  GPU's utilisation before the run started using it.
-- `contended`: during the windows, other processes' busy cores plus this run's threads exceeded the
-  cores (someone had to wait), or steal took more than STEAL_FRACTION of the time, or another process
-  used one of the run's GPUs. The reason says which, with the figures.
+- GPU (NVML, where present; handles by CUDA identity, bench/nvml.py): other processes holding a
+  compute context on this run's GPUs, and the GPU's utilisation before the run started using it.
+  NVML reports PIDs of the host's PID namespace; inside a container they are not this process's
+  PIDs, so its own CUDA context would read as another process. `pid_namespace` tells: this process
+  holds a context on a GPU and NVML does not list its PID there, or none of NVML's PIDs is this run's
+  nor exists here. Then the others on a GPU are counted, not named: the processes NVML lists there
+  minus this run's known to use it (this process, where it holds a context).
+- `contended` (the meter: bench/meters/contention.py): during the windows, other processes' busy cores
+  plus this run's threads exceeded the cores (someone had to wait), or steal took more than
+  STEAL_FRACTION of the time, or another process used one of the run's GPUs. The reason says which,
+  with the figures.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+
+from xbench.bench import nvml
 
 ROOT_ENV = "XBENCH_POINT"  # "<root pid>:<wall time the point started>", set by the runner (launch/isolation.py)
 PROBE_S = 0.25  # default probe before the run
@@ -71,6 +79,7 @@ class Snapshot:
     own: set[int]
     switches: int  # this process's involuntary context switches
     gpu: dict = field(default_factory=dict)  # index -> {"pids": {pid: used bytes}, "util_percent": float}
+    held: set[int] = field(default_factory=set)  # CUDA ordinals this process holds a context on
 
 
 def _procs() -> dict[int, tuple[str, float]]:
@@ -87,33 +96,31 @@ def _busy(t) -> float:
 
 
 def _gpu(indices: list[int]) -> dict:
-    """NVML: per GPU, the processes with a compute context (pid -> bytes) and the current utilisation."""
+    """NVML: per GPU (CUDA ordinal), the processes with a compute context (pid -> bytes) and the current
+    utilisation; {"error": why} where NVML runs but cannot read or name the GPUs."""
     if not indices:
         return {}
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        session = nvml.session()
+        pynvml = session.__enter__()
     except Exception:  # no driver or no library: nothing to say about the GPU
         return {}
     out = {}
     try:
-        for i in indices:
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        for i, h in nvml.handles(pynvml, indices).items():
             pids = {p.pid: int(p.usedGpuMemory or 0) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)}
             out[i] = {"pids": pids, "util_percent": float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)}
-    except Exception as e:  # a GPU NVML cannot read (MIG, permissions): say so once, in the figures
-        out["error"] = f"{type(e).__name__}: {e}"
+    except Exception as e:  # a GPU NVML cannot name or read (MIG, permissions): say so, in the figures
+        out = {"error": f"{type(e).__name__}: {e}"}
     finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        session.__exit__(None, None, None)
     return out
 
 
 def snapshot(gpus: list[int] | None = None) -> Snapshot:
     me = psutil.Process()
     return Snapshot(time.perf_counter(), psutil.cpu_times(), _procs(), own_pids(),
-                    me.num_ctx_switches().involuntary, _gpu(gpus or []))
+                    me.num_ctx_switches().involuntary, _gpu(gpus or []), nvml.held_contexts(gpus or []))
 
 
 def between(a: Snapshot, b: Snapshot) -> dict:
@@ -136,10 +143,49 @@ def between(a: Snapshot, b: Snapshot) -> dict:
     }
 
 
+def _gpu_pids(snap: Snapshot) -> dict:
+    return {i: g["pids"] for i, g in snap.gpu.items() if isinstance(g, dict)}
+
+
+def pid_namespace(snap: Snapshot, own: set[int]) -> str:
+    """Whose PIDs NVML reported: "shared" (this PID namespace's: matched exactly) or "foreign" (the
+    host's, seen from a container). Foreign when this process holds a context on a GPU whose list lacks
+    its PID, or, holding none, when none of the listed PIDs is this run's nor exists here."""
+    lists = _gpu_pids(snap)
+    seen = {p for pids in lists.values() for p in pids}
+    if not seen:
+        return "shared"
+    held = [i for i in snap.held if i in lists]
+    if held:  # NVML lists every process with a context: ours is there, under our PID or another
+        return "shared" if any(os.getpid() in lists[i] for i in held) else "foreign"
+    if seen & own or any(psutil.pid_exists(p) for p in seen):
+        return "shared"
+    return "foreign"
+
+
 def gpu_others(snap: Snapshot, own: set[int]) -> dict[str, list[int]]:
-    """GPU index -> pids of other processes with a compute context on it."""
-    return {str(i): sorted(p for p in g["pids"] if p not in own) for i, g in snap.gpu.items()
-            if isinstance(g, dict) and any(p not in own for p in g["pids"])}
+    """GPU index -> pids of other processes with a compute context on it (NVML's PIDs in this namespace;
+    empty when they are the host's, which cannot be matched: gpu_other_counts counts those)."""
+    if pid_namespace(snap, own) != "shared":
+        return {}
+    return {str(i): sorted(p for p in pids if p not in own) for i, pids in _gpu_pids(snap).items()
+            if any(p not in own for p in pids)}
+
+
+def gpu_other_counts(snap: Snapshot, own: set[int]) -> tuple[dict[str, int], str]:
+    """(GPU index -> other processes with a compute context on it, the PID namespace). Shared: the pids
+    not this run's; foreign: the processes listed minus this run's known to use the GPU (this process,
+    where it holds a context)."""
+    ns = pid_namespace(snap, own)
+    if ns == "shared":
+        return {i: len(p) for i, p in gpu_others(snap, own).items()}, ns
+    counts = {str(i): len(pids) - (i in snap.held) for i, pids in _gpu_pids(snap).items()}
+    return {i: n for i, n in counts.items() if n > 0}, ns
+
+
+def gpu_error(snap: Snapshot) -> str | None:
+    """Why NVML could not say who used the run's GPUs (None: it could, or there is no NVML)."""
+    return snap.gpu.get("error") if isinstance(snap.gpu.get("error"), str) else None
 
 
 _PROBE_CACHE: dict = {}
@@ -162,6 +208,10 @@ def probe(seconds: float = PROBE_S, gpus: list[int] | None = None, reuse_s: floa
            "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
            "gpu_other_pids": gpu_others(a, a.own),
            "gpu_util_percent": {str(i): g["util_percent"] for i, g in a.gpu.items() if isinstance(g, dict)}}
+    if a.gpu:
+        out["gpu_other_processes"], out["gpu_pid_namespace"] = gpu_other_counts(a, a.own)
+    if gpu_error(a):
+        out["gpu_processes_unavailable_reason"] = gpu_error(a)
     _PROBE_CACHE[key] = (time.perf_counter(), out)
     return out
 
@@ -183,56 +233,3 @@ def free_cores() -> tuple[int, str]:
            f"processes = {p['free_cores']}")
     os.environ[FREE_ENV] = f"{root}:{p['free_cores']}:{how}"
     return p["free_cores"], how
-
-
-class ContentionMeter:
-    """Snapshots at the first window's start and after the last one's end; the figures for the record."""
-
-    def __init__(self, threads: int, device_type: str, gpus: list[int] | None = None,
-                 before: dict | None = None):
-        self.threads, self.device_type, self.gpus = threads, device_type, gpus or []
-        self.before = before
-        self._a: Snapshot | None = None
-
-    def start(self) -> ContentionMeter:
-        self._a = snapshot(self.gpus)
-        return self
-
-    def stop(self) -> dict:
-        b = snapshot(self.gpus)
-        d = between(self._a, b)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (psutil.cpu_count() or 1)
-        # Host cores this run needs: its threads on a CPU device; about one (the issuing thread) otherwise.
-        need = self.threads if self.device_type == "cpu" else 1
-        gpus = {**gpu_others(self._a, self._a.own), **gpu_others(b, b.own)}
-        reasons = []
-        if d["other_cores"] > SLACK_CORES and d["other_cores"] + need > cores + SLACK_CORES:
-            busiest = ", ".join(f"{t['name']}[{t['pid']}] {t['cores']:.2f}" for t in d["top"]) or "short-lived"
-            reasons.append(f"other processes kept {d['other_cores']:.2f} of {cores} cores busy while this run "
-                           f"needed {need} (busiest: {busiest})")
-        if d["steal_fraction"] > STEAL_FRACTION:
-            reasons.append(f"the hypervisor stole {d['steal_fraction']:.0%} of the CPU time")
-        if gpus:
-            reasons.append(f"other processes used the GPU(s): {gpus}")
-        m = {
-            "other_cpu_cores_during": d["other_cores"],
-            "own_cpu_cores_during": d["own_cores"],
-            "cpu_steal_fraction_during": d["steal_fraction"],
-            "other_top_processes_during": d["top"],
-            "involuntary_switches_per_s_during": d["involuntary_switches_per_s"],
-            "cpu_cores_available": cores,
-            "contended": bool(reasons),
-            "contended_reason": "; ".join(reasons) or None,
-        }
-        if gpus:
-            m["gpu_other_pids_during"] = gpus
-        if self.before:
-            b0 = self.before
-            m.update({"other_cpu_cores_before": b0["other_cores"], "free_cores_before": b0["free_cores"],
-                      "physical_cores": b0["physical_cores"], "load_avg_1m_before": b0["load_avg_1m"],
-                      "other_top_processes_before": b0["top"], "contention_probe_s": b0["probe_s"]})
-            if b0.get("gpu_other_pids"):
-                m["gpu_other_pids_before"] = b0["gpu_other_pids"]
-            if b0.get("gpu_util_percent"):
-                m["gpu_util_percent_before"] = b0["gpu_util_percent"]
-        return m

@@ -20,6 +20,8 @@ from time import perf_counter
 
 import psutil
 
+from xbench.bench import nvml
+
 
 def _mean(xs):
     return statistics.fmean(xs) if xs else None
@@ -46,8 +48,8 @@ class UtilisationSampler:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            self._handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in self.cuda_indices]
-        except Exception as e:  # no driver, no library: the run goes on without GPU figures
+            self._handles = list(nvml.handles(pynvml, self.cuda_indices).items())  # by CUDA identity
+        except Exception as e:  # no driver, no library, GPUs NVML cannot name: no GPU figures
             self.unavailable = f"NVML not usable: {type(e).__name__}: {e}"
 
     def _sample(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from xbench import launch
 from xbench.bench import breakdown, contention, faults, loop, profile
 from xbench.bench.memory import peak_host_rss_gib
+from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, utilisation_sampler
 from xbench.config import XBenchConfig
 from xbench.launch.isolation import point_started_at
@@ -177,7 +178,7 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
     energy.start()
     windows, stalls, dropped = [], [], []
     sampler = utilisation_sampler(cfg, p)
-    meter = contention.ContentionMeter(p.threads.get("threads_intra") or 1, dev, rank_gpus(p), before)
+    meter = ContentionMeter(p.threads.get("threads_intra") or 1, dev, rank_gpus(p), before)
     sampler.start()  # CPU: counters read at the edges; GPU: an NVML thread at a low rate
     meter.start()
     done_steps = wu.steps
