@@ -14,6 +14,7 @@ Which pairs are allowed is decided in xbench.compat, before any device work.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,7 @@ class Precision:
     param_dtype: torch.dtype
     scaler: object | None  # torch.amp.GradScaler for amp_fp16
     compute_dtype: str  # the dtype whose peak FLOP/s applies (fp32, tf32, bf16, fp16)
+    tf32_api: str | None = None  # how TF32 was set on CUDA (set_tf32); None off CUDA
 
     def autocast(self):
         if self.autocast_dtype is None:
@@ -36,16 +38,69 @@ class Precision:
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
 
+def has_fp32_precision_api() -> bool:
+    """Whether this torch has the per-backend `fp32_precision` settings (readable on CPU builds too)."""
+    try:
+        torch.backends.cuda.matmul.fp32_precision  # noqa: B018 (reading it is the probe)
+        torch.backends.cudnn.conv.fp32_precision  # noqa: B018
+    except AttributeError:
+        return False
+    return True
+
+
+def set_tf32(enabled: bool) -> str:
+    """TF32 on or off for cuBLAS matmuls and cuDNN convolutions and RNNs; -> which API set it (recorded).
+
+    Set explicitly both ways: torch's defaults differ between versions (2.9: matmuls IEEE, cuDNN
+    convolutions TF32), and fp32 must mean fp32. Where torch has the per-backend `fp32_precision`
+    ("tf32" | "ieee"; 2.9 deprecates `allow_tf32`) it sets the value: "fp32_precision". Torch 2.9's
+    new-style setters do not update the legacy state, and its own inductor still reads the legacy
+    getters, which then raise "mix of the legacy and new APIs" and fail the compile (pytorch#166387).
+    So when the legacy view disagrees after the write, the legacy flags are set to the same value (their
+    deprecation warning silenced) and the new API written again: "fp32_precision+allow_tf32", every
+    view agreeing. Without the new API: the legacy flags, "allow_tf32".
+    """
+    if not has_fp32_precision_api():
+        _set_legacy_tf32(enabled)
+        return "allow_tf32"
+    _set_fp32_precision("tf32" if enabled else "ieee")
+    if _legacy_view_agrees(enabled):
+        return "fp32_precision"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the deprecation notice of the legacy setters
+        _set_legacy_tf32(enabled)
+    _set_fp32_precision("tf32" if enabled else "ieee")
+    return "fp32_precision+allow_tf32"
+
+
+def _set_fp32_precision(value: str) -> None:
+    torch.backends.cuda.matmul.fp32_precision = value
+    torch.backends.cudnn.conv.fp32_precision = value
+    torch.backends.cudnn.rnn.fp32_precision = value
+
+
+def _set_legacy_tf32(enabled: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def _legacy_view_agrees(enabled: bool) -> bool:
+    """Whether the legacy getters (what torch's own inductor reads) say `enabled` without raising."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            return (torch.backends.cuda.matmul.allow_tf32 == enabled
+                    and torch.backends.cudnn.allow_tf32 == enabled)
+        except RuntimeError:  # "mix of the legacy and new APIs"
+            return False
+
+
 def resolve(name: str, device_type: str) -> Precision:
     if name not in PRECISIONS:
         raise ValueError(f"unknown precision {name!r}; allowed: {', '.join(PRECISIONS)}")
-    if device_type == "cuda":
-        # Set explicitly both ways: torch's default differs between versions, and fp32 must mean fp32.
-        tf32 = name == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+    tf32_api = set_tf32(name == "tf32") if device_type == "cuda" else None
     autocast_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(name)
     param_dtype = torch.bfloat16 if name == "bf16" else torch.float32
     scaler = torch.amp.GradScaler("cuda") if name == "amp_fp16" else None
     compute = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16", "bf16": "bf16"}[name]
-    return Precision(name, device_type, autocast_dtype, param_dtype, scaler, compute)
+    return Precision(name, device_type, autocast_dtype, param_dtype, scaler, compute, tf32_api)
