@@ -8,7 +8,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
+import pytest
 import torch
 
 from xbench import precision
@@ -72,3 +74,95 @@ def test_tf32_where_the_legacy_view_follows_the_new_api_legacy_flags_are_not_tou
     assert precision.set_tf32(True) == "fp32_precision"
     assert log == [("matmul.fp32_precision", "tf32"), ("conv.fp32_precision", "tf32"),
                    ("rnn.fp32_precision", "tf32")]
+
+
+# ---------- DataParallel: autocast's dtype in the replica threads ----------
+
+
+def _in_thread(fn):
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # surfaced in the test's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_autocast_dtype_is_thread_local_and_cuda_threads_start_at_fp16():
+    """Real torch: a thread started inside an outer autocast does not inherit it, and a new thread's
+    CUDA autocast dtype is fp16 whatever the starting thread set (readable without a GPU)."""
+    lin, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _in_thread(lambda: torch.is_autocast_enabled("cpu")) is False
+        assert _in_thread(lambda: lin(x).dtype) == torch.float32
+    before = torch.get_autocast_dtype("cuda")
+    torch.set_autocast_dtype("cuda", torch.bfloat16)
+    try:
+        assert _in_thread(lambda: torch.get_autocast_dtype("cuda")) == torch.float16
+    finally:
+        torch.set_autocast_dtype("cuda", before)
+
+
+def test_replica_thread_computes_in_the_callers_autocast_dtype():
+    """Real CPU autocast: xbench's wrapper, built where the step's autocast is active, makes a Linear
+    called in another thread compute bf16 (fp32 without it, as above)."""
+    lin, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        call = precision.InCallersAutocast(lin, "cpu")
+    assert _in_thread(lambda: call(x).dtype) == torch.bfloat16
+    plain = precision.InCallersAutocast(lin, "cpu")  # built outside autocast: nothing entered
+    assert _in_thread(lambda: plain(x).dtype) == torch.float32
+
+
+def _cpu_parallel_apply(modules, inputs, kwargs_tup, devices=None):
+    """torch 2.9's nn.parallel.parallel_apply on the CPU: the same threads and the same autocast
+    re-entry (`autocast(<device>, enabled=<the caller's>)`, no dtype), without the CUDA device and stream
+    contexts a CPU host cannot enter."""
+    enabled, results = torch.is_autocast_enabled("cpu"), {}
+
+    def worker(i, module, inp, kwargs):
+        with torch.amp.autocast("cpu", enabled=enabled):
+            results[i] = module(*inp, **kwargs)
+
+    threads = [threading.Thread(target=worker, args=(i, m, inp, kw))
+               for i, (m, inp, kw) in enumerate(zip(modules, inputs, kwargs_tup))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[i] for i in range(len(modules))]
+
+
+@pytest.mark.parametrize("wrapper", ["xbench", "torch"])
+def test_dataparallel_replicas_keep_the_steps_dtype(monkeypatch, wrapper):
+    """The strategy's nn.DataParallel through torch's replica threads (parallel_apply transcribed for the
+    CPU above). The step asks fp16 on the CPU, whose autocast default is bf16: torch's own
+    DataParallel computes the replicas in the default (the CUDA case: bf16 asked, fp16 computed);
+    xbench's computes fp16 and says so in the rank's figures."""
+    from xbench.parallel.dataparallel import AutocastDataParallel, DataParallel
+
+    # the module, not the function of the same name that torch.nn.parallel exports
+    monkeypatch.setattr(sys.modules["torch.nn.parallel.data_parallel"], "parallel_apply", _cpu_parallel_apply)
+    replicas = [torch.nn.Linear(8, 8) for _ in range(2)]
+    inputs = [(torch.randn(4, 8),) for _ in range(2)]
+    if wrapper == "xbench":
+        dp = AutocastDataParallel(torch.nn.Linear(8, 8))
+        dp.autocast_device = "cpu"
+    else:
+        dp = torch.nn.DataParallel(torch.nn.Linear(8, 8))
+    with torch.autocast("cpu", dtype=torch.float16):
+        outs = dp.parallel_apply(replicas, inputs, [{}, {}])
+    dtypes = {o.dtype for o in outs}
+    if wrapper == "xbench":
+        assert dtypes == {torch.float16}
+        assert DataParallel.rank_figures(None, dp) == {"replica_autocast_dtype": "float16"}
+    else:
+        assert dtypes == {torch.bfloat16}

@@ -104,3 +104,25 @@ def resolve(name: str, device_type: str) -> Precision:
     scaler = torch.amp.GradScaler("cuda") if name == "amp_fp16" else None
     compute = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16", "bf16": "bf16"}[name]
     return Precision(name, device_type, autocast_dtype, param_dtype, scaler, compute, tf32_api)
+
+
+class InCallersAutocast:
+    """`fn` called under the autocast state (enabled, dtype) of the thread that built this wrapper.
+
+    Autocast state is thread-local. nn.DataParallel runs each replica in a thread of its own and
+    re-enters `torch.amp.autocast("cuda", enabled=<the caller's>)` there without the dtype, so the
+    replica takes the thread's default, fp16 on CUDA: an amp_bf16 run computed fp16, with no scaler.
+    Built in the caller's thread (the step's `Precision.autocast()` is active) and called in the
+    replica's, it enters the caller's dtype inside torch's own context, so the inner one wins.
+    """
+
+    def __init__(self, fn, device_type: str):
+        self.fn, self.device_type = fn, device_type
+        self.enabled = torch.is_autocast_enabled(device_type)
+        self.dtype = torch.get_autocast_dtype(device_type)
+
+    def __call__(self, *args, **kwargs):
+        if not self.enabled:
+            return self.fn(*args, **kwargs)
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.fn(*args, **kwargs)

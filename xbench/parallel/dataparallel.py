@@ -3,6 +3,10 @@ the outputs on GPU 0 (the naive wrapper whose imbalance and overhead the DataPar
 
 Without CUDA, nn.DataParallel silently calls the module on one device: its rule stops such runs
 before any work, and wrap() refuses as a second line of defence.
+
+Each replica runs in a thread of its own, and autocast's dtype is thread-local: torch's parallel_apply
+re-enters CUDA autocast there without it (the default is fp16), so the replicas are called under the
+step's own autocast state instead (precision.InCallersAutocast).
 """
 
 from __future__ import annotations
@@ -11,6 +15,19 @@ import torch
 from torch import nn
 
 from xbench.parallel.base import Strategy
+from xbench.precision import InCallersAutocast
+
+
+class AutocastDataParallel(nn.DataParallel):
+    """nn.DataParallel whose replicas compute under the caller's autocast dtype (module doc)."""
+
+    autocast_device = "cuda"
+    replica_autocast_dtype: str | None = None  # what the last step's replicas computed in (figures)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        calls = [InCallersAutocast(r, self.autocast_device) for r in replicas]
+        self.replica_autocast_dtype = str(calls[0].dtype).removeprefix("torch.") if calls[0].enabled else None
+        return super().parallel_apply(calls, inputs, kwargs)
 
 
 class DataParallel(Strategy):
@@ -34,4 +51,8 @@ class DataParallel(Strategy):
         if device.type != "cuda" or torch.cuda.device_count() < n:
             raise RuntimeError(f"parallel=dataparallel needs {n} CUDA GPUs, "
                                f"{torch.cuda.device_count()} visible (device {device})")
-        return nn.DataParallel(model, device_ids=list(range(n)), output_device=0)
+        return AutocastDataParallel(model, device_ids=list(range(n)), output_device=0)
+
+    def rank_figures(self, model) -> dict:
+        dtype = getattr(model, "replica_autocast_dtype", None)
+        return {"replica_autocast_dtype": dtype} if dtype else {}
