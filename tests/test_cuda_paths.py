@@ -166,3 +166,59 @@ def test_dataparallel_replicas_keep_the_steps_dtype(monkeypatch, wrapper):
         assert DataParallel.rank_figures(None, dp) == {"replica_autocast_dtype": "float16"}
     else:
         assert dtypes == {torch.bfloat16}
+
+
+# ---------- CUDA graphs: kept losses across replays ----------
+
+
+def _runtime_on_cuda(**runtime):
+    """A runtime built on the CPU, then pointed at a CUDA device (a torch.device needs no GPU)."""
+    from xbench import runtimes
+    from xbench.config import RuntimeConfig
+
+    rt = runtimes.create(RuntimeConfig(**runtime), "cpu")
+    rt.device = torch.device("cuda", 0)
+    return rt
+
+
+def _graph_step():
+    """A fake of CUDA graphs' documented output reuse (torch.compiler_cudagraph_trees: a graph's outputs
+    live in its static memory pool and the next replay writes them again): every call writes its loss
+    into the same buffer and returns that buffer."""
+    out, calls = torch.zeros(()), [0]
+
+    def step(inputs, targets):
+        calls[0] += 1
+        out.fill_(float(calls[0]))
+        return out
+
+    return step
+
+
+@pytest.mark.parametrize("runtime, policy", [
+    (dict(name="compile", mode="reduce-overhead", target="step"), "clone"),
+    (dict(name="compile", mode="max-autotune", target="step"), "clone"),
+    (dict(name="compile", backend="cudagraphs", target="step"), "clone"),
+    (dict(name="compile", mode="reduce-overhead", target="model"), "mark"),
+    (dict(name="compile", mode="max-autotune-no-cudagraphs", target="step"), None),
+    (dict(name="compile", mode="default", target="step"), None),
+    (dict(name="eager"), None),
+])
+def test_cuda_graph_configs_choose_their_kept_loss_policy(runtime, policy):
+    assert _runtime_on_cuda(**runtime).cuda_graphs() == policy
+
+
+def test_a_kept_loss_under_cuda_graphs_is_cloned_before_the_next_replay(monkeypatch):
+    """The fake graph step of _graph_step. Kept as it returns (the policy without CUDA graphs, and every
+    CUDA policy before the fix), three steps read the last value three times; the whole step compiled
+    with CUDA graphs keeps each step's own value and marks a new iteration before each step."""
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    eager = _runtime_on_cuda(name="eager")
+    step = eager.keep_loss(_graph_step())
+    kept = [step(None, None) for _ in range(3)]
+    assert eager.read_losses(kept) == [3.0, 3.0, 3.0]  # what aliasing does to kept losses
+    compiled = _runtime_on_cuda(name="compile", mode="reduce-overhead", target="step")
+    step = compiled.keep_loss(_graph_step())
+    kept = [step(None, None) for _ in range(3)]
+    assert compiled.read_losses(kept) == [1.0, 2.0, 3.0] and len(marks) == 3

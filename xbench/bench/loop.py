@@ -11,7 +11,8 @@ Rules
    the window's two edges only. Losses stay device tensors until the window has closed, except on
    the CPU, where the host is the device and the step has finished when it returns: there the
    runtime hands back a float (Runtime.keep_loss: a window of kept 4-byte tensors fragments the heap
-   and slows the step's own allocations by several percent).
+   and slows the step's own allocations by several percent). Under CUDA graphs a loss that is a
+   graph's output is cloned on the device before the next replay overwrites it (Runtime.keep_loss).
 3. Per-step times come from CUDA events where the device has them, else from host timestamps taken
    after each step was issued (exact on the CPU, where eager execution is synchronous; on XLA they
    are host tracing/dispatch times and say so in `step_time_source`).

@@ -50,6 +50,12 @@ class Runtime:
         """Graph compilations so far; None for runtimes that do not compile."""
         return None
 
+    def cuda_graphs(self) -> str | None:
+        """Whether the step replays CUDA graphs and what that asks of a kept loss: None (no graphs),
+        "mark" (a new iteration is marked before each step; the loss is a tensor of its own) or "clone"
+        (also: the loss is a graph output, in a buffer the next replay overwrites)."""
+        return None
+
     def keep_loss(self, step):
         """`step` as the loops call it: what it returns is what they keep of each step's loss.
 
@@ -59,14 +65,28 @@ class Runtime:
         carved from, and the allocator's splitting and merging around them cost 4-9% of a 1.5-ms MLP
         step (measured in its own process: scripts/bench_process.py, docs/measurement.md). On a GPU or
         an XLA device a read would synchronise, so the loss stays a device tensor until the window closes.
+
+        Under CUDA graphs a graph's outputs live in its static memory, which the next replay writes
+        again: a kept loss that is a graph output (torch.compile of the whole step) would read the last
+        step's value for every step, so it is cloned on the device (one small kernel, no sync) before
+        the next replay; each step also marks a new iteration (torch.compiler.cudagraph_mark_step_begin).
         """
-        if self.device.type != "cpu":
+        if self.device.type == "cpu":
+            def step_reading_loss(inputs, targets):
+                return step(inputs, targets).item()
+
+            return step_reading_loss
+        graphs = self.cuda_graphs()
+        if graphs is None:
             return step
+        mark, clone = torch.compiler.cudagraph_mark_step_begin, graphs == "clone"
 
-        def step_reading_loss(inputs, targets):
-            return step(inputs, targets).item()
+        def step_across_replays(inputs, targets):
+            mark()
+            loss = step(inputs, targets)
+            return loss.clone() if clone else loss
 
-        return step_reading_loss
+        return step_across_replays
 
     def read_losses(self, losses: list) -> list[float]:
         """Kept losses -> floats, after a window (one transfer where the device allows)."""

@@ -62,6 +62,23 @@ class CompiledRuntime(Runtime):
         return torch.compile(fn, backend=c.backend, mode=None if c.mode == "default" else c.mode,
                              fullgraph=c.fullgraph, dynamic=c.dynamic)
 
+    def cuda_graphs(self) -> str | None:
+        """CUDA graphs on a GPU: backend cudagraphs, or inductor with mode reduce-overhead or max-autotune
+        (their `triton.cudagraphs`), or with it set in inductor's config (TORCHINDUCTOR_CUDAGRAPHS=1).
+        Of the whole step, the loss is a graph output ("clone"); of the model, a tensor of its own."""
+        c = self.cfg
+        if self.device.type != "cuda":
+            return None
+        if c.backend == "inductor":
+            import torch._inductor.config as inductor_config
+
+            on = c.mode in ("reduce-overhead", "max-autotune") or bool(inductor_config.triton.cudagraphs)
+        else:
+            on = c.backend == "cudagraphs"
+        if not on:
+            return None
+        return "clone" if c.target == "step" else "mark"
+
     def prepare(self, model, optimizer, task: str, precision, options=None):
         self._start = _dynamo_state()
         if self.cfg.target == "step":
