@@ -27,6 +27,7 @@ eager CPU and XLA on CPU, >= 0.99 on GPU (scripts/device_check.sh runs the GPU c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -86,8 +87,8 @@ def xbench_side(runtime: str, a) -> Side:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from xbench.bench import loop
-    from xbench.bench.worker import prepare_rank, utilisation_sampler
+    from xbench.bench import loop, meters
+    from xbench.bench.worker import prepare_rank, rank_meters
     from xbench.config import config_dir, register_configs
     from xbench.launch.inline import context
     from xbench.platforms.detect import host_facts
@@ -99,10 +100,13 @@ def xbench_side(runtime: str, a) -> Side:
     b = cfg.bench
     wu = loop.warmup(p.hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
 
-    def window():
-        sampler = utilisation_sampler(cfg, p).start()
-        w = loop.timed_window(p.hooks, a.steps)
-        sampler.stop()
+    def window():  # the mode's meters, on one stack, at the window's edges (modes/throughput.py)
+        rank = rank_meters(cfg, p)
+        with contextlib.ExitStack() as stack:
+            for m in rank:
+                stack.enter_context(m)
+            with meters.window(rank):
+                w = loop.timed_window(p.hooks, a.steps)
         return w.wall_s, w.compiles_during
 
     return Side(window, p.work.params_count, wu.compiles)
@@ -138,7 +142,8 @@ def hand_side(runtime: str, a) -> Side:
         dev, sync, wait = torch.device("cpu"), (lambda: None), (lambda: None)
     _, shape, classes = MODELS[a.model]
     model = hand_model(a).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    # the kernels xbench picks (fused on CPU/CUDA, training/optim.py), so the pair differs by the harness only
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **({"fused": True} if dev.type != "xla" else {}))
     g = torch.Generator().manual_seed(0)
     pool = [(torch.randn(a.batch, *shape, generator=g).to(dev),
              torch.randint(0, classes, (a.batch,), generator=g).to(dev)) for _ in range(POOL)]

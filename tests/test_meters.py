@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 from types import SimpleNamespace
 
@@ -27,6 +28,8 @@ import torch
 
 from xbench.bench import contention, nvml
 from xbench.bench.meters.contention import ContentionMeter
+from xbench.bench.meters.energy import EnergyMeter
+from xbench.bench.meters.utilisation import UtilisationMeter
 
 # Four GPUs on the host. NVML enumerates them in PCI bus order; each has its own figures, so a reading
 # from the wrong GPU shows. This process's CUDA context is host PID 4_000_001 (above any pid_max here).
@@ -119,10 +122,10 @@ class FakeNVML(types.ModuleType):
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         self._check()
         self.reads.append(h.nvml_index)
-        return int(self.gpus[h.nvml_index][4] * self.clock_s * 1000)  # mJ
+        return int(self.gpus[h.nvml_index][3] * self.clock_s * 1000)  # mJ
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return int(self.gpus[h.nvml_index][4] * 1000)  # mW
+        return int(self.gpus[h.nvml_index][3] * 1000)  # mW
 
 
 @pytest.fixture
@@ -221,16 +224,22 @@ def test_initialised_cuda_names_its_devices_by_uuid_whatever_the_environment(fak
     assert _mapped(fake_nvml, [0]) == {0: 3}
 
 
-def test_utilisation_meters_the_rank_gpus_not_nvml_index_zero(fake_nvml, monkeypatch):
-    from xbench.bench.utilisation import UtilisationSampler
+def _metered(meter, windows: int = 1):
+    with meter:
+        for _ in range(windows):
+            with meter.window():
+                pass
+    return meter.figures
 
+
+def test_utilisation_meters_the_rank_gpus_not_nvml_index_zero(fake_nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    s = UtilisationSampler("cuda", 0.01, [0, 1]).start()
-    fig = s.stop()
+    fig = _metered(UtilisationMeter("cuda", 0.01, [0, 1]))
     assert fig["gpu_util_percent_mean"] == {"0": 33.0, "1": 44.0}  # NVML's 2 and 3, not 0 and 1
+    assert set(fake_nvml.reads) == {2, 3}
     monkeypatch.delenv("CUDA_DEVICE_ORDER")
-    fig = UtilisationSampler("cuda", 0.01, [0]).start().stop()
+    fig = _metered(UtilisationMeter("cuda", 0.01, [0]))
     assert fig["gpu_util"] == "unavailable" and "FASTEST_FIRST" in fig["gpu_util_unavailable_reason"]
 
 
@@ -283,3 +292,101 @@ def test_the_probe_before_any_context_counts_every_process_on_the_gpu(fake_nvml,
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     p = contention.probe(0.01, gpus=[0], reuse_s=0)
     assert "leaves 0 of NVML's 4 GPUs" in p["gpu_processes_unavailable_reason"]
+
+
+# ---------- energy per window ----------
+
+
+def test_energy_sums_the_windows_only_and_of_the_rank_gpus(fake_nvml, monkeypatch):
+    """Two 1 s windows with 5 s between them (the stall check, W&B's line), on CUDA device 0 = NVML's 2
+    (300 W): 600 J. Before: one reading from the first window's start to the last one's end (300 W x 7 s
+    = 2100 J), and from NVML's GPU 0 (100 W x 7 s = 700 J)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    meter = EnergyMeter("cuda", [0])
+    with meter:
+        for _ in range(2):
+            with meter.window():
+                fake_nvml.advance(1.0)
+            fake_nvml.advance(5.0)
+    fig = meter.figures
+    assert fig["energy_source"] == "nvml" and fig["energy_j"] == pytest.approx(600.0)
+    assert fig["energy_j_per_window"] == [pytest.approx(300.0)] * 2 and set(fake_nvml.reads) == {2}
+
+
+def test_energy_forgets_a_remeasured_window_and_says_why_when_unmapped(fake_nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    meter = EnergyMeter("cuda", [0, 1])  # DataParallel: both of the rank's GPUs (100 + 200 W)
+    with meter:
+        for seconds, keep in ((2.0, False), (1.0, True)):
+            with meter.window():
+                fake_nvml.advance(seconds)
+            if not keep:
+                meter.discard()  # a stalled window, measured again
+    assert meter.figures["energy_j"] == pytest.approx(300.0) and len(meter.figures["energy_j_per_window"]) == 1
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    fig = _metered(EnergyMeter("cuda", [0]))
+    assert "NVML total energy not readable: Unmapped" in fig["energy_unavailable"]
+
+
+# ---------- one protocol: every thread ends on every path ----------
+
+
+def _gpu_rank(fail):
+    """A rank whose device is CUDA as far as the meters know (the fake NVML above; the step runs on the
+    CPU: no CUDA here), whose step ends the window the way `fail` says at its 3rd call."""
+    from xbench.bench import loop
+    from xbench.rank import StopFlag
+
+    seen = []
+    stop = StopFlag()
+
+    def step(a, b):
+        seen.append(any(t.name == "xbench-util" for t in threading.enumerate()))  # the sampler beside the steps
+        if len(seen) == 3:
+            if fail == "oom":
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            if fail == "stop":
+                stop.requested, stop.reason = True, "SIGTERM"  # what the signal handler sets
+            if fail == "exception":
+                raise ValueError("a bug in the step")
+        return torch.tensor(float("nan") if fail == "diverged" and len(seen) == 3 else 1.0)
+
+    x = torch.zeros(2, 2)
+    hooks = loop.Hooks(step=step, next_batch=lambda: (x, None), sync=lambda: None,
+                       read_losses=lambda ls: [float(v) for v in ls], stop=stop)
+    work = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cuda", 0)))
+    p = SimpleNamespace(work=work, hooks=hooks, threads={"threads_intra": 1}, samples_per_step=2,
+                        devices_per_rank=1, batch_size=2)
+    return p, seen
+
+
+@pytest.mark.parametrize("fail", ["none", "diverged", "oom", "stop", "exception"])
+def test_no_meter_thread_outlives_its_windows_however_they_end(fake_nvml, monkeypatch, fail):
+    """The real `_timed_windows` with the real meters on one stack (NVML faked, see the module doc). Each
+    way out of a window: normal, Diverged (a NaN loss), an OOM-like RuntimeError, a stop, another error.
+    Before: only a stop stopped the sampler; a divergence or an OOM left its thread running."""
+    from xbench.config import XBenchConfig
+    from xbench.modes.throughput import WindowPlan, _timed_windows
+    from xbench.rank import Diverged, StopRequested
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cccc")
+    cfg = XBenchConfig()
+    cfg.bench.util_interval_s = 0.001
+    p, seen = _gpu_rank(fail)
+    before = set(threading.enumerate())
+    plan = WindowPlan(1, 2, 1, 10.0, steps=5, repeats=2)
+    raised = {"none": None, "diverged": Diverged, "oom": RuntimeError, "stop": StopRequested,
+              "exception": ValueError}[fail]
+    if raised is None:
+        windows, fig = _timed_windows(cfg, p, plan, SimpleNamespace(steps=0), [], steps=5, dev="cuda")
+        assert len(windows) == 2 and fig["gpu_util_percent_mean"] == {"0": 33.0}
+        assert fig["util_samples"] >= 2 and "energy_j" in fig and "contended" in fig
+    else:
+        with pytest.raises(raised):
+            _timed_windows(cfg, p, plan, SimpleNamespace(steps=0, time_s=0.0, first_step_s=0.0), [], steps=5,
+                           dev="cuda")
+    assert seen and all(seen)  # the sampler ran beside every step...
+    assert set(threading.enumerate()) == before  # ...and no thread is left once the windows are over
+    assert fake_nvml.inits == 0  # every NVML session was shut down (the fixture checks it too)

@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import FAST, records, run_cli
 from xbench import compat
+from xbench.bench.meters import energy
 from xbench.config import XBenchConfig
-from xbench.metrics import energy
 from xbench.metrics.gates import batch_scaling_gate, mfu_gate, record_gates
 from xbench.platforms.detect import HostFacts
 

@@ -124,7 +124,9 @@ def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Wor
     model.train()
     # The linear scaling rule (optim.lr_reference_batch) reads the global batch of one optimizer step.
     global_batch = cfg.data.batch_size * ctx.devices * cfg.optim.accumulate_steps
-    optimizer = strategy.wrap_optimizer(make_optimizer(cfg.optim, model, base_lr(cfg.optim, global_batch)))
+    traced = cfg.runtime.name == "compile" and cfg.runtime.target == "step"  # dynamo skips fused kernels
+    optimizer = strategy.wrap_optimizer(make_optimizer(cfg.optim, model, base_lr(cfg.optim, global_batch),
+                                                       traced=traced))
     return Workload(runtime, precision, strategy, spec, entry, model, optimizer, flops, params_count)
 
 

@@ -58,6 +58,7 @@ from xbench.rank import RankContext, RankResult, StopFlag, StopRequested
 from xbench.records.store import CHECKPOINT_FILE, find_run
 from xbench.sinks.curve import CURVE_FILE, CurveTail, CurveWriter
 from xbench.training import schedule as schedules
+from xbench.training.optim import optimizer_figures
 
 HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "mlm_accuracy": True, "perplexity": False}
 GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "mlm_accuracy": "mlm",
@@ -416,6 +417,7 @@ class TargetTraining:
             "peak_host_rss_gib": peak_host_rss_gib(),
             **w.runtime.overhead(),
             **w.strategy.rank_figures(w.model),
+            **optimizer_figures(w.optimizer, w.precision.scaler),
         }
         artifacts = {"mlperf_log": LOG_FILE, "curve": CURVE_FILE}
         if (self.run_dir / CHECKPOINT_FILE).is_file():

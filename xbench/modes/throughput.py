@@ -35,6 +35,7 @@ from xbench.platforms.detect import HostFacts, device_type
 from xbench.rank import LaunchResult, RankContext, RankResult, StopRequested
 from xbench.sinks.console import Progress, human
 from xbench.sinks.curve import WINDOWS_FILE, CurveTail, CurveWriter
+from xbench.training.optim import optimizer_figures
 
 INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
 
@@ -271,6 +272,7 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         **meters,
         **runtime.overhead(),
         **p.work.strategy.rank_figures(p.work.model),
+        **optimizer_figures(p.work.optimizer, p.work.precision.scaler),
     }
     m.update(runtime.memory())
     if "energy_j" in m:

@@ -58,7 +58,7 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
 
 
 def _gpu_util(parallel: str, devices: int, rng: random.Random) -> tuple[dict, list[dict]]:
-    """(rank 0's measurements, every rank's) of per-GPU utilisation as bench/utilisation.py records it:
+    """(rank 0's measurements, every rank's) of per-GPU utilisation as bench/meters/utilisation.py records it:
     DataParallel's one rank drives every GPU (GPU 0 busy, the rest waiting), DDP's ranks one each."""
     if parallel == "dataparallel":
         util = {str(i): (92.0 if i == 0 else 35.0) + 5 * rng.random() for i in range(devices)}

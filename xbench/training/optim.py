@@ -1,8 +1,17 @@
 """Optimizers of the studies' recipes: SGD with (Nesterov) momentum, AdamW, and the large-batch LARS (MLPerf's
 ResNet-50) and LAMB (MLPerf's BERT), with no weight decay on norms and biases when asked.
 
-LARS and LAMB are written with tensor ops only (no `.item()`): on XLA the whole update stays in the step's
-graph, and the trust ratio's "1 where a norm is zero" is a `torch.where`, not a branch.
+SGD and AdamW run torch's fused kernels where torch has them for the device (CUDA, CPU): one kernel per
+group, and under `amp_fp16` GradScaler hands them the scale and the inf flag (`_step_supports_amp_scaling`)
+instead of reading `found_inf.item()` on the host every step. A step that torch.compile traces whole
+(runtime.target=step) keeps torch's default instead: dynamo does not trace into a fused optimizer (a graph
+break, the kernel run eagerly), while it fuses the traced foreach/for-loop update itself.
+
+LARS and LAMB are written with `torch._foreach_*` ops over each whole param group (one call per op, not
+per parameter: a GPU step is not launch-bound by Python) and tensor ops only (no `.item()`): on XLA the
+whole update stays in the step's graph, the trust ratios are computed as one vector, their "1 where a
+norm is zero" is a `torch.where`, not a branch, and LAMB's step count is a tensor (a Python int would be
+a new constant to dynamo and XLA every step).
 """
 
 from __future__ import annotations
@@ -54,14 +63,38 @@ def param_groups(model, weight_decay: float, no_decay_norm_bias: bool) -> list[d
                         {"params": plain, "weight_decay": 0.0, "adapt": False}) if g["params"]]
 
 
-def make_optimizer(optim, model, lr: float | None = None):
-    """The optimizer of `optim` over `model`'s parameters; `lr` overrides optim.lr (the linear scaling rule)."""
+def _torch_default(params: list) -> str:
+    """What torch's SGD/AdamW run when neither `fused` nor `foreach` is given."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    _, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+    return "foreach" if foreach else "for_loop"
+
+
+def implementation(params, traced: bool = False) -> str:
+    """How SGD/AdamW update `params`: "fused" where torch has fused kernels for their device (and the step
+    is not traced whole by torch.compile), else torch's own default ("foreach" on CUDA, "for_loop" on the
+    CPU and XLA)."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    params = list(params)
+    fusable = _get_fused_kernels_supported_devices()
+    if not traced and params and all(p.device.type in fusable and p.is_floating_point() for p in params):
+        return "fused"
+    return _torch_default(params)
+
+
+def make_optimizer(optim, model, lr: float | None = None, traced: bool = False):
+    """The optimizer of `optim` over `model`'s parameters; `lr` overrides optim.lr (the linear scaling rule);
+    `traced`: the step is compiled whole (torch.compile, runtime.target=step), so SGD/AdamW are not fused."""
     lr = optim.lr if lr is None else lr
     groups = param_groups(model, optim.weight_decay, optim.no_decay_norm_bias)
+    impl = implementation((p for g in groups for p in g["params"]), traced)
+    kernels = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
     if optim.name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov)
+        return torch.optim.SGD(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov, **kernels)
     if optim.name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas), eps=optim.eps)
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas), eps=optim.eps, **kernels)
     if optim.name == "lars":
         return LARS(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov,
                     trust_coefficient=optim.trust_coefficient, eps=optim.eps)
@@ -70,10 +103,40 @@ def make_optimizer(optim, model, lr: float | None = None):
     raise ValueError(f"unknown optimizer {optim.name!r}; allowed: {', '.join(OPTIMIZERS)}")
 
 
+def optimizer_figures(optimizer, scaler=None) -> dict:
+    """For the record: the update's kernels (`optimizer_impl`: fused | foreach | for_loop) and, with a
+    gradient scaler (amp_fp16), the device-to-host syncs its step costs: 0 where the optimizer takes the
+    scale and inf flag itself (fused), else 1 (`found_inf.item()`, tests/test_optim.py counts both)."""
+    opt = getattr(optimizer, "optimizer", optimizer)  # xla_mp's and Accelerate's wrappers hold it here
+    group = opt.param_groups[0] if opt.param_groups else {}
+    if isinstance(opt, (LARS, LAMB)):
+        impl = "foreach"
+    elif group.get("fused"):
+        impl = "fused"
+    elif group.get("foreach") is None:
+        impl = _torch_default([p for g in opt.param_groups for p in g["params"]])
+    else:
+        impl = "foreach" if group["foreach"] else "for_loop"
+    out = {"optimizer_impl": impl}
+    if scaler is not None:
+        out["scaler_syncs_per_step"] = 0 if getattr(opt, "_step_supports_amp_scaling", False) else 1
+    return out
+
+
 def _trust(w_norm, u_norm, scale: float, eps: float = 0.0):
-    """scale x ||w|| / (||u|| + eps), and 1 where either norm is zero (fresh zero-initialised layers)."""
+    """scale x ||w|| / (||u|| + eps), and 1 where either norm is zero (fresh zero-initialised layers);
+    element-wise over vectors of norms (one per parameter)."""
     ratio = scale * w_norm / (u_norm + eps)
     return torch.where((w_norm > 0) & (u_norm > 0), ratio, torch.ones_like(ratio))
+
+
+def _norms(tensors) -> torch.Tensor:
+    """The L2 norm of each tensor, as one vector (one foreach call for the whole group)."""
+    return torch.stack(torch._foreach_norm(tensors))
+
+
+def _with_grads(group):
+    return [p for p in group["params"] if p.grad is not None]
 
 
 class LARS(torch.optim.Optimizer):
@@ -92,23 +155,31 @@ class LARS(torch.optim.Optimizer):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             lr, m, wd = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if group["adapt"]:
-                    w_norm, g_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(g)
-                    local = _trust(w_norm, g_norm + wd * w_norm, group["trust_coefficient"], group["eps"])
-                    g = (g + wd * p if wd else g) * (lr * local)
-                else:
-                    g = g + wd * p if wd else g
-                    g = g * lr
+            params = _with_grads(group)
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            # g' = g + wd w, a new list: the gradients themselves are left as backward wrote them
+            upd = torch._foreach_add(grads, params, alpha=wd) if wd else grads
+            if group["adapt"]:
+                w_norm = _norms(params)
+                scale = lr * _trust(w_norm, _norms(grads) + wd * w_norm, group["trust_coefficient"], group["eps"])
+                upd = torch._foreach_mul(upd, list(scale.unbind()))
+            else:
+                upd = torch._foreach_mul(upd, lr)
+            bufs = []
+            for p in params:
                 state = self.state[p]
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
-                v = state["momentum_buffer"]
-                v.mul_(m).add_(g)
-                p.sub_(g.add(v, alpha=m) if group["nesterov"] else v)
+                bufs.append(state["momentum_buffer"])
+            torch._foreach_mul_(bufs, m)
+            torch._foreach_add_(bufs, upd)
+            if group["nesterov"]:
+                torch._foreach_add_(upd, bufs, alpha=m)
+                torch._foreach_sub_(params, upd)
+            else:
+                torch._foreach_sub_(params, bufs)
         return loss
 
 
@@ -125,23 +196,35 @@ class LAMB(torch.optim.Optimizer):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             (b1, b2), lr, wd, eps = group["betas"], group["lr"], group["weight_decay"], group["eps"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            params = _with_grads(group)
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            for p in params:
                 state = self.state[p]
                 if not state:
-                    state["step"] = 0
+                    # fp32 on the parameter's device: no host scalar, no new constant per step
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                t = state["step"]  # a Python int: bias corrections are host scalars (device data on XLA)
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                u = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
-                if wd:
-                    u = u + wd * p
-                if group["adapt"]:
-                    u = u * _trust(torch.linalg.vector_norm(p), torch.linalg.vector_norm(u), 1.0)
-                p.sub_(u * lr)
+            steps = [self.state[p]["step"] for p in params]
+            ms = [self.state[p]["exp_avg"] for p in params]
+            vs = [self.state[p]["exp_avg_sq"] for p in params]
+            torch._foreach_add_(steps, 1.0)
+            torch._foreach_mul_(ms, b1)
+            torch._foreach_add_(ms, grads, alpha=1 - b1)
+            torch._foreach_mul_(vs, b2)
+            torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
+            t = torch.stack(steps)
+            u = torch._foreach_div(ms, list((1 - b1 ** t).unbind()))
+            denom = torch._foreach_div(vs, list((1 - b2 ** t).unbind()))
+            torch._foreach_sqrt_(denom)
+            torch._foreach_add_(denom, eps)
+            torch._foreach_div_(u, denom)
+            if wd:
+                torch._foreach_add_(u, params, alpha=wd)
+            if group["adapt"]:
+                torch._foreach_mul_(u, list(_trust(_norms(params), _norms(u), 1.0).unbind()))
+            torch._foreach_mul_(u, lr)
+            torch._foreach_sub_(params, u)
         return loss
