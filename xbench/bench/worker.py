@@ -20,7 +20,9 @@ import torch
 from xbench import models, parallel, runtimes
 from xbench.bench import faults, loop
 from xbench.bench.flops import flops_per_sample
-from xbench.bench.utilisation import UtilisationSampler
+from xbench.bench.meters.contention import ContentionMeter
+from xbench.bench.meters.energy import EnergyMeter
+from xbench.bench.meters.utilisation import UtilisationMeter
 from xbench.config import XBenchConfig
 from xbench.data import feed, loaders
 from xbench.data.spec import InputSpec
@@ -231,6 +233,11 @@ def rank_gpus(p: PreparedRank) -> list[int]:
     return list(range(p.devices_per_rank)) if p.devices_per_rank > 1 else [dev.index or 0]
 
 
-def utilisation_sampler(cfg: XBenchConfig, p: PreparedRank) -> UtilisationSampler:
-    """The sampler that runs beside the timed windows."""
-    return UtilisationSampler(p.work.runtime.device.type, cfg.bench.util_interval_s, rank_gpus(p))
+def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None) -> list:
+    """The meters beside the timed windows (bench/meters/), in the order they are entered: energy last, so
+    its readings sit closest to each window's edges. `before`: the contention probe's figures."""
+    dev = dev or p.work.runtime.device.type
+    gpus = rank_gpus(p)
+    return [ContentionMeter(p.threads.get("threads_intra") or 1, dev, gpus, before),
+            UtilisationMeter(p.work.runtime.device.type, cfg.bench.util_interval_s, gpus),
+            EnergyMeter(p.work.runtime.device.type, gpus)]

@@ -13,21 +13,20 @@ run through the same launch path:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xbench import launch
-from xbench.bench import breakdown, contention, faults, loop, profile
+from xbench.bench import breakdown, contention, faults, loop, meters, profile
 from xbench.bench.memory import peak_host_rss_gib
-from xbench.bench.meters.contention import ContentionMeter
-from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, utilisation_sampler
+from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_meters
 from xbench.config import XBenchConfig
 from xbench.launch.isolation import point_started_at
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
 from xbench.metrics.derived import derive
-from xbench.metrics.energy import EnergyMeter
 from xbench.metrics.gates import batch_scaling_gate, record_gates
 from xbench.metrics.stats import summarize
 from xbench.modes.base import Mode, Run
@@ -172,47 +171,50 @@ def _oversubscribed(p: PreparedRank, dev: str, before: dict | None) -> list[str]
 def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
                    before: dict | None = None, dev: str = "cpu", live=None):
     """The timed windows, with energy, utilisation and other processes' use metered at their edges
-    (never inside a step). A stalled window (loop.py rule 8) is measured again, at most
-    `plan.stall_remeasure` times, when every rank agrees one stalled. `live` hears of each kept window
-    once it has closed (W&B), before the next one starts."""
-    energy = EnergyMeter(p.work.runtime.device.type, rank_gpus(p))
-    energy.start()
+    (never inside a step): the meters (bench/meters/) enter on one stack at the first window's edge
+    and exit on every path out (a divergence, an OOM, a stop, any exception). A stalled window (loop.py
+    rule 8) is measured again, at most `plan.stall_remeasure` times, when every rank agrees one stalled;
+    the meters forget it. `live` hears of each kept window once it has closed (W&B), before the next
+    one starts."""
     windows, stalls, dropped = [], [], []
-    sampler = utilisation_sampler(cfg, p)
-    meter = ContentionMeter(p.threads.get("threads_intra") or 1, dev, rank_gpus(p), before)
-    sampler.start()  # CPU: counters read at the edges; GPU: an NVML thread at a low rate
-    meter.start()
     done_steps = wu.steps
-    try:
-        while len(windows) < plan.repeats:
-            w = loop.timed_window(p.hooks, steps)
-            check_finite(w.losses, done_steps, "timed")
-            done_steps += w.steps
-            st = loop.stall(w, plan.stall_factor, plan.stall_fraction)
-            any_stalled = not p.hooks.agree(not st.stalled)
-            if any_stalled and len(dropped) < plan.stall_remeasure:
-                dropped.append((w, st))
-                warnings.append(f"stalled window measured again: {st.outliers} step(s) over {plan.stall_factor:g}x "
-                                f"the median took {st.excess_s:.3g} s extra of its {w.wall_s:.3g} s")
-                continue
-            windows.append(w)
-            stalls.append(st)
-            if live is not None:
-                live(len(windows) - 1, w, p.samples_per_step * w.steps)
-            if w.compiles_during:
-                warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
-    except StopRequested as e:  # interrupted: keep what was measured before the signal
-        sampler.stop()
-        part = e.partial
-        part.update(warmup_steps=wu.steps, warmup_s=wu.time_s, first_step_s=wu.first_step_s,
-                    batch_size_per_device=p.batch_size, windows_completed=len(windows),
-                    window_s_completed=[x.wall_s for x in windows])
-        samples = p.samples_per_step * (sum(x.steps for x in windows) + part.get("timed_steps", 0))
-        seconds = sum(x.wall_s for x in windows) + part.get("window_s", 0.0)
-        if samples and seconds > 0:
-            part["throughput_samples_per_s_partial"] = samples / seconds
-        raise
-    figures = {**meter.stop(), **sampler.stop(), **energy.stop()}
+    rank = rank_meters(cfg, p, dev, before)
+    with contextlib.ExitStack() as stack:
+        for m in rank:
+            stack.enter_context(m)
+        try:
+            while len(windows) < plan.repeats:
+                with meters.window(rank):
+                    w = loop.timed_window(p.hooks, steps)
+                check_finite(w.losses, done_steps, "timed")
+                done_steps += w.steps
+                st = loop.stall(w, plan.stall_factor, plan.stall_fraction)
+                any_stalled = not p.hooks.agree(not st.stalled)
+                if any_stalled and len(dropped) < plan.stall_remeasure:
+                    for m in rank:
+                        m.discard()
+                    dropped.append((w, st))
+                    warnings.append(f"stalled window measured again: {st.outliers} step(s) over "
+                                    f"{plan.stall_factor:g}x the median took {st.excess_s:.3g} s extra of its "
+                                    f"{w.wall_s:.3g} s")
+                    continue
+                windows.append(w)
+                stalls.append(st)
+                if live is not None:
+                    live(len(windows) - 1, w, p.samples_per_step * w.steps)
+                if w.compiles_during:
+                    warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+        except StopRequested as e:  # interrupted: keep what was measured before the signal
+            part = e.partial
+            part.update(warmup_steps=wu.steps, warmup_s=wu.time_s, first_step_s=wu.first_step_s,
+                        batch_size_per_device=p.batch_size, windows_completed=len(windows),
+                        window_s_completed=[x.wall_s for x in windows])
+            samples = p.samples_per_step * (sum(x.steps for x in windows) + part.get("timed_steps", 0))
+            seconds = sum(x.wall_s for x in windows) + part.get("window_s", 0.0)
+            if samples and seconds > 0:
+                part["throughput_samples_per_s_partial"] = samples / seconds
+            raise
+    figures = meters.collect(rank)
     kept = [i for i, st in enumerate(stalls) if st.stalled]
     figures.update({
         "outlier_steps_per_window": [st.outliers for st in stalls],
@@ -275,9 +277,8 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         **optimizer_figures(p.work.optimizer, p.work.precision.scaler),
     }
     m.update(runtime.memory())
-    if "energy_j" in m:
-        run = sum(w.steps for w in windows) + len(m.get("window_s_stalled", ())) * windows[0].steps  # metered
-        m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * run)
+    if "energy_j" in m:  # metered over the kept windows only (a remeasured one is discarded)
+        m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * sum(w.steps for w in windows))
     return m
 
 
