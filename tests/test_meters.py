@@ -390,3 +390,21 @@ def test_no_meter_thread_outlives_its_windows_however_they_end(fake_nvml, monkey
     assert seen and all(seen)  # the sampler ran beside every step...
     assert set(threading.enumerate()) == before  # ...and no thread is left once the windows are over
     assert fake_nvml.inits == 0  # every NVML session was shut down (the fixture checks it too)
+
+
+def test_a_meter_that_fails_while_the_window_fails_does_not_hide_the_window_error():
+    """An OOM inside a window stays the error the run reports, even when a meter cannot close then."""
+    from xbench.bench import meters
+
+    class Broken(meters.Meter):
+        def window_end(self):
+            raise OSError("counter gone")
+
+        def close(self):
+            raise OSError("counter gone")
+
+    m = Broken()
+    with pytest.raises(RuntimeError, match="out of memory"), m, meters.window([m]):
+        raise RuntimeError("CUDA out of memory")
+    with pytest.raises(OSError, match="counter gone"), m:  # on a clean exit a meter's failure is its own
+        pass

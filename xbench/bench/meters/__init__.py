@@ -52,8 +52,13 @@ class Meter:
         self.open()
         return self
 
-    def __exit__(self, *exc) -> bool:
-        self.figures = self.close()
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.figures = self.close()
+        except Exception:
+            if exc_type is None:
+                raise
+            # the run is already failing: its own error is the one the record must say
         return False
 
     @contextlib.contextmanager
@@ -61,8 +66,11 @@ class Meter:
         self.window_start()
         try:
             yield self
-        finally:
-            self.window_end()
+        except BaseException:
+            with contextlib.suppress(Exception):  # never hide the window's own error behind a meter's
+                self.window_end()
+            raise
+        self.window_end()
 
 
 @contextlib.contextmanager
