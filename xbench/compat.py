@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xbench import extras, launch, models, modes, parallel, runtimes, studies
 from xbench.bench import faults
-from xbench.config import XBenchConfig
+from xbench.config import DDP_OPTIONS, ParallelConfig, XBenchConfig
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
 from xbench.launch.isolation import ISOLATION
@@ -186,6 +186,18 @@ def data_source(cfg, facts):
 def optimizer_is_valid(cfg, facts):
     """The optimizer's own options (training/optim.py): e.g. LARS/LAMB options on an optimizer that has none."""
     return optim.rules(cfg.optim)
+
+
+@rule
+def ddp_options_need_ddp(cfg, facts):
+    """DistributedDataParallel's options (parallel.bucket_cap_mb, ...) changed under another strategy: nothing
+    would read them, and the record would say they were used."""
+    if cfg.parallel.name == "ddp":
+        return []
+    default = ParallelConfig()
+    return [f"parallel.{k}={getattr(cfg.parallel, k)} is a DistributedDataParallel option: it applies to "
+            f"parallel=ddp, not parallel={cfg.parallel.name}" for k in DDP_OPTIONS
+            if getattr(cfg.parallel, k) != getattr(default, k)]
 
 
 @rule

@@ -124,6 +124,16 @@ class ParallelConfig:
     node_rank: int = 0
     rdzv_endpoint: str | None = None  # host:port for multi-node torchrun
     timeout_s: float = 120.0  # collective timeout: a dead or hung rank ends the job within this
+    # DistributedDataParallel's own options (parallel=ddp only; torch's defaults), recorded per rank as ddp_*
+    bucket_cap_mb: float = 25.0  # gradients all-reduced in buckets of this many MiB, overlapping backward
+    gradient_as_bucket_view: bool = False  # .grad are views into the buckets: no copy, one gradient copy less
+    static_graph: bool = False  # the same parameters are used every step: DDP skips its per-step bookkeeping
+    broadcast_buffers: bool = True  # rank 0's buffers (BatchNorm statistics) sent to every rank each forward
+    find_unused_parameters: bool = False  # walk the graph each step for parameters that got no gradient
+
+
+# The ParallelConfig keys that are DistributedDataParallel's keywords (read by parallel=ddp only).
+DDP_OPTIONS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers", "find_unused_parameters")
 
 
 @dataclass

@@ -63,6 +63,12 @@ def own_pids() -> set[int]:
     return pids
 
 
+def cores_needed(threads_per_rank: int, ranks_on_host: int = 1, computes_on_host: bool = True) -> int:
+    """Host cores a run needs on this host: every rank here counts (DDP's ranks are this run's own processes,
+    never "others"), each with its threads when it computes on the host, else its one issuing thread."""
+    return max(1, ranks_on_host) * (max(1, threads_per_rank) if computes_on_host else 1)
+
+
 def physical_cores() -> int:
     """Physical cores this process may use (affinity counts logical CPUs: scaled by the SMT ratio)."""
     logical = psutil.cpu_count(logical=True) or 1

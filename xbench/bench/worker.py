@@ -151,6 +151,7 @@ class PreparedRank:
     batch_size: int  # per device
     cpu_capability: str = ""  # ATen's CPU kernels in force (DEFAULT, AVX2, AVX512, ...)
     accumulate: int = 1  # micro-batches of `batch_size` per device in one step (gradient accumulation)
+    ranks_on_host: int = 1  # this run's ranks on this host (RankContext.local_world_size), each with `threads`
 
     @property
     def devices_per_rank(self) -> int:
@@ -222,7 +223,8 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
     )
     if runtime.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(runtime.device)
-    return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability, accumulate)
+    return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability, accumulate,
+                        ctx.local_world_size)
 
 
 def rank_gpus(p: PreparedRank) -> list[int]:
@@ -238,6 +240,7 @@ def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, befo
     its readings sit closest to each window's edges. `before`: the contention probe's figures."""
     dev = dev or p.work.runtime.device.type
     gpus = rank_gpus(p)
-    return [ContentionMeter(p.threads.get("threads_intra") or 1, dev, gpus, before),
+    return [ContentionMeter(p.threads.get("threads_intra") or 1, dev, gpus, before,
+                            ranks_on_host=getattr(p, "ranks_on_host", 1)),  # 1: a stand-in without it
             UtilisationMeter(p.work.runtime.device.type, cfg.bench.util_interval_s, gpus),
             EnergyMeter(p.work.runtime.device.type, gpus)]

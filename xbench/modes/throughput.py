@@ -122,7 +122,7 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     if not wu.stable:
         warnings.append(f"warm-up did not stabilise within {plan.warmup_max_steps} steps (compilations or "
                         f"step times still changing); the timed windows may include them")
-    warnings += _oversubscribed(p, dev, before)
+    warnings += _oversubscribed(p, dev, before, ctx.local_world_size)
     step_s = loop.steady_step_s(wu, plan.warmup_stable_steps)
     steps, sized_by = loop.window_steps(p.hooks, step_s, plan.min_window_s, plan.steps, plan.max_window_steps)
     sizing = {"timed_steps_per_window": steps, "window_sized_by": sized_by, "window_min_s": plan.min_window_s,
@@ -158,12 +158,17 @@ def _gpus(dev: str, ctx: RankContext) -> list[int]:
     return list(range(ctx.devices_per_rank)) if ctx.devices_per_rank > 1 else [ctx.local_rank]
 
 
-def _oversubscribed(p: PreparedRank, dev: str, before: dict | None) -> list[str]:
-    """A CPU run asking for more threads than there are free physical cores waits for cores, not work."""
+def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_host: int = 1) -> list[str]:
+    """A CPU run asking for more threads than there are free physical cores waits for cores, not work; the
+    threads are those of every rank on this host (the probe counts sibling ranks as the run's own)."""
     threads = p.threads.get("threads_intra")
-    if before is None or dev not in ("cpu", "xla") or not threads or threads <= before["free_cores"]:
+    if before is None or dev not in ("cpu", "xla") or not threads:
         return []
-    return [f"oversubscribed: {threads} threads, but only {before['free_cores']} of {before['physical_cores']} "
+    need = contention.cores_needed(threads, ranks_on_host)
+    if need <= before["free_cores"]:
+        return []
+    asked = f"{ranks_on_host} ranks x {threads} thread(s) = {need} threads" if ranks_on_host > 1 else f"{need} threads"
+    return [f"oversubscribed: {asked}, but only {before['free_cores']} of {before['physical_cores']} "
             f"physical cores were free ({before['other_cores']:.1f} busy with other processes); the timings "
             "include waiting for cores (bench.threads, or leave it unset for the free cores)"]
 

@@ -8,11 +8,13 @@ rank opens and closes a timed window together and the common window is the real 
 from __future__ import annotations
 
 import hashlib
+import math
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from xbench.config import DDP_OPTIONS
 from xbench.parallel.base import Strategy
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -65,14 +67,22 @@ class DDP(Strategy):
 
     @classmethod
     def rules(cls, cfg, facts, dev):
-        return torchrun_rules(cfg, facts, dev)
+        out = torchrun_rules(cfg, facts, dev)
+        cap = cfg.parallel.bucket_cap_mb
+        if not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap > 0):
+            out.append(f"parallel.bucket_cap_mb must be a number of MiB > 0 (torch's default 25), got {cap}")
+        return out
+
+    def options(self) -> dict:
+        """DistributedDataParallel's keywords, from the config."""
+        return {k: getattr(self.cfg, k) for k in DDP_OPTIONS}
 
     def wrap(self, model, device):
         if not dist.is_initialized():
             raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
                                f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
         ids = [device.index] if device.type == "cuda" else None  # CPU/gloo: no device_ids
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, **self.options())
 
     def sync(self, device_sync):
         def synced():
@@ -110,4 +120,15 @@ class DDP(Strategy):
             "params_sha256": params_sha256(model),
             "process_group_world_size": dist.get_world_size(),
             "process_group_backend": dist.get_backend(),
+            **ddp_figures(model),
         }
+
+
+def ddp_figures(model) -> dict:
+    """The options in force, read back from the DistributedDataParallel object itself (ddp_*)."""
+    if not isinstance(model, DistributedDataParallel):
+        return {}
+    return {"ddp_bucket_cap_mb": model.bucket_bytes_cap / 2**20,
+            "ddp_gradient_as_bucket_view": model.gradient_as_bucket_view, "ddp_static_graph": model.static_graph,
+            "ddp_broadcast_buffers": model.broadcast_buffers,
+            "ddp_find_unused_parameters": model.find_unused_parameters}

@@ -19,9 +19,10 @@ class ContentionMeter(Meter):
     """Snapshots at the first window's start and after the last one's end; the figures for the record."""
 
     def __init__(self, threads: int, device_type: str, gpus: list[int] | None = None,
-                 before: dict | None = None):
+                 before: dict | None = None, ranks_on_host: int = 1):
         super().__init__()
         self.threads, self.device_type, self.gpus = threads, device_type, gpus or []
+        self.ranks_on_host = ranks_on_host  # this run's ranks on this host, each with `threads`
         self.before = before
         self._a: machine.Snapshot | None = None
 
@@ -39,8 +40,8 @@ class ContentionMeter(Meter):
         a, b = self._a, machine.snapshot(self.gpus)
         d = machine.between(a, b)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (psutil.cpu_count() or 1)
-        # Host cores this run needs: its threads on a CPU device; about one (the issuing thread) otherwise.
-        need = self.threads if self.device_type == "cpu" else 1
+        # Host cores this run needs: every local rank's threads on a CPU device; one issuing thread each otherwise.
+        need = machine.cores_needed(self.threads, self.ranks_on_host, self.device_type == "cpu")
         pids = {**machine.gpu_others(a, a.own), **machine.gpu_others(b, b.own)}
         (count_a, ns_a), (count_b, ns_b) = machine.gpu_other_counts(a, a.own), machine.gpu_other_counts(b, b.own)
         counts = {i: max(count_a.get(i, 0), count_b.get(i, 0)) for i in {**count_a, **count_b}}
@@ -66,6 +67,7 @@ class ContentionMeter(Meter):
             "other_top_processes_during": d["top"],
             "involuntary_switches_per_s_during": d["involuntary_switches_per_s"],
             "cpu_cores_available": cores,
+            "cpu_cores_needed": need,
             "contended": bool(reasons),
             "contended_reason": "; ".join(reasons) or None,
         }

@@ -1,0 +1,83 @@
+"""DistributedDataParallel's options from the config (parallel.bucket_cap_mb, gradient_as_bucket_view,
+static_graph, broadcast_buffers, find_unused_parameters): range-checked, refused where DDP does not run,
+passed to DDP and read back from it into each rank's record; and a DDP run's host need counted over every
+rank on the host (2 ranks x 1 thread need 2 cores). The run is real: 2 gloo processes on this CPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import FAST, records, run_cli
+from xbench.bench import contention
+from xbench.bench.meters.contention import ContentionMeter
+from xbench.config import XBenchConfig
+from xbench.platforms.detect import HostFacts
+
+TINY = ("model=mlp", "data=synthetic_mnist", "data.batch_size=16", "platform=cpu")
+
+
+def _cfg(strategy: str, **parallel) -> XBenchConfig:
+    cfg = XBenchConfig()
+    cfg.model.name, cfg.data.name, cfg.platform.name, cfg.runtime.name = "mlp", "x", "local", "eager"
+    cfg.precision.name, cfg.logger.name, cfg.data.modality = "fp32", "none", "features"
+    cfg.parallel.name, cfg.parallel.world_size = strategy, 2
+    for k, v in parallel.items():
+        setattr(cfg.parallel, k, v)
+    return cfg
+
+
+def _reasons(cfg) -> list[str]:
+    from xbench import compat
+
+    return compat.check(cfg, HostFacts(logical_cores=2, torch_version="2.9.0"))
+
+
+@pytest.mark.parametrize("cap", [0, -1.0, float("nan"), float("inf")])
+def test_bucket_cap_must_be_positive_mib(cap):
+    [reason] = _reasons(_cfg("ddp", bucket_cap_mb=cap))
+    assert reason == f"parallel.bucket_cap_mb must be a number of MiB > 0 (torch's default 25), got {cap}"
+
+
+def test_ddp_options_are_refused_under_another_strategy():
+    reasons = _reasons(_cfg("single", static_graph=True, bucket_cap_mb=50.0))
+    assert "parallel.static_graph=True is a DistributedDataParallel option: it applies to parallel=ddp, not " \
+           "parallel=single" in reasons
+    assert any(r.startswith("parallel.bucket_cap_mb=50.0 is a DistributedDataParallel option") for r in reasons)
+    assert _reasons(_cfg("ddp", static_graph=True, gradient_as_bucket_view=True, broadcast_buffers=False,
+                         find_unused_parameters=True, bucket_cap_mb=0.5)) == []
+    assert _reasons(_cfg("single")) == []  # torch's defaults are no option asked
+
+
+def test_host_need_counts_every_rank_on_the_host():
+    assert contention.cores_needed(1, 2) == 2 and contention.cores_needed(3, 2) == 6
+    assert contention.cores_needed(4, 2, computes_on_host=False) == 2  # GPU ranks: an issuing thread each
+    from xbench.modes.throughput import _oversubscribed
+
+    p = SimpleNamespace(threads={"threads_intra": 1})
+    before = {"free_cores": 1, "physical_cores": 2, "other_cores": 1.0}
+    assert _oversubscribed(p, "cpu", before) == []  # one rank's thread fits in the free core
+    [w] = _oversubscribed(p, "cpu", before, ranks_on_host=2)  # two ranks do not
+    assert w.startswith("oversubscribed: 2 ranks x 1 thread(s) = 2 threads, but only 1 of 2 physical cores")
+    fig = ContentionMeter(threads=1, device_type="cpu", ranks_on_host=2).start().stop()
+    assert fig["cpu_cores_needed"] == 2
+
+
+@pytest.mark.slow
+def test_ddp_run_passes_and_records_its_options_and_needs_two_cores(store):
+    p = run_cli(*FAST, *TINY, "parallel=ddp", "parallel.world_size=2", "bench.threads=1",
+                "parallel.bucket_cap_mb=0.5", "parallel.gradient_as_bucket_view=true", "parallel.static_graph=true",
+                "parallel.broadcast_buffers=false", store=store, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = records(store)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["config"]["parallel"]["bucket_cap_mb"] == 0.5 and rec["config"]["parallel"]["static_graph"] is True
+    ranks = rec["ranks"]
+    assert len(ranks) == 2 and len({r["params_sha256"] for r in ranks}) == 1  # trained in step
+    for r in ranks:  # read back from each rank's DistributedDataParallel object
+        assert (r["ddp_bucket_cap_mb"], r["ddp_gradient_as_bucket_view"], r["ddp_static_graph"],
+                r["ddp_broadcast_buffers"], r["ddp_find_unused_parameters"]) == (0.5, True, True, False, False)
+        assert r["threads_intra"] == 1 and r["local_world_size"] == 2
+        assert r["cpu_cores_needed"] == 2  # 2 ranks x 1 thread on this host, not one rank's 1
+        assert r["optimizer_impl"] == "fused"
