@@ -222,3 +222,180 @@ def test_a_kept_loss_under_cuda_graphs_is_cloned_before_the_next_replay(monkeypa
     step = compiled.keep_loss(_graph_step())
     kept = [step(None, None) for _ in range(3)]
     assert compiled.read_losses(kept) == [1.0, 2.0, 3.0] and len(marks) == 3
+
+
+# ---------- torch.compile: what it gave up on ----------
+
+
+class _Breaks(torch.nn.Module):
+    """A model with a graph break in its forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return self.b(x)
+
+
+class _Recompiles(_Breaks):
+    """A model whose forward reads a Python int that changes every call: dynamo guards on its value,
+    so every call recompiles, until the recompile limit."""
+
+    calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.b(self.a(x) * self.calls)
+
+
+def _compiled_steps(model, warmup: int, timed: int):
+    from xbench import runtimes
+    from xbench.config import RuntimeConfig
+
+    torch.manual_seed(0)
+    rt = runtimes.create(RuntimeConfig(name="compile", backend="eager", target="model"), "cpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = rt.keep_loss(rt.prepare(model, opt, "classify", precision.resolve("fp32", "cpu")))
+    x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+    for _ in range(warmup):
+        step(x, y)
+    rt.mark_timed()
+    for _ in range(timed):
+        step(x, y)
+    return rt.overhead(), rt.warnings()
+
+
+def test_compile_records_a_graph_break_of_the_warmup_and_none_in_the_windows():
+    """Real torch.compile (backend eager: dynamo's own bookkeeping, no inductor compile)."""
+    torch._dynamo.reset()
+    fig, warnings = _compiled_steps(_Breaks(), warmup=2, timed=3)
+    assert fig["dynamo_graph_breaks"] >= 1 and fig["dynamo_graph_breaks_timed"] == 0
+    assert fig["dynamo_recompiles_timed"] == 0 and fig["dynamo_cache_limit_hits"] == 0
+    assert fig["cudagraph_skips"] == 0 and warnings == []
+
+
+def test_compile_records_recompiles_in_the_windows_and_the_limit_hit():
+    """Real torch.compile (backend eager): past the recompile limit the frame runs eagerly, the graph
+    count stops growing (warm-up would look steady), and the record says so."""
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=3):
+        fig, warnings = _compiled_steps(_Recompiles(), warmup=2, timed=4)
+    # compile attempts after a frame's first: calls 2-4 (the 4th hits the limit); calls 3 and 4 are timed
+    assert fig["dynamo_recompiles"] == 3 and fig["dynamo_recompiles_timed"] == 2
+    assert fig["dynamo_cache_limit_hits"] == 1 and fig["dynamo_cache_limit_hits_timed"] == 1
+    assert fig["graphs_compiled"] == 3  # calls 1-3; 4-6 ran eagerly
+    assert any("recompile limit 1 time(s)" in w for w in warnings)
+    assert any(w.startswith("torch.compile was not steady during the timed windows") and "recompiles" in w
+               for w in warnings)
+
+
+# ---------- peak memory: the timed windows', on every GPU the rank drives ----------
+
+
+def _measure(monkeypatch, *overrides, first_step=None):
+    """One rank's throughput measurement on this CPU (a tiny MLP, short windows); `first_step` runs
+    inside the first warm-up step."""
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+    from xbench.bench import worker
+    from xbench.modes.throughput import WindowPlan, measure_rank
+    from xbench.platforms.detect import host_facts
+    from xbench.rank import RankContext
+
+    cfg = OmegaConf.to_object(compose(["model=mlp", "data=synthetic_mnist", "data.batch_size=16", "platform=cpu",
+                                       "bench.contention_probe_s=0", "bench.breakdown_steps=0", *overrides]))
+    real, calls = worker.make_step, [0]
+
+    def make_step(w, c, rank=0):
+        step = real(w, c, rank)
+
+        def first_step_too(x, y):
+            calls[0] += 1
+            if calls[0] == 1 and first_step:
+                first_step()
+            return step(x, y)
+        return first_step_too
+
+    monkeypatch.setattr(worker, "make_step", make_step)
+    plan = WindowPlan(warmup_min_steps=2, warmup_max_steps=4, warmup_stable_steps=2, warmup_cv_tol=10.0, steps=5,
+                      repeats=2)
+    return measure_rank(cfg, host_facts(), RankContext(threads=1), plan, batch_size=16)
+
+
+def test_a_warmup_only_host_allocation_is_not_in_the_peak(monkeypatch):
+    """Real: 512 MiB touched and freed inside the first warm-up step (as cuDNN's autotuning workspaces
+    are on a GPU) raise the process's peak RSS; the record's peak counts from the first timed window."""
+    import psutil
+
+    seen = {}
+
+    def spike():
+        big = torch.ones(2**27)  # 512 MiB, every page written
+        seen["rss_gib"] = psutil.Process().memory_info().rss / 2**30
+        del big
+
+    r = _measure(monkeypatch, first_step=spike)
+    m = r.measurements
+    assert m["peak_memory_since"] == "timed windows"
+    now = psutil.Process().memory_info().rss / 2**30
+    assert seen["rss_gib"] - now > 0.4  # the spike was real and was given back
+    assert m["peak_host_rss_gib"] < seen["rss_gib"] - 0.4
+
+
+def test_compiled_rank_records_what_dynamo_gave_up_on(monkeypatch):
+    """Real torch.compile (backend eager) through the throughput rank: the figures reach the rank's."""
+    torch._dynamo.reset()
+    r = _measure(monkeypatch, "runtime=compile", "runtime.backend=eager")
+    m = r.measurements
+    for name in ("dynamo_graph_breaks", "dynamo_recompiles", "dynamo_cache_limit_hits", "dynamo_eager_frames",
+                 "cudagraph_skips"):
+        assert m[name] == 0 and m[f"{name}_timed"] == 0, name
+    assert not any("torch.compile" in w for w in r.warnings)
+
+
+class _FakeCudaMemory:
+    """The CUDA caching allocator's peak statistics as torch.cuda documents them, per device:
+    max_memory_allocated(device) / max_memory_reserved(device) are the peaks since the program began or
+    since reset_peak_memory_stats(device), which sets the peak to what is allocated now."""
+
+    def __init__(self, n: int):
+        self.now = [0] * n
+        self.peak = [0] * n
+
+    def alloc(self, device: int, nbytes: int) -> None:
+        self.now[device] += nbytes
+        self.peak[device] = max(self.peak[device], self.now[device])
+
+    def free(self, device: int, nbytes: int) -> None:
+        self.now[device] -= nbytes
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: self.peak.__setitem__(d, self.now[d]))
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: self.peak[d])
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: self.peak[d])
+
+
+def test_device_peaks_count_from_the_reset_and_over_every_gpu(monkeypatch):
+    """The fake allocator above over 3 GPUs (DataParallel's gather device 0 holds the most during warm-up;
+    GPU 2 the most in the windows)."""
+    from xbench.bench import memory
+
+    gib = 2**30
+    cuda = _FakeCudaMemory(3)
+    cuda.install(monkeypatch)
+    for d in range(3):
+        cuda.alloc(d, 1 * gib)  # weights and optimizer state, held throughout
+    cuda.alloc(0, 6 * gib)  # warm-up only: an autotuning workspace on GPU 0
+    cuda.free(0, 6 * gib)
+    assert memory.reset_peaks([0, 1, 2]) in ("timed windows", "process start")
+    cuda.alloc(2, 2 * gib)  # the windows' activations
+    cuda.alloc(1, gib // 2)
+    fig = memory.device_peaks([0, 1, 2])
+    assert fig["peak_device_allocated_gib"] == 3.0 and fig["peak_device_reserved_gib"] == 3.0
+    assert fig["peak_device_allocated_gib_per_gpu"] == [1.0, 1.5, 3.0]
+    assert memory.device_peaks([]) == {}

@@ -1,4 +1,13 @@
-"""Memory figures for an out-of-memory record and for batch-size search trials, and the host guard.
+"""Memory figures: the peaks of the timed windows, what an out-of-memory record and batch-size search
+trials say, and the host guard.
+
+Peaks start at the first timed window (`reset_peaks`), not before warm-up: warm-up's one-off
+allocations (cuDNN's autotuning workspaces under `cudnn.benchmark`, compile-time buffers, a first
+step's lazily built state) are not what the steady step needs. `peak_host_rss_gib` is then the host's
+peak resident set since that reset where Linux lets it be reset (/proc/self/clear_refs "5" resets
+VmHWM, and with it `ru_maxrss`), else since the process started (`peak_memory_since` says which);
+`device_peaks` reads the caching allocator's peaks on every GPU the rank drives (DataParallel: all of
+them; the figure is the largest, the per-GPU lists beside it).
 
 `memory_figures()` says what the process held when it failed: host RSS (now and peak), what the host
 still had available, the address-space cap if one is set, and on CUDA the allocator's figures and
@@ -24,6 +33,36 @@ def _limit_gib(which: int) -> float | None:
 def peak_host_rss_gib() -> float:
     """The process's peak resident set so far (ru_maxrss: KiB on Linux), not the current one."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
+def reset_peaks(gpus=()) -> str:
+    """Start the peak figures here: the host's peak RSS and each of `gpus`' allocator peaks (CUDA
+    ordinals). -> where the host peak now counts from: "timed windows", or "process start" where the
+    kernel does not let this process reset it (then the figure includes warm-up)."""
+    since = "process start"
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+        since = "timed windows"
+    torch = sys.modules.get("torch")
+    if gpus and torch is not None:
+        for i in gpus:
+            torch.cuda.reset_peak_memory_stats(i)
+    return since
+
+
+def device_peaks(gpus) -> dict:
+    """Peak allocated and reserved memory over `gpus` (CUDA ordinals) since `reset_peaks`: the largest
+    of them, and with several GPUs each one's (`*_per_gpu`, in the order given). {} without GPUs."""
+    torch = sys.modules.get("torch")
+    gpus = list(gpus)
+    if not gpus or torch is None or not torch.cuda.is_available():
+        return {}
+    allocated = [torch.cuda.max_memory_allocated(i) / GIB for i in gpus]
+    reserved = [torch.cuda.max_memory_reserved(i) / GIB for i in gpus]
+    out = {"peak_device_allocated_gib": max(allocated), "peak_device_reserved_gib": max(reserved)}
+    if len(gpus) > 1:
+        out.update(peak_device_allocated_gib_per_gpu=allocated, peak_device_reserved_gib_per_gpu=reserved)
+    return out
 
 
 def memory_figures(device: str | None = None) -> dict:

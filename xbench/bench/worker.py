@@ -221,8 +221,8 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
         on_step=on_step, stop=stop or StopFlag(), agree=strategy.agree(runtime.device),
     )
-    if runtime.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(runtime.device)
+    # Memory peaks start at the first timed window (bench/memory.py reset_peaks), not here: warm-up's
+    # cuDNN autotuning workspaces and compile-time buffers are not the steady step's.
     return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability, accumulate,
                         ctx.local_world_size)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from xbench import launch
 from xbench.bench import breakdown, contention, faults, loop, meters, profile
-from xbench.bench.memory import peak_host_rss_gib
-from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_meters
+from xbench.bench.memory import device_peaks, peak_host_rss_gib, reset_peaks
+from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, rank_meters
 from xbench.config import XBenchConfig
 from xbench.launch.isolation import point_started_at
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
@@ -130,6 +130,8 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     if sized_by == "cap":
         warnings.append(f"timed windows capped at bench.max_window_steps={plan.max_window_steps} steps "
                         f"({steps * step_s:.2g} s, under bench.min_window_s={plan.min_window_s})")
+    p.work.runtime.mark_timed()  # from the first window: the compile's *_timed figures and the memory peaks
+    peak_since = reset_peaks(rank_gpus(p))
     windows, meters = _timed_windows(cfg, p, plan, wu, warnings, steps, before, dev, live)
     wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
     if wait_fraction > INPUT_BOUND_FRACTION:
@@ -137,7 +139,8 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
                         f"(data.source={cfg.data.source}, num_workers={cfg.data.num_workers}); "
                         "this measures the loader, not the chip")
     m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
-    m.update(sizing, startup_to_first_step_s=startup_to_first_step_s)
+    m.update(sizing, startup_to_first_step_s=startup_to_first_step_s, peak_memory_since=peak_since)
+    warnings += p.work.runtime.warnings()
     steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
     m.update(breakdown.split(p.hooks, dev, m, cfg.bench.breakdown_steps if main else 0, steps, steady_s))
     if m.get("xla_compiles_before_run"):
@@ -252,6 +255,7 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         "flops_per_sample_forward": p.work.flops["forward"],
         "flops_per_sample_train": p.work.flops["train"],
         "compute_dtype": precision.compute_dtype,
+        **({"tf32_api": precision.tf32_api} if precision.tf32_api else {}),  # CUDA: how TF32 was set
         **p.threads,
         "cpu_capability_in_force": p.cpu_capability,
         "warmup_steps": wu.steps,
@@ -282,6 +286,7 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         **optimizer_figures(p.work.optimizer, p.work.precision.scaler),
     }
     m.update(runtime.memory())
+    m.update(device_peaks(rank_gpus(p)))  # every GPU the rank drives
     if "energy_j" in m:  # metered over the kept windows only (a remeasured one is discarded)
         m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * sum(w.steps for w in windows))
     return m

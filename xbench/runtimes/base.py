@@ -100,10 +100,15 @@ class Runtime:
         """Runtime-specific overhead figures for the record (compile time, tracing time, ...)."""
         return {}
 
+    def mark_timed(self) -> None:
+        """The timed windows begin: figures that split warm-up from the windows (`*_timed`) count from here."""
+
+    def warnings(self) -> list[str]:
+        """What the runtime's figures say made the measurement less than steady (after the windows)."""
+        return []
+
     def memory(self) -> dict:
-        """Peak device memory of the run so far. On the CPU the device's memory is the host's: the
-        worker records peak_host_rss_gib for every run."""
-        if self.device.type != "cuda":
-            return {}
-        return {"peak_device_allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30,
-                "peak_device_reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30}
+        """Device memory figures the runtime alone can read (XLA's). CUDA's peaks are read over every GPU
+        the rank drives (bench/memory.py device_peaks); on the CPU the device's memory is the host's
+        (peak_host_rss_gib, every run)."""
+        return {}
