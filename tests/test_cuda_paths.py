@@ -399,3 +399,71 @@ def test_device_peaks_count_from_the_reset_and_over_every_gpu(monkeypatch):
     assert fig["peak_device_allocated_gib"] == 3.0 and fig["peak_device_reserved_gib"] == 3.0
     assert fig["peak_device_allocated_gib_per_gpu"] == [1.0, 1.5, 3.0]
     assert memory.device_peaks([]) == {}
+
+
+# ---------- host vs device time on CUDA ----------
+
+
+def _cuda_step_events():
+    """One CUDA step as torch.profiler hands it back (`prof.events()`), built from
+    torch.autograd.profiler_util.FunctionEvent's documented fields, as torch's profiler builds them
+    from kineto: CPU ops with their children, `cudaLaunchKernel` runtime calls under the ops that
+    launch, each kernel both as a CUDA event of its own and appended to its launching op
+    (`append_kernel`: the op's self_device_time_total), and a record_function range on both timelines
+    (CPU user annotation; gpu_user_annotation spanning the kernels). Times in us:
+
+        CPU  ## forward ## [0, 60]                 (user annotation)
+               aten::linear [0, 50] > aten::addmm [5, 45] > cudaLaunchKernel [10, 20]   -> gemm
+               aten::add [50, 58] > cudaLaunchKernel [52, 56]                             -> add
+             aten::item [60, 300] > aten::_local_scalar_dense [61, 299]
+               > cudaMemcpyAsync [62, 64], cudaStreamSynchronize [64, 298]
+        GPU  gemm [30, 130] stream 7; add [100, 160] stream 8 (overlaps gemm by 30);
+             memcpy DtoH [161, 162]; ## forward ## [30, 160] (gpu_user_annotation)
+
+    Right answers: device busy = [30, 160] + [161, 162] = 131 us; host = 300 us of CPU time less
+    the 238 us blocked in _local_scalar_dense = 62 us; sync wait = 238 us."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    ids = iter(range(1, 100))
+
+    def ev(name, start, end, device=DeviceType.CPU, annotation=False, parent=None, resource=0):
+        e = FunctionEvent(next(ids), name, thread=1, start_us=start, end_us=end, use_device="cuda",
+                          device_type=device, device_resource_id=resource, is_user_annotation=annotation)
+        if parent is not None:
+            parent.append_cpu_child(e)
+            e.set_cpu_parent(parent)
+        return e
+
+    fwd = ev("## forward ##", 0, 60, annotation=True)
+    linear = ev("aten::linear", 0, 50, parent=fwd)
+    addmm = ev("aten::addmm", 5, 45, parent=linear)
+    launch1 = ev("cudaLaunchKernel", 10, 20, parent=addmm)
+    add = ev("aten::add", 50, 58, parent=fwd)
+    launch2 = ev("cudaLaunchKernel", 52, 56, parent=add)
+    item = ev("aten::item", 60, 300)
+    dense = ev("aten::_local_scalar_dense", 61, 299, parent=item)
+    copy = ev("cudaMemcpyAsync", 62, 64, parent=dense)
+    wait = ev("cudaStreamSynchronize", 64, 298, parent=dense)
+    gemm = ev("ampere_sgemm_128x64_tn", 30, 130, DeviceType.CUDA, resource=7)
+    kadd = ev("vectorized_elementwise_kernel", 100, 160, DeviceType.CUDA, resource=8)
+    memcpy = ev("Memcpy DtoH (Device -> Pinned)", 161, 162, DeviceType.CUDA, resource=7)
+    gpu_fwd = ev("## forward ##", 30, 160, DeviceType.CUDA, annotation=True, resource=7)
+    addmm.append_kernel(gemm.name, 0, 100)
+    add.append_kernel(kadd.name, 0, 60)
+    dense.append_kernel(memcpy.name, 0, 1)
+    return [fwd, linear, addmm, launch1, gemm, gpu_fwd, add, launch2, kadd, item, dense, copy, wait, memcpy]
+
+
+def test_cuda_split_counts_each_kernel_once_and_sync_waits_apart():
+    from xbench.bench import breakdown
+
+    events = _cuda_step_events()
+    old_device_us = sum(e.self_device_time_total for e in events)  # what the split summed before
+    assert old_device_us == 100 + 60 + 1 + 100 + 60 + 1 + 130  # ops + kernels + annotation: 452, not 131
+    fig = breakdown.cuda_split(events, steps=1)
+    assert fig["device_s_per_step"] == pytest.approx(131e-6)
+    assert fig["host_s_per_step"] == pytest.approx(62e-6)
+    assert fig["sync_wait_s_per_step"] == pytest.approx(238e-6)
+    two = breakdown.cuda_split(events, steps=2)
+    assert two["device_s_per_step"] == pytest.approx(65.5e-6)

@@ -3,8 +3,12 @@ tracing, launches) against device (the kernels). Measured after the timed window
 
 - XLA: the runtime's own clocks: host = tracing the step + the sync that cuts and launches its graph
   (medians), device = PJRT's `ExecuteTime` per execution.
-- CUDA (eager, compile, accelerate): `torch.profiler` over a few steps: device = the kernels' time
-  per step, host = the CPU time of the ops that issued them.
+- CUDA (eager, compile, accelerate): `torch.profiler` over a few steps (`cuda_split`): device = the
+  time the GPU was busy with kernels, memcpys and memsets (the union of their intervals, so kernels
+  overlapping on several streams count once; the busiest GPU where the rank drives several), never
+  the ops that launched them nor the `record_function` ranges drawn on the GPU timeline
+  (gpu_user_annotation), which span the same kernels again; host = the CPU time of the ops, less the
+  time blocked waiting for the device (`SYNC_WAITS`), which is `sync_wait_s_per_step` on its own.
 - CPU (eager, compile, accelerate): the device is the host, so the split is by op: device = the self
   time of the ops that compute (leaf ops, metadata-only ops such as views and `as_strided` excluded),
   host = the steady step (from the timed windows, unprofiled) minus that. The profiler's own per-op
@@ -28,6 +32,55 @@ NO_COMPUTE = frozenset({
     "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::set_",
     "aten::contiguous", "aten::expand_as", "aten::flatten", "aten::view_as", "aten::unbind", "aten::split",
     "aten::chunk", "aten::narrow", "aten::zero_", "aten::size", "aten::stride", "aten::is_same_size"})
+
+
+# Host calls that block until the device catches up: their time is waiting, not host work. Their whole
+# span counts (a `.item()`'s _local_scalar_dense holds its copy and its stream synchronisation).
+SYNC_WAITS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                        "aten::_local_scalar_dense"})
+
+
+def _busy_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def _inside_wait(e) -> bool:
+    p = e.cpu_parent
+    while p is not None:
+        if p.name in SYNC_WAITS:
+            return True
+        p = p.cpu_parent
+    return False
+
+
+def cuda_split(events, steps: int) -> dict:
+    """Host, device and sync-wait time per step from torch.profiler's FunctionEvents (`prof.events()`).
+
+    Device events (device_type CUDA) are kernels, memcpys, memsets and the GPU side of user
+    annotations; the annotations are left out (`is_user_annotation`, or a name a CPU-side annotation
+    has). CPU events' self times partition each thread's profiled time, so their sum is the host's time;
+    the spans of `SYNC_WAITS` (outermost only) are taken out of it and reported apart."""
+    from torch.autograd import DeviceType
+
+    cpu = [e for e in events if e.device_type == DeviceType.CPU and not e.is_async]
+    annotations = {e.name for e in cpu if getattr(e, "is_user_annotation", False)}
+    busy: dict[int, list] = {}
+    for e in events:
+        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False) \
+                and e.name not in annotations:
+            busy.setdefault(e.device_index, []).append((e.time_range.start, e.time_range.end))
+    device_us = max((_busy_us(v) for v in busy.values()), default=0.0)
+    host_us = sum(e.self_cpu_time_total for e in cpu)
+    wait_us = sum(e.cpu_time_total for e in cpu if e.name in SYNC_WAITS and not _inside_wait(e))
+    return {"host_s_per_step": max(0.0, host_us - wait_us) / steps / 1e6, "device_s_per_step": device_us / steps / 1e6,
+            "sync_wait_s_per_step": wait_us / steps / 1e6}
 
 
 def profile_steps(configured: int, window_steps: int) -> int:
@@ -58,14 +111,13 @@ def profiled_split(hooks, device_type: str, steps: int, steady_s: float) -> dict
         hooks.sync()
     events = prof.events()
     if cuda:
-        device = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / steps / 1e6
-        host = sum(e.self_cpu_time_total for e in events) / steps / 1e6
-        source = "torch.profiler: CUDA kernels (device), CPU time of the ops (host)"
-    else:
-        device = sum(e.self_cpu_time_total for e in events
-                     if not e.cpu_children and e.name not in NO_COMPUTE) / steps / 1e6
-        host = max(0.0, steady_s - device)
-        source = "torch.profiler: self time of computing leaf ops (device), steady step minus that (host)"
+        source = ("torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
+                  "the ops less sync waits (host)")
+        return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps}
+    device = sum(e.self_cpu_time_total for e in events
+                 if not e.cpu_children and e.name not in NO_COMPUTE) / steps / 1e6
+    host = max(0.0, steady_s - device)
+    source = "torch.profiler: self time of computing leaf ops (device), steady step minus that (host)"
     return {"host_s_per_step": host, "device_s_per_step": device, "breakdown_source": source,
             "breakdown_steps": steps}
 
