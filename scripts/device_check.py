@@ -1,11 +1,25 @@
-"""Run the GPU check's configurations through the real CLI, one process each, and print a table.
+"""The GPU check: runs xbench on one GPU and brings back a table of checks, each against its target.
 
-Called by scripts/device_check.sh (which sets up the carried wheels). Each row is a separate
-`python -m xbench` process (clean GPU memory, its own compile caches) writing its record into
-OUT/results/<row>/; the table is built from those records, so it shows exactly what was stored.
+Called by scripts/device_check.sh (which installs the carried wheels). Each *run* is one `python -m
+xbench` process (its own GPU memory and compile caches) with its store in a temporary folder outside
+$OUT; each *row* is one check read off a run's record by the figure's name. A figure absent from the
+record makes its row fail with "figure missing from the record: <name>", never a crash.
 
-Targets (issue [7/8], one H200; NVIDIA's reference ResNet-50 AMP is ~3,080 img/s):
-amp_bf16 eager >= 2,900 img/s, + channels_last >= 3,300, + torch.compile >= 3,800; CV <= 1%.
+What comes back (the device tool returns at most 8 files, at most 2 folders below $OUT): $OUT/table.md
+(rewritten after every run, so a run stopped at the command limit still returns the rows so far),
+$OUT/rows.jsonl (one JSON line per row), $OUT/records.jsonl (per run: status, reason, measurements,
+derived, warnings, wall time) and $OUT/log.txt (each run's output, tail-capped). Nothing else is written
+under $OUT; the script checks that at the end (and a dry run fails if it does not hold).
+
+An overall deadline (--deadline-s, default 480 s: 8 minutes inside the tool's 10-minute command limit)
+skips the runs that are left, and their rows say so. Runs are ordered by what matters most.
+
+Rows that one GPU cannot check (DDP over NCCL with several ranks, DataParallel, NVML under a remapped
+CUDA_VISIBLE_DEVICES, TPU paths) are listed as unverified.
+
+--dry-run (the default without a GPU) runs every run at tiny sizes on the CPU: the CLI, the records,
+the figure reading, the table, the deadline and the file limits. Rows judged only on a GPU are marked
+skipped there, with the figure read on the CPU. Measured: 153-217 s on 2 shared CPU cores (DRY_RUN_S).
 """
 
 from __future__ import annotations
@@ -13,182 +27,683 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-GPU_COMMON = ["model=resnet50", "data=synthetic_imagenet", "data.batch_size=256", "platform=h200",
-              "bench.steps=40", "bench.repeats=3", "bench.warmup_max_steps=60", "logger=wandb",
-              "logger.progress=false"]
-DRY_COMMON = ["model=cnn_small", "data=synthetic_cifar10", "data.batch_size=16", "platform=cpu",
-              "bench.steps=4", "bench.min_window_s=0", "bench.repeats=2", "bench.warmup_min_steps=2", "bench.warmup_max_steps=4",
-              "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10", "logger=wandb", "logger.progress=false"]
-CL = "model.channels_last=true"
+# The whole dry run measured on the development machine (2 CPU cores shared with other work, load ~3):
+# 153, 164 and 217 s wall for every run (three runs); compile_graphs (inductor on the CPU) is the longest, ~32-49 s.
+DRY_RUN_S = (153, 217)
+DEADLINE_S = 480.0
+LOG_TAIL_BYTES = 200_000  # per run in log.txt: the files back are capped at 16 MiB each
+OUT_MAX_FILES, OUT_MAX_DEPTH, OUT_MAX_FILE_BYTES, OUT_MAX_TOTAL_BYTES = 8, 2, 16 * 2**20, 64 * 2**20
+OUT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
-# name, overrides, throughput target (samples/s) on the GPU, needs CUDA, slow on CPU (compile)
-ROWS = [
-    ("fp32 eager", ["precision=fp32"], None, False, False),
-    ("tf32 eager", ["precision=tf32"], None, True, False),
-    ("amp_bf16 eager", ["precision=amp_bf16"], 2900.0, False, False),
-    ("amp_bf16 channels_last", ["precision=amp_bf16", CL], 3300.0, False, False),
-    ("amp_bf16 cl compile", ["precision=amp_bf16", CL, "runtime=compile"], 3800.0, False, True),
-    ("single (ddp baseline)", ["precision=amp_bf16", CL, "parallel=single"], None, False, False),
-    ("ddp world_size=1", ["precision=amp_bf16", CL, "parallel=ddp", "parallel.world_size=1"], None, False, False),
+GPU_COMMON = ["platform=h200", "logger=wandb", "logger.wandb.mode=offline", "logger.progress=false",
+              "bench.repeats=3", "bench.min_window_s=2", "bench.warmup_max_steps=60"]
+DRY_COMMON = ["platform=cpu", "logger=wandb", "logger.wandb.mode=offline", "logger.progress=false",
+              "bench.steps=4", "bench.min_window_s=0", "bench.repeats=2", "bench.warmup_min_steps=2",
+              "bench.warmup_max_steps=4", "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10"]
+R50 = ["model=resnet50", "data=synthetic_imagenet", "data.batch_size=256", "model.channels_last=true"]
+# NVIDIA's ResNet-50 v1.5 recipe (DeepLearningExamples, PyTorch): AMP fp16 with a loss scaler, NHWC,
+# batch 256 per GPU, SGD momentum 0.875, lr 0.256 per 256, weight decay 1/32768 off the BN/bias
+# parameters, label smoothing 0.1. xbench's scaler is dynamic (torch's GradScaler defaults); the recipe
+# uses a static 256: the same kernels per step (unscale, inf check), so the same time.
+RECIPE = ["optim.name=sgd", "optim.lr=0.256", "optim.momentum=0.875", "optim.weight_decay=3.0517578125e-05",
+          "optim.no_decay_norm_bias=true", "optim.label_smoothing=0.1"]
+SMALL = ["model=cnn_small", "data=synthetic_cifar10", "data.batch_size=256"]
+DRY_SMALL = ["model=cnn_small", "data=synthetic_cifar10", "data.batch_size=16"]
+# The published figure the like-for-like row is held to (the issue quotes it): ~3,000 img/s per H200 for
+# NVIDIA's ResNet-50 AMP NHWC recipe; 95% of it, since that recipe feeds DALI-decoded data and xbench
+# synthetic batches (no data cost), so falling short of 95% is a harness or recipe difference.
+R50_PUBLISHED_IMG_S = 3000.0
+R50_TARGET_IMG_S = 0.95 * R50_PUBLISHED_IMG_S
+
+
+@dataclass
+class Run:
+    """One process: `python -m xbench <common> <overrides>` (or another command)."""
+
+    name: str
+    gpu: list[str]  # overrides on the GPU
+    dry: list[str]  # overrides in the dry run (tiny, CPU)
+    est_s: float  # GPU: a guess at its wall time; the deadline skips it when less is left
+    timeout_s: float = 240.0
+    kind: str = "xbench"  # xbench | python (args are a python command line) | overhead (bench_overhead.py)
+
+
+@dataclass
+class Check:
+    """One row: a figure read off a run's record (or off several runs'), held to a target."""
+
+    name: str
+    run: str
+    target: str
+    figure: object  # fn(records: {run: record}) -> (value, text); raises Missing
+    verdict: object  # fn(value) -> (passed: bool, why: str)
+    gpu_only: bool = True  # judged on a GPU only; a dry run shows the figure and skips the verdict
+    needs_ok: bool = True  # the run's record must be ok before the figure is read
+
+
+class Missing(Exception):
+    """A figure the check reads is not in the record."""
+
+
+def m(rec: dict, key: str):
+    """measurements[key] of a record (derived[key] as a fallback); Missing if neither holds it."""
+    for part in ("measurements", "derived"):
+        if key in (rec.get(part) or {}) and rec[part][key] is not None:
+            return rec[part][key]
+    raise Missing(key)
+
+
+def first(rec: dict, *keys: str):
+    """The first of `keys` the record holds (names other work may give a figure); Missing naming them all."""
+    for k in keys:
+        try:
+            return k, m(rec, k)
+        except Missing:
+            continue
+    raise Missing(" or ".join(keys))
+
+
+def num(v, spec=".4g") -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+# ---------- the figures and verdicts ----------
+
+def fig_throughput(run):
+    def f(recs):
+        v = m(recs[run], "throughput_samples_per_s")
+        return v, f"{v:.1f} samples/s"
+    return f
+
+
+def at_least(limit):
+    return lambda v: (v >= limit, f"{num(v)} {'>=' if v >= limit else '<'} {num(limit)}")
+
+
+def fig_key(run, key, unit=""):
+    def f(recs):
+        v = m(recs[run], key)
+        return v, f"{key} = {num(v)}{unit}"
+    return f
+
+
+def equals(want):
+    return lambda v: (v == want, f"{num(v)} {'==' if v == want else '!='} {num(want)}")
+
+
+def ok_status(run):
+    def f(recs):
+        rec = recs[run]
+        return rec.get("status"), f"status {rec.get('status')}"
+    return f
+
+
+def fig_util(recs):
+    rec = recs["r50_fp16_recipe"]
+    v = m(rec, "gpu_util_percent_mean")
+    src = (rec.get("measurements") or {}).get("util_source") or (rec.get("measurements") or {}).get("gpu_util_source")
+    return v, f"gpu_util_percent_mean = {num(v)} ({src})"
+
+
+def fig_energy(recs):
+    rec = recs["r50_fp16_recipe"]
+    ms = rec.get("measurements") or {}
+    if "energy_j" not in ms:
+        raise Missing("energy_j" + (f" (energy_unavailable: {ms['energy_unavailable']})"
+                                    if ms.get("energy_unavailable") else ""))
+    return ms["energy_j"], f"energy_j = {num(ms['energy_j'])} ({ms.get('energy_source')}), " \
+                           f"{num(ms.get('energy_j_per_sample'))} J/sample"
+
+
+def energy_ok(v):
+    return (v > 0, f"{num(v)} J > 0" if v > 0 else f"{num(v)} J: nothing metered")
+
+
+def fig_split(recs):
+    rec = recs["r50_fp16_recipe"]
+    device, step = m(rec, "device_s_per_step"), m(rec, "step_time_s_median")
+    source = (rec.get("measurements") or {}).get("step_time_source")
+    ratio = device / step if step else float("inf")
+    return (ratio, source), (f"device_s_per_step {device * 1e3:.2f} ms / step_time_s_median {step * 1e3:.2f} ms "
+                             f"({source}) = {ratio:.3f}")
+
+
+def split_ok(v):
+    ratio, source = v
+    if source != "cuda_events":
+        return False, f"step time from {source}, not CUDA events"
+    return abs(ratio - 1) <= 0.10, f"|{ratio:.3f} - 1| {'<=' if abs(ratio - 1) <= 0.10 else '>'} 0.10"
+
+
+def fig_peak(recs):
+    rec = recs["r50_fp16_recipe"]
+    v = m(rec, "peak_device_allocated_gib")
+    total = (rec.get("measurements") or {}).get("device_total_gib")
+    return (v, total), f"peak_device_allocated_gib = {v:.2f}" + (f" of {total:.1f}" if total else "")
+
+
+def peak_ok(v):
+    peak, total = v
+    fits = peak > 0 and (total is None or peak <= total)
+    return fits, f"{peak:.2f} GiB, in (0, {num(total) if total else 'device total'}]"
+
+
+def fig_wandb_logged(recs):
+    rec = recs["r50_fp16_recipe"]
+    art = {k: v for k, v in (rec.get("artifacts") or {}).items() if k.startswith("wandb")}
+    if not art:
+        raise Missing("artifacts.wandb_*")
+    return art, ", ".join(f"{k}={v}" for k, v in sorted(art.items()))[:160]
+
+
+def wandb_logged_ok(art):
+    mode = art.get("wandb_mode") or next((v for k, v in art.items() if "mode" in k), None)
+    return mode in ("offline", "online"), f"W&B mode {mode}"
+
+
+def fig_ddp_ratio(recs):
+    ddp, single = m(recs["ddp_ws1"], "throughput_samples_per_s"), m(recs["r50_fp16_recipe"], "throughput_samples_per_s")
+    return ddp / single, f"{ddp:.1f} / {single:.1f} samples/s = {ddp / single:.3f}"
+
+
+def fig_cudagraph(run):
+    def f(recs):
+        rec = recs[run]
+        ms = rec.get("measurements") or {}
+        keys = sorted(k for k in ms if "cudagraph" in k and "skip" in k)
+        if not keys:
+            raise Missing("a cudagraph skip count (cudagraph_skips)")
+        v = sum(ms[k] if isinstance(ms[k], (int, float)) else len(ms[k] or ()) for k in keys)
+        return v, ", ".join(f"{k} = {ms[k]}" for k in keys)
+    return f
+
+
+def fig_losses_distinct(run):
+    """Kept losses under CUDA graphs with target=step: aliased buffers would make a window's losses one value."""
+    def f(recs):
+        series = recs[run].get("series") or {}
+        losses = [x for x, ph in zip(series.get("loss") or [], series.get("phase") or []) if ph == "timed"]
+        if not losses:
+            raise Missing("series.loss (timed steps)")
+        return (len(set(losses)), len(losses)), f"{len(set(losses))} distinct of {len(losses)} timed losses"
+    return f
+
+
+def distinct_ok(v):
+    n, total = v
+    return n == total or n > total // 2, f"{n} distinct of {total}"
+
+
+def fig_oom(recs):
+    ms = recs["max_batch"].get("measurements") or {}
+    if "batch_search_trials" not in ms:
+        raise Missing("batch_search_trials")
+    trials = ms["batch_search_trials"]
+    ooms = [t for t in trials if not t.get("fits")]
+    return len(ooms), (f"{len(trials)} trials, {len(ooms)} out of memory; largest fit "
+                       f"{ms.get('max_batch_size_per_device')}, smallest failure {ms.get('min_failing_batch_size_per_device')}")
+
+
+def fig_freed(recs):
+    """After the first OOM trial, the next trial fits: the OOM's memory was given back. A figure of the
+    memory held after the cleanup (a trial key with 'after' in it) is shown where the record has one."""
+    ms = recs["max_batch"].get("measurements") or {}
+    if "batch_search_trials" not in ms:
+        raise Missing("batch_search_trials")
+    trials = ms["batch_search_trials"]
+    i = next((k for k, t in enumerate(trials) if not t.get("fits")), None)
+    if i is None:
+        return None, "no trial ran out of memory"
+    after = {k: v for k, v in trials[i].items() if "after" in k}
+    nxt = trials[i + 1] if i + 1 < len(trials) else None
+    nxt_text = ("no trial after it" if nxt is None else
+                f"next trial (batch {nxt['batch_size']}) {'fits' if nxt.get('fits') else 'does not fit'}, peak "
+                f"{num(nxt.get('device_peak_allocated_gib'))} GiB")
+    extra = (", " + ", ".join(f"{k} = {num(v)}" for k, v in after.items())) if after else \
+        " (no memory-after-cleanup figure in the trial row)"
+    return (nxt is not None and bool(nxt.get("fits"))), f"OOM at batch {trials[i]['batch_size']}; {nxt_text}{extra}"
+
+
+def truthy(why_true, why_false):
+    return lambda v: (bool(v), why_true if v else why_false)
+
+
+def fig_self_check(recs):
+    rec = recs["self_check"]
+    sizes, tps = m(rec, "self_check_batch_sizes"), m(rec, "self_check_throughput_samples_per_s")
+    fell = [w for w in rec.get("warnings") or [] if "throughput fell" in w]
+    return (sizes, tps, fell), ", ".join(f"batch {b}: {t:.1f}/s" for b, t in zip(sizes, tps)) + \
+        (f"; {fell[0][:80]}" if fell else "")
+
+
+def self_check_ok(v):
+    sizes, tps, fell = v
+    return len(sizes) == 2 and not fell, "throughput fell as the batch grew" if fell else "did not fall"
+
+
+def fig_data(recs):
+    rec = recs["digits"]
+    src = m(rec, "data_source")
+    wait = (rec.get("measurements") or {}).get("data_wait_fraction")
+    tp = m(rec, "throughput_samples_per_s")
+    return (rec.get("status"), src), f"status {rec.get('status')}, data_source {src}, {tp:.0f} samples/s, " \
+                                     f"data_wait_fraction {num(wait)}"
+
+
+def data_ok(v):
+    status, src = v
+    return status == "ok" and src == "digits", f"status {status}, source {src}"
+
+
+def fig_tf32(recs):
+    rec = recs["tf32"]
+    log = rec.get("_log", "") + "\n".join(rec.get("warnings") or [])
+    legacy = "new API settings to control TF32" in log or ("allow_tf32" in log and "deprecat" in log.lower())
+    return (rec.get("status"), legacy), f"status {rec.get('status')}, legacy TF32 warning {'seen' if legacy else 'not seen'}"
+
+
+def tf32_ok(v):
+    status, legacy = v
+    return status == "ok" and not legacy, "torch warned that the legacy TF32 flags are deprecated" if legacy else \
+        f"status {status}"
+
+
+def fig_wandb_import(recs):
+    rec = recs["wandb_import"]
+    line = next((x for x in rec.get("_log", "").splitlines() if x.startswith("IMPORTED ")), None)
+    if line is None:
+        err = [x for x in rec.get("_log", "").splitlines() if "Error" in x]
+        return False, (err[-1] if err else "no output")[:160]
+    return True, line[len("IMPORTED "):][:160]
+
+
+def fig_overhead(recs):
+    r = recs["overhead"].get("_result")
+    if not r:
+        raise Missing("bench_overhead.py's RESULT line")
+    return (r["ratio_median"], r["goal"]), f"xbench/hand {r['ratio_median']:.4f} ({r.get('ratio_ci95_text')})"
+
+
+def overhead_ok(v):
+    ratio, goal = v
+    return ratio >= goal, f"{ratio:.4f} {'>=' if ratio >= goal else '<'} {goal}"
+
+
+def fig_mfu(recs):
+    v = m(recs["bert_mfu"], "mfu")
+    return v, f"mfu = {v:.1%}, {m(recs['bert_mfu'], 'throughput_samples_per_s'):.1f} samples/s"
+
+
+IMPORT_CHECK = ("import os, hydra, mlperf_logging, omegaconf, platformdirs, wandb; "
+                "print('IMPORTED wandb', wandb.__version__, 'hydra', hydra.__version__, 'omegaconf', omegaconf.__version__, "
+                "'from', os.path.dirname(os.path.dirname(wandb.__file__)))")
+
+RUNS = [
+    Run("wandb_import", ["-c", IMPORT_CHECK], ["-c", IMPORT_CHECK], est_s=5, timeout_s=60, kind="python"),
+    Run("r50_fp16_recipe", [*R50, "precision=amp_fp16", *RECIPE], [*DRY_SMALL, "precision=amp_bf16", *RECIPE],
+        est_s=60),
+    Run("compile_graphs", [*SMALL, "precision=amp_bf16", "runtime=compile_reduce_overhead"],
+        [*DRY_SMALL, "runtime=compile_reduce_overhead"], est_s=60),
+    Run("max_batch", ["model=resnet50", "data=synthetic_imagenet", "model.channels_last=true", "precision=amp_bf16",
+                      "bench.mode=find_max_batch", "data.batch_size=1024", "bench.max_batch_limit=8192",
+                      "bench.max_batch_rtol=0.5", "runtime.cudnn_benchmark=false"],
+        [*DRY_SMALL[:2], "bench.mode=find_max_batch", "data.batch_size=4", "bench.max_batch_limit=16",
+         "bench.max_batch_rtol=0.5"], est_s=60),
+    Run("digits", ["model=mlp", "data=digits", "data.batch_size=256", "precision=fp32"],
+        ["model=mlp", "data=digits", "data.batch_size=32", "precision=fp32"], est_s=25),
+    Run("self_check", [*R50, "precision=amp_bf16", "bench.self_check=true"],
+        [*DRY_SMALL, "precision=amp_bf16", "bench.self_check=true"], est_s=60),
+    Run("graphs_step", [*SMALL, "precision=amp_bf16", "runtime=compile_reduce_overhead", "runtime.target=step"],
+        # dry: dynamo + AOTAutograd without inductor's code generation (73 s -> ~15 s on 2 CPU cores)
+        [*DRY_SMALL, "runtime=compile", "runtime.backend=aot_eager", "runtime.target=step"], est_s=60),
+    Run("tf32", [*R50, "precision=tf32"], [*DRY_SMALL, "precision=fp32"], est_s=40),
+    Run("ddp_ws1", [*R50, "precision=amp_fp16", *RECIPE, "parallel=ddp", "parallel.world_size=1"],
+        [*DRY_SMALL, "precision=amp_bf16", *RECIPE, "parallel=ddp", "parallel.world_size=1"], est_s=50),
+    Run("bert_mfu", ["model=bert_base", "data=synthetic_wikipedia", "data.batch_size=64", "precision=amp_bf16"],
+        ["model=bert_tiny", "data=synthetic_wikipedia", "data.batch_size=4", "data.seq_len=32", "precision=amp_bf16"],
+        est_s=45),
+    Run("overhead", ["--runtime", "cuda", "--model", "resnet50", "--precision", "amp_bf16", "--batch", "256",
+                     "--steps", "20", "--pairs", "6"], ["--runtime", "eager", "--quick"], est_s=60, kind="overhead"),
 ]
-BERT_GPU = ["model=bert_base", "data=synthetic_wikipedia", "data.batch_size=64", "precision=amp_bf16"]
-BERT_DRY = ["model=bert_tiny", "data=synthetic_wikipedia", "data.batch_size=4", "data.seq_len=32",
-            "precision=amp_bf16"]
-CV_MAX = 0.01
-# The harness against a hand-written loop on the GPU (scripts/bench_overhead.py; goal >= 0.99): a
-# ResNet-50 step (device-bound, the studies' case) and a small MLP (dispatch-bound: the harness's
-# per-step Python cost is the largest share there). Dry run: the eager CPU case, quick.
-OVERHEAD_GPU = [("resnet50 amp_bf16", ["--runtime", "cuda", "--model", "resnet50", "--precision", "amp_bf16",
-                                       "--batch", "256", "--steps", "20", "--pairs", "6"]),
-                ("mlp fp32", ["--runtime", "cuda", "--model", "mlp", "--steps", "500", "--pairs", "10"])]
-OVERHEAD_DRY = [("mlp fp32 (cpu)", ["--runtime", "eager", "--quick"])]
+
+CHECKS = [
+    Check("W&B importable from the carried files", "wandb_import",
+          "imports (hydra, omegaconf, mlperf_logging, platformdirs, wandb); 'from' names the folder",
+          fig_wandb_import, truthy("importable", "not importable"), gpu_only=False, needs_ok=False),
+    Check("ResNet-50 AMP fp16 channels_last (NVIDIA recipe, like for like)", "r50_fp16_recipe",
+          f">= {R50_TARGET_IMG_S:.0f} img/s (95% of NVIDIA's ~{R50_PUBLISHED_IMG_S:.0f} per H200)",
+          fig_throughput("r50_fp16_recipe"), at_least(R50_TARGET_IMG_S)),
+    Check("fp16 scaler: syncs per step", "r50_fp16_recipe", "0 (fused optimizer takes the scale)",
+          fig_key("r50_fp16_recipe", "scaler_syncs_per_step"), equals(0)),
+    Check("contended on an idle GPU", "r50_fp16_recipe", "false",
+          fig_key("r50_fp16_recipe", "contended"), equals(False)),
+    Check("stalled windows", "r50_fp16_recipe", "false",
+          fig_key("r50_fp16_recipe", "stalled"), equals(False)),
+    Check("NVML utilisation present", "r50_fp16_recipe", "a mean GPU utilisation > 0%",
+          fig_util, lambda v: (v > 0, f"{num(v)}%")),
+    Check("NVML energy present", "r50_fp16_recipe", "energy_j > 0 (nvml)", fig_energy, energy_ok),
+    Check("device time per step vs CUDA-event step time", "r50_fp16_recipe", "within 10%", fig_split, split_ok),
+    Check("peak device memory", "r50_fp16_recipe", "> 0 and <= the device's memory", fig_peak, peak_ok),
+    Check("W&B offline run written", "r50_fp16_recipe", "W&B mode offline", fig_wandb_logged, wandb_logged_ok,
+          gpu_only=False),
+    Check("compile + CUDA graphs: recompiles after warm-up", "compile_graphs", "compiles_timed == 0",
+          fig_key("compile_graphs", "compiles_timed"), equals(0), gpu_only=False),
+    Check("compile + CUDA graphs: cudagraph skips", "compile_graphs", "0 skips",
+          fig_cudagraph("compile_graphs"), equals(0)),
+    Check("compile + CUDA graphs: throughput", "compile_graphs", "status ok (reported)",
+          fig_throughput("compile_graphs"), lambda v: (v > 0, f"{v:.0f} samples/s")),
+    Check("find_max_batch reaches an OOM", "max_batch", ">= 1 trial out of memory", fig_oom, at_least(1)),
+    Check("find_max_batch: memory freed after the OOM", "max_batch", "the next trial fits", fig_freed,
+          truthy("freed: the next trial fitted", "not shown freed")),
+    Check("real data (digits) on the device", "digits", "status ok, data_source digits", fig_data, data_ok,
+          gpu_only=False),
+    Check("bench.self_check (half batch)", "self_check", "throughput does not fall as the batch grows",
+          fig_self_check, self_check_ok),
+    Check("ResNet-50 AMP bf16 channels_last", "self_check", "reported (no published bf16 recipe figure)",
+          fig_throughput("self_check"), lambda v: (v > 0, f"{v:.0f} samples/s")),
+    Check("CUDA graphs, target=step: kept losses distinct", "graphs_step", "no window of one repeated loss",
+          fig_losses_distinct("graphs_step"), distinct_ok),
+    Check("graphs_step: recompiles after warm-up", "graphs_step", "compiles_timed == 0",
+          fig_key("graphs_step", "compiles_timed"), equals(0), gpu_only=False),
+    Check("tf32 on the image's torch", "tf32", "status ok, no legacy-flag deprecation warning", fig_tf32, tf32_ok),
+    Check("DDP world_size=1 (NCCL) / single", "ddp_ws1", ">= 0.97", fig_ddp_ratio, at_least(0.97)),
+    Check("BERT-base amp_bf16 MFU", "bert_mfu", "reported, < 100%", fig_mfu, lambda v: (0 < v < 1, f"{v:.1%}")),
+    Check("harness vs hand-written loop (ResNet-50 amp_bf16)", "overhead", ">= the script's goal (0.99)",
+          fig_overhead, overhead_ok),
+]
+
+UNVERIFIED = [
+    ("DDP over NCCL, 2+ ranks", "parallel=ddp parallel.world_size=2", "needs 2+ GPUs; one is lent"),
+    ("DataParallel + amp_bf16 (autocast dtype in replica threads)", "parallel=dataparallel parallel.world_size=2",
+     "needs 2+ GPUs; tested on CPU autocast in threads"),
+    ("DataParallel peak memory on every GPU", "parallel=dataparallel", "needs 2+ GPUs"),
+    ("NVML GPUs by CUDA identity under a remapped CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES=1,0",
+     "needs 2+ GPUs; tested against a fake NVML"),
+    ("xla_mp / xla_spmd replicas on TPU", "parallel=xla_mp platform=tpu_v3_8", "needs a TPU VM"),
+]
 
 
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
-
+# ---------- running ----------
 
 def _text(out) -> str:
-    """A subprocess stream as text: TimeoutExpired carries bytes even under text=True."""
     if out is None:
         return ""
     return out.decode(errors="replace") if isinstance(out, bytes) else out
 
 
-def run_logged(cmd: list[str], timeout_s: float, log_file: Path) -> str:
-    """Run one command with a time limit; its output (all of it, also on a timeout) goes to log_file."""
+def run_process(cmd: list[str], timeout_s: float, env: dict) -> tuple[str, bool]:
+    """(its output, timed out). Its own process group, killed whole on a timeout (xbench may start
+    fresh processes of its own)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        log = p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        log = f"timed out after {timeout_s:.0f} s\n{_text(e.stdout)}{_text(e.stderr)}"
-    log_file.write_text(log)
-    return log
+        out, _ = p.communicate(timeout=max(1.0, timeout_s))
+        return _text(out), False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return _text(out) + f"\n[device_check: killed after {timeout_s:.0f} s]\n", True
+    except BaseException:  # the script itself stopped (SIGTERM at the command limit): take the run with it
+        os.killpg(p.pid, signal.SIGKILL)
+        raise
 
 
-def run_row(name: str, overrides: list[str], store: Path, timeout_s: float) -> dict:
-    row_store = store / slug(name)
+def command(run: Run, gpu: bool, store: Path, common: list[str]) -> list[str]:
+    args = run.gpu if gpu else run.dry
+    if run.kind == "python":
+        return [sys.executable, *args]
+    if run.kind == "overhead":
+        return [sys.executable, "scripts/bench_overhead.py", *args]
+    return [sys.executable, "-m", "xbench", f"store.root={store / run.name}", *common, *args]
+
+
+def shown_command(run: Run, gpu: bool) -> str:
+    args = run.gpu if gpu else run.dry
+    if run.kind == "python":
+        return "python " + " ".join(args)[:120]
+    if run.kind == "overhead":
+        return "scripts/bench_overhead.py " + " ".join(args)
+    return " ".join(args)
+
+
+def run_one(run: Run, gpu: bool, store: Path, common: list[str], timeout_s: float, env: dict) -> dict:
     t0 = time.time()
-    log = run_logged([sys.executable, "-m", "xbench", f"store.root={row_store}", *overrides], timeout_s,
-                     store / f"{slug(name)}.log")
-    recs = sorted(row_store.glob("*/record.json"))
-    rec = json.loads(recs[-1].read_text()) if recs else {"status": "no record", "reason": log[-300:]}
-    rec["_wall_s"] = time.time() - t0
+    log, timed_out = run_process(command(run, gpu, store, common), timeout_s, env)
+    rec: dict = {}
+    if run.kind == "xbench":
+        recs = sorted((store / run.name).glob("*/record.json"))
+        rec = json.loads(recs[-1].read_text()) if recs else {"status": "no record",
+                                                              "reason": log.strip()[-300:] or "no output"}
+    elif run.kind == "overhead":
+        results = [x[len("RESULT "):] for x in log.splitlines() if x.startswith("RESULT ")]
+        rec = {"status": "ok" if results else "failed", "_result": json.loads(results[-1]) if results else None,
+               "reason": None if results else (log.strip().splitlines() or ["no output"])[-1][:200]}
+    else:
+        rec = {"status": "ok" if "IMPORTED " in log else "failed", "reason": None}
+    rec["_wall_s"], rec["_timed_out"], rec["_log"] = time.time() - t0, timed_out, log
     return rec
 
 
-def run_overhead(name: str, args: list[str], out: Path, timeout_s: float) -> dict:
-    """One bench_overhead.py comparison in its own process; its RESULT line, or why there is none."""
-    log = run_logged([sys.executable, "scripts/bench_overhead.py", *args], timeout_s,
-                     out / f"overhead_{slug(name)}.log")
-    results = [line[len("RESULT "):] for line in log.splitlines() if line.startswith("RESULT ")]
-    return json.loads(results[-1]) if results else {"error": log.strip().splitlines()[-1][:160] if log.strip() else "no output"}
+def evaluate(check: Check, recs: dict, gpu: bool) -> tuple[str, str, str]:
+    """(verdict, figure text, why) for one row; never raises."""
+    rec = recs.get(check.run)
+    if rec is None:
+        return "skipped", "-", f"run {check.run} did not run"
+    try:
+        if check.needs_ok and rec.get("status") != "ok":
+            raise RuntimeError(f"run {check.run} {rec.get('status')}: {str(rec.get('reason'))[:200]}")
+        value, text = check.figure(recs)
+    except Missing as e:
+        text = f"figure missing from the record: {e.args[0]}"
+        return ("skipped", text, "dry run: judged on the GPU") if (check.gpu_only and not gpu) else ("fail", text, text)
+    except KeyError as e:  # a run this row compares with did not run
+        return "skipped", "-", f"needs run {e.args[0]}, which did not run"
+    except Exception as e:  # a failed run, or a figure of an unexpected shape: the row says so
+        why = f"{type(e).__name__}: {e}"[:240]
+        return ("skipped", "-", f"dry run: {why}") if (check.gpu_only and not gpu) else ("fail", "-", why)
+    if check.gpu_only and not gpu:
+        return "skipped", text, "dry run: judged on the GPU"
+    try:
+        passed, why = check.verdict(value)
+    except Exception as e:
+        return "fail", text, f"verdict error {type(e).__name__}: {e}"[:240]
+    return ("pass" if passed else "fail"), text, why
 
 
-def row_figures(rec: dict) -> dict:
-    m, d = rec.get("measurements") or {}, rec.get("derived") or {}
-    return {
-        "status": rec.get("status"),
-        "tp": m.get("throughput_samples_per_s"),
-        "cv": m.get("throughput_cv"),
-        "step_ms": (m.get("step_time_s_median") or 0) * 1e3 or None,
-        "mfu": d.get("mfu"),
-        "mem_gib": m.get("peak_device_allocated_gib"),
-        "compile_s": m.get("compile_time_s"),
-        "reason": rec.get("reason"),
-    }
+@dataclass
+class State:
+    out: Path
+    gpu: bool
+    device: str
+    deadline_s: float
+    common: list[str] = field(default_factory=list)
+    note: str | None = None  # why the GPU runs use platform=local
+    t0: float = field(default_factory=time.time)
+    recs: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)  # run -> why
+    running: str | None = None
+
+    def rows(self) -> list[dict]:
+        runs = {r.name: r for r in RUNS}
+        out = []
+        for c in CHECKS:
+            cmd = shown_command(runs[c.run], self.gpu)
+            if c.run in self.skipped:
+                v, fig, why = "skipped", "-", self.skipped[c.run]
+            elif c.run not in self.recs:
+                v, fig, why = "skipped", "-", "running now (stopped before it finished)" if c.run == self.running \
+                    else "not run yet"
+            else:
+                v, fig, why = evaluate(c, self.recs, self.gpu)
+            out.append({"row": c.name, "run": c.run, "command": cmd, "figure": fig, "target": c.target,
+                        "verdict": v, "why": why})
+        for name, cmd, why in UNVERIFIED:
+            out.append({"row": name, "run": "-", "command": cmd, "figure": "-", "target": "-",
+                        "verdict": "unverified", "why": why})
+        return out
+
+    def write(self, final: bool = False) -> list[dict]:
+        """table.md, rows.jsonl and records.jsonl, rewritten whole (each write leaves complete files)."""
+        rows = self.rows()
+        elapsed = time.time() - self.t0
+        counts = {k: sum(r["verdict"] == k for r in rows) for k in ("pass", "fail", "skipped", "unverified")}
+        head = [f"# xbench device check ({'GPU: ' + self.device if self.gpu else 'dry run on the CPU'})", "",
+                f"{'finished' if final else 'in progress'} after {elapsed:.0f} s of a {self.deadline_s:.0f} s "
+                f"deadline; {', '.join(f'{v} {k}' for k, v in counts.items())}.",
+                f"Common overrides of the xbench runs: `{' '.join(self.common)}`"]
+        head += [f"Not the H200 SKU, so platform=local (the H200 targets do not apply): {self.note}"] if self.note else []
+        head += [""]
+        skipped_runs = [f"- `{r}` skipped: {why}" for r, why in self.skipped.items()]
+        table = ["| row | command / overrides | figure | target | verdict | why |", "|---|---|---|---|---|---|"]
+        table += [f"| {r['row']} | `{r['command']}` | {r['figure']} | {r['target']} | **{r['verdict']}** | "
+                  f"{r['why']} |".replace("\n", " ") for r in rows]
+        walls = [f"- `{n}`: {rec.get('status')}, {rec['_wall_s']:.0f} s" + (" (killed at its limit)"
+                 if rec.get("_timed_out") else "") for n, rec in self.recs.items()]
+        text = "\n".join(head + table + ["", "Runs:"] + walls + skipped_runs) + "\n"
+        _atomic(self.out / "table.md", text)
+        _atomic(self.out / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        _atomic(self.out / "records.jsonl", "".join(json.dumps(summary(n, rec), default=str) + "\n"
+                                                    for n, rec in self.recs.items()))
+        return rows
 
 
-def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
+def summary(name: str, rec: dict) -> dict:
+    """What travels back of one run's record: no series, no logs (log.txt has those)."""
+    keep = ("status", "reason", "measurements", "derived", "warnings", "artifacts", "_wall_s", "_timed_out",
+            "_result")
+    return {"run": name, **{k: rec[k] for k in keep if k in rec}}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def append_log(out: Path, name: str, log: str) -> None:
+    data = log.encode(errors="replace")
+    if len(data) > LOG_TAIL_BYTES:
+        data = b"[... head cut ...]\n" + data[-LOG_TAIL_BYTES:]
+    with open(out / "log.txt", "ab") as f:
+        f.write(f"\n===== {name} =====\n".encode() + data)
+
+
+def out_problems(out: Path) -> list[str]:
+    """What the device tool would not bring back from `out`: more than 8 files, a file over 2 folders
+    down, an odd name, a link, a file over 16 MiB, over 64 MiB in all."""
+    files, problems, total = [], [], 0
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out)
+        if any(not OUT_NAME.match(part) for part in rel.parts):
+            problems.append(f"{rel}: a name with characters other than letters, digits, '.', '_', '-'")
+        if p.is_symlink():
+            problems.append(f"{rel}: a link")
+        elif p.is_file():
+            files.append(rel)
+            total += p.stat().st_size
+            if len(rel.parts) - 1 > OUT_MAX_DEPTH:
+                problems.append(f"{rel}: {len(rel.parts) - 1} folders down (at most {OUT_MAX_DEPTH})")
+            if p.stat().st_size > OUT_MAX_FILE_BYTES:
+                problems.append(f"{rel}: over 16 MiB")
+    if len(files) > OUT_MAX_FILES:
+        problems.append(f"{len(files)} files (at most {OUT_MAX_FILES}): {', '.join(map(str, files))}")
+    if total > OUT_MAX_TOTAL_BYTES:
+        problems.append(f"{total / 2**20:.1f} MiB in all (at most 64)")
+    return problems
+
+
+def gpu_platform() -> tuple[str, str | None]:
+    """(platform=h200, None) where the GPU is that SKU, else (platform=local, why): xbench refuses a
+    platform whose SKU is not here (a MIG slice, another GPU), and the H200 rows' targets are then moot."""
+    from types import SimpleNamespace
+
+    from xbench.cost import load_platform
+    from xbench.platforms import sku
+    from xbench.platforms.detect import host_facts
+
+    problems = sku.gpu_mismatches(SimpleNamespace(**load_platform("h200")), host_facts())
+    return ("platform=h200", None) if not problems else ("platform=local", problems[0])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="where the table and summaries go ($OUT on the device)")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (the default without a GPU)")
-    ap.add_argument("--with-compile", action="store_true", help="in a dry run, also run the torch.compile row")
-    ap.add_argument("--row-timeout-s", type=float, default=None)
-    ap.add_argument("--only", default="", help="comma-separated row names to run (default: all)")
-    args = ap.parse_args()
+    ap.add_argument("--deadline-s", type=float, default=DEADLINE_S,
+                    help="overall: the runs left when it passes are skipped (default 480 s)")
+    ap.add_argument("--only", default="", help="comma-separated run names (default: all): "
+                    + ", ".join(r.name for r in RUNS))
+    args = ap.parse_args(argv)
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - {r.name for r in RUNS}
+    if unknown:
+        ap.error(f"unknown run(s) {sorted(unknown)}; runs: {', '.join(r.name for r in RUNS)}")
+    if args.deadline_s < 0:
+        ap.error(f"--deadline-s must be >= 0, got {args.deadline_s}")
 
     import torch
 
     gpu = torch.cuda.is_available() and not args.dry_run
-    common = GPU_COMMON if gpu else DRY_COMMON
-    timeout_s = args.row_timeout_s or (240.0 if gpu else 180.0)
-    store = Path(args.out) / "results"
-    store.mkdir(parents=True, exist_ok=True)
-    print(f"device_check: {'GPU ' + torch.cuda.get_device_name(0) if gpu else 'dry run on the CPU'}, "
-          f"torch {torch.__version__}, records under {store}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    common, platform_note = list(DRY_COMMON), None
+    if gpu:
+        platform, platform_note = gpu_platform()
+        common = [platform if o.startswith("platform=") else o for o in GPU_COMMON]
+    state = State(out=out, gpu=gpu, deadline_s=args.deadline_s, common=common, note=platform_note,
+                  device=f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}" if gpu else "")
+    store = Path(tempfile.mkdtemp(prefix="xbench-device-check-"))  # records and W&B files: never under $OUT
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(store),
+           "PYTHONUNBUFFERED": "1"}
+    (out / "log.txt").write_text(f"device_check: {'GPU ' + state.device if gpu else 'dry run'}; store {store}\n")
 
-    only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - {r[0] for r in ROWS} - {"bert amp_bf16", "overhead"}
-    if unknown:
-        ap.error(f"unknown row(s) {sorted(unknown)}; rows: {[r[0] for r in ROWS] + ['bert amp_bf16', 'overhead']}")
-    table = []
-    for name, overrides, target, needs_cuda, slow_on_cpu in ROWS:
-        if only and name not in only:
-            continue
-        if not gpu and (needs_cuda or (slow_on_cpu and not args.with_compile)):
-            table.append((name, {"status": "skipped", "reason": "CUDA only" if needs_cuda else "slow on CPU"}, None))
-            continue
-        print(f"device_check: running {name} ...", flush=True)
-        rec = run_row(name, [*common, *overrides], store, timeout_s)
-        table.append((name, row_figures(rec), target if gpu else None))
-    bert = BERT_GPU if gpu else BERT_DRY
-    bert_common = [o for o in common if not o.startswith(("model=", "data=", "data.batch_size"))]
-    if not only or "bert amp_bf16" in only:
-        print("device_check: running bert amp_bf16 ...", flush=True)
-        table.append(("bert amp_bf16", row_figures(run_row("bert amp_bf16", [*bert_common, *bert], store, timeout_s)),
-                      None))
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
 
-    overhead = []
-    if not only or "overhead" in only:
-        for name, args_ in (OVERHEAD_GPU if gpu else OVERHEAD_DRY):
-            print(f"device_check: overhead, {name} ...", flush=True)
-            overhead.append((name, run_overhead(name, args_, Path(args.out), timeout_s)))
-
-    by = {n: f for n, f, _ in table}
-    single, ddp = by.get("single (ddp baseline)", {}), by.get("ddp world_size=1", {})
-    lines = [f"{'configuration':<26} {'status':<9} {'samples/s':>10} {'target':>7} {'ok':>4} {'CV':>7} "
-             f"{'step ms':>8} {'MFU':>6} {'mem GiB':>8} {'compile s':>9}"]
-    failures = 0
-    for name, f, target in table:
-        ok = "-"
-        if target is not None and f.get("tp") is not None:
-            ok = "yes" if f["tp"] >= target else "NO"
-        if target is not None and ok != "yes":
-            failures += 1
-        if gpu and f.get("cv") is not None and f["cv"] > CV_MAX:
-            ok = ok + "/cv" if ok != "-" else "cv!"
-        lines.append(f"{name:<26} {str(f.get('status')):<9} {fmt(f.get('tp'), '.1f'):>10} "
-                     f"{fmt(target, '.0f'):>7} {ok:>4} {fmt(f.get('cv'), '.3%'):>7} {fmt(f.get('step_ms'), '.2f'):>8} "
-                     f"{fmt(f.get('mfu'), '.1%'):>6} {fmt(f.get('mem_gib'), '.1f'):>8} {fmt(f.get('compile_s'), '.1f'):>9}")
-    if single.get("tp") and ddp.get("tp"):
-        lines.append(f"DDP(world 1) / single throughput: {ddp['tp'] / single['tp']:.4f}")
-    for name, r in overhead:
-        if "error" in r:
-            lines.append(f"overhead xbench/hand, {name}: no result ({r['error']})")
-            failures += 1
-            continue
-        lines.append(f"overhead xbench/hand, {name}: {r['ratio_median']:.4f} ({r['ratio_ci95_text']}, "
-                     f"{r['pairs']} pairs) goal >= {r['goal']}: {'met' if r['goal_met'] else 'NOT met'}")
-        failures += int(gpu and not r["goal_met"])
-    for name, f, _ in table:
-        if f.get("status") not in ("ok", "skipped") and f.get("reason"):
-            lines.append(f"  {name}: {str(f['reason'])[:160]}")
-    text = "\n".join(lines)
-    (Path(args.out) / "device_check.txt").write_text(text + "\n")
-    print("\n" + text, flush=True)
-    return 1 if (gpu and failures) else 0
+    signal.signal(signal.SIGTERM, stop)
+    print(f"device_check: {'GPU ' + state.device if gpu else 'dry run on the CPU'}; deadline {args.deadline_s:.0f} s; "
+          f"records under {store}", flush=True)
+    state.write()
+    try:
+        for run in RUNS:
+            if only and run.name not in only:
+                state.skipped[run.name] = "not asked for (--only)"
+                continue
+            left = args.deadline_s - (time.time() - state.t0)
+            need = run.est_s if gpu else 1.0
+            if left < need:
+                state.skipped[run.name] = (f"deadline: {max(left, 0):.0f} s left of {args.deadline_s:.0f} s, "
+                                           f"this run needs ~{need:.0f} s")
+                state.write()
+                continue
+            state.running = run.name
+            print(f"device_check: {run.name} ({left:.0f} s left) ...", flush=True)
+            rec = run_one(run, gpu, store, common, min(run.timeout_s, left), env)
+            if rec["_timed_out"] and left < run.timeout_s:
+                rec["status"], rec["reason"] = "stopped", f"stopped at the deadline after {rec['_wall_s']:.0f} s"
+                state.skipped[run.name] = rec["reason"]
+            state.recs[run.name] = rec
+            append_log(out, run.name, rec["_log"])
+            state.running = None
+            state.write()
+    except KeyboardInterrupt as e:
+        print(f"device_check: stopped ({e}); the table has the rows so far", flush=True)
+    rows = state.write(final=True)
+    problems = out_problems(out)
+    print((out / "table.md").read_text(), flush=True)
+    for p in problems:
+        print(f"device_check: $OUT would not come back whole: {p}", flush=True)
+    failed = [r for r in rows if r["verdict"] == "fail"]
+    return 1 if problems or failed else 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
     raise SystemExit(main())
