@@ -26,10 +26,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from xbench.bench import contention, nvml
+from tests.test_cuda_paths import _FakeCudaMemory
+from xbench.bench import contention, meters, nvml
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.energy import EnergyMeter
+from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.meters.utilisation import UtilisationMeter
+
+GIB = 2**30
 
 # Four GPUs on the host. NVML enumerates them in PCI bus order; each has its own figures, so a reading
 # from the wrong GPU shows. This process's CUDA context is host PID 4_000_001 (above any pid_max here).
@@ -333,7 +337,7 @@ def test_energy_forgets_a_remeasured_window_and_says_why_when_unmapped(fake_nvml
 # ---------- one protocol: every thread ends on every path ----------
 
 
-def _gpu_rank(fail):
+def _gpu_rank(fail, on_first_step=None):
     """A rank whose device is CUDA as far as the meters know (the fake NVML above; the step runs on the
     CPU: no CUDA here), whose step ends the window the way `fail` says at its 3rd call."""
     from xbench.bench import loop
@@ -344,6 +348,8 @@ def _gpu_rank(fail):
 
     def step(a, b):
         seen.append(any(t.name == "xbench-util" for t in threading.enumerate()))  # the sampler beside the steps
+        if on_first_step is not None:
+            on_first_step()
         if len(seen) == 3:
             if fail == "oom":
                 raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -374,7 +380,11 @@ def test_no_meter_thread_outlives_its_windows_however_they_end(fake_nvml, monkey
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cccc")
     cfg = XBenchConfig()
     cfg.bench.util_interval_s = 0.001
-    p, seen = _gpu_rank(fail)
+    cuda = _FakeCudaMemory(1)  # torch.cuda's allocator peaks, faked as documented (tests/test_cuda_paths.py)
+    cuda.install(monkeypatch)
+    cuda.alloc(0, 6 * GIB)  # warm-up: an autotuning workspace, freed before the windows
+    cuda.free(0, 6 * GIB)
+    p, seen = _gpu_rank(fail, lambda: cuda.alloc(0, GIB // 4) if len(seen) == 1 else None)
     before = set(threading.enumerate())
     plan = WindowPlan(1, 2, 1, 10.0, steps=5, repeats=2)
     raised = {"none": None, "diverged": Diverged, "oom": RuntimeError, "stop": StopRequested,
@@ -383,6 +393,9 @@ def test_no_meter_thread_outlives_its_windows_however_they_end(fake_nvml, monkey
         windows, fig = _timed_windows(cfg, p, plan, SimpleNamespace(steps=0), [], steps=5, dev="cuda")
         assert len(windows) == 2 and fig["gpu_util_percent_mean"] == {"0": 33.0}
         assert fig["util_samples"] >= 2 and "energy_j" in fig and "contended" in fig
+        # the memory meter on the same stack: the windows' peak (0.25 GiB), not warm-up's 6 GiB
+        assert fig["peak_device_allocated_gib"] == 0.25 and fig["peak_host_rss_gib"] > 0
+        assert fig["peak_memory_since"] in ("timed windows", "process start")
     else:
         with pytest.raises(raised):
             _timed_windows(cfg, p, plan, SimpleNamespace(steps=0, time_s=0.0, first_step_s=0.0), [], steps=5,
@@ -408,3 +421,24 @@ def test_a_meter_that_fails_while_the_window_fails_does_not_hide_the_window_erro
         raise RuntimeError("CUDA out of memory")
     with pytest.raises(OSError, match="counter gone"), m:  # on a clean exit a meter's failure is its own
         pass
+
+
+def test_the_memory_meter_counts_from_the_first_window_edge_over_every_gpu(monkeypatch):
+    """The allocator peaks as torch.cuda documents them (the fake in tests/test_cuda_paths.py): what warm-up
+    allocated and freed before the meter opened is not the peak; the windows' largest GPU is, with each
+    GPU's beside it; the figures are read on an error's way out too. Before: memory was no meter and
+    _timed_windows returned no memory figure (the reset and the read were by hand in measure_rank)."""
+    cuda = _FakeCudaMemory(3)
+    cuda.install(monkeypatch)
+    for d in range(3):
+        cuda.alloc(d, GIB)  # weights and optimizer state
+    meter = MemoryMeter([0, 1, 2])  # built with the rank, before warm-up
+    cuda.alloc(0, 6 * GIB)  # warm-up only
+    cuda.free(0, 6 * GIB)
+    with pytest.raises(RuntimeError, match="out of memory"), meter, meters.window([meter]):
+        cuda.alloc(2, 2 * GIB)
+        raise RuntimeError("CUDA out of memory")
+    fig = meter.figures
+    assert fig["peak_device_allocated_gib"] == 3.0 and fig["peak_device_allocated_gib_per_gpu"] == [1.0, 1.0, 3.0]
+    assert fig["peak_memory_since"] in ("timed windows", "process start") and fig["peak_host_rss_gib"] > 0
+    assert MemoryMeter([], since="training").figures == {}  # nothing before it opens

@@ -22,6 +22,7 @@ from xbench.bench import faults, loop
 from xbench.bench.flops import flops_per_sample
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.energy import EnergyMeter
+from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.meters.utilisation import UtilisationMeter
 from xbench.config import XBenchConfig
 from xbench.data import feed, loaders
@@ -221,7 +222,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
         on_step=on_step, stop=stop or StopFlag(), agree=strategy.agree(runtime.device),
     )
-    # Memory peaks start at the first timed window (bench/memory.py reset_peaks), not here: warm-up's
+    # Memory peaks start at the first timed window (bench/meters/memory.py), not here: warm-up's
     # cuDNN autotuning workspaces and compile-time buffers are not the steady step's.
     return PreparedRank(work, hooks, threads, warnings, data_info, batch_size, cpu_capability, accumulate,
                         ctx.local_world_size)
@@ -229,18 +230,25 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
 
 def rank_gpus(p: PreparedRank) -> list[int]:
     """The GPUs this rank drives: all of them under DataParallel, else its own; none off CUDA."""
-    dev = p.work.runtime.device
+    return device_gpus(p.work.runtime.device, p.devices_per_rank)
+
+
+def device_gpus(dev, devices_per_rank: int) -> list[int]:
+    """The CUDA ordinals a rank on `dev` driving `devices_per_rank` devices uses (train-to-target's too)."""
+    n = devices_per_rank
     if dev.type != "cuda":
         return []
-    return list(range(p.devices_per_rank)) if p.devices_per_rank > 1 else [dev.index or 0]
+    return list(range(n)) if n > 1 else [dev.index or 0]
 
 
 def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None) -> list:
-    """The meters beside the timed windows (bench/meters/), in the order they are entered: energy last, so
-    its readings sit closest to each window's edges. `before`: the contention probe's figures."""
+    """The meters beside the timed windows (bench/meters/), in the order they are entered: memory after the
+    others have started (their own buffers are not the step's), energy last, so its readings sit closest
+    to each window's edges. `before`: the contention probe's figures."""
     dev = dev or p.work.runtime.device.type
     gpus = rank_gpus(p)
     return [ContentionMeter(p.threads.get("threads_intra") or 1, dev, gpus, before,
                             ranks_on_host=getattr(p, "ranks_on_host", 1)),  # 1: a stand-in without it
             UtilisationMeter(p.work.runtime.device.type, cfg.bench.util_interval_s, gpus),
+            MemoryMeter(gpus),
             EnergyMeter(p.work.runtime.device.type, gpus)]

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from xbench import launch
 from xbench.bench import breakdown, contention, faults, loop, meters, profile
-from xbench.bench.memory import device_peaks, peak_host_rss_gib, reset_peaks
-from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_gpus, rank_meters
+from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_meters
 from xbench.config import XBenchConfig
 from xbench.launch.isolation import point_started_at
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
@@ -130,8 +129,7 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     if sized_by == "cap":
         warnings.append(f"timed windows capped at bench.max_window_steps={plan.max_window_steps} steps "
                         f"({steps * step_s:.2g} s, under bench.min_window_s={plan.min_window_s})")
-    p.work.runtime.mark_timed()  # from the first window: the compile's *_timed figures and the memory peaks
-    peak_since = reset_peaks(rank_gpus(p))
+    p.work.runtime.mark_timed()  # from the first window: the compile's *_timed figures (the memory meter: peaks)
     windows, meters = _timed_windows(cfg, p, plan, wu, warnings, steps, before, dev, live)
     wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
     if wait_fraction > INPUT_BOUND_FRACTION:
@@ -139,7 +137,7 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
                         f"(data.source={cfg.data.source}, num_workers={cfg.data.num_workers}); "
                         "this measures the loader, not the chip")
     m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
-    m.update(sizing, startup_to_first_step_s=startup_to_first_step_s, peak_memory_since=peak_since)
+    m.update(sizing, startup_to_first_step_s=startup_to_first_step_s)
     warnings += p.work.runtime.warnings()
     steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
     m.update(breakdown.split(p.hooks, dev, m, cfg.bench.breakdown_steps if main else 0, steps, steady_s))
@@ -178,7 +176,7 @@ def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_hos
 
 def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
                    before: dict | None = None, dev: str = "cpu", live=None):
-    """The timed windows, with energy, utilisation and other processes' use metered at their edges
+    """The timed windows, with energy, utilisation, memory peaks and other processes' use metered at their edges
     (never inside a step): the meters (bench/meters/) enter on one stack at the first window's edge
     and exit on every path out (a divergence, an OOM, a stop, any exception). A stalled window (loop.py
     rule 8) is measured again, at most `plan.stall_remeasure` times, when every rank agrees one stalled;
@@ -279,14 +277,12 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         **p.data_info,
         "loss_first": wu.losses[0],
         "loss_last": windows[-1].losses[-1],
-        "peak_host_rss_gib": peak_host_rss_gib(),
-        **meters,
+        **meters,  # peak_host_rss_gib, peak_device_* (bench/meters/memory.py): from the first window
         **runtime.overhead(),
         **p.work.strategy.rank_figures(p.work.model),
         **optimizer_figures(p.work.optimizer, p.work.precision.scaler),
     }
     m.update(runtime.memory())
-    m.update(device_peaks(rank_gpus(p)))  # every GPU the rank drives
     if "energy_j" in m:  # metered over the kept windows only (a remeasured one is discarded)
         m["energy_j_per_sample"] = m["energy_j"] / (p.samples_per_step * sum(w.steps for w in windows))
     return m

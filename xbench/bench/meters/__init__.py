@@ -15,7 +15,8 @@ Nothing runs inside a step: a meter reads counters at the edges, or samples from
     figures = collect(meters)
 
 The meters: `contention` (other processes' CPU and GPU use), `utilisation` (CPU counters at the
-edges, NVML sampled on GPUs), `energy` (NVML's or RAPL's counter per window). GPU handles come from
+edges, NVML sampled on GPUs), `memory` (peaks reset at the first window's edge, read at the end),
+`energy` (NVML's or RAPL's counter per window). GPU handles come from
 `nvml.handles` (CUDA ordinal -> NVML device) in every one of them.
 """
 
