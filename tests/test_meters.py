@@ -442,3 +442,38 @@ def test_the_memory_meter_counts_from_the_first_window_edge_over_every_gpu(monke
     assert fig["peak_device_allocated_gib"] == 3.0 and fig["peak_device_allocated_gib_per_gpu"] == [1.0, 1.0, 3.0]
     assert fig["peak_memory_since"] in ("timed windows", "process start") and fig["peak_host_rss_gib"] > 0
     assert MemoryMeter([], since="training").figures == {}  # nothing before it opens
+
+
+def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tmp_path):
+    """Real train-to-target on digits (one rank, CPU): 512 MiB touched and freed while the rank builds its
+    workload raise the process's peak RSS, but the record's peak counts from the first training step (the
+    memory meter around the epochs). Before: ru_maxrss since the process started, build included, and no
+    device peak and no `peak_memory_since` at all."""
+    import psutil
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+    from xbench.bench.worker import device_gpus
+    from xbench.modes import target
+    from xbench.platforms.detect import host_facts
+    from xbench.rank import RankContext
+
+    cfg = OmegaConf.to_object(compose(["+experiment=digits_to_target", "goal.target=1.0", "goal.max_epochs=1",
+                                       "goal.checkpoint_every_evals=0", "logger=none", "logger.progress=false"]))
+    real, seen = target.build_workload, {}
+
+    def build_with_a_spike(*a):
+        seen["before_gib"] = psutil.Process().memory_info().rss / GIB
+        big = torch.ones(2**27)  # 512 MiB, every page written
+        seen["rss_gib"] = psutil.Process().memory_info().rss / GIB
+        del big
+        return real(*a)
+
+    monkeypatch.setattr(target, "build_workload", build_with_a_spike)
+    m = target.TargetTraining(cfg, host_facts(), RankContext(threads=1), tmp_path).run().measurements
+    assert m["peak_memory_since"] == "training" and m["steps_done"] > 0
+    assert seen["rss_gib"] - seen["before_gib"] > 0.4  # the spike was real
+    assert m["peak_host_rss_gib"] < seen["rss_gib"] - 0.1  # ru_maxrss since the process started: >= the spike
+    # the GPUs a train-to-target rank meters: its own, or every one under DataParallel; none off CUDA
+    assert device_gpus(torch.device("cuda", 3), 1) == [3] and device_gpus(torch.device("cuda", 0), 2) == [0, 1]
+    assert device_gpus(torch.device("cpu"), 1) == []

@@ -42,9 +42,16 @@ import torch
 from xbench import launch, models
 from xbench.bench import loop
 from xbench.bench.epochs import METRICS, EvalShard, TrainFeed, metric_value, score
-from xbench.bench.memory import peak_host_rss_gib
+from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.mlperf_log import LOG_FILE, for_rank
-from xbench.bench.worker import build_workload, check_finite, input_format, make_step, set_threads
+from xbench.bench.worker import (
+    build_workload,
+    check_finite,
+    device_gpus,
+    input_format,
+    make_step,
+    set_threads,
+)
 from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.launch import child
@@ -328,34 +335,39 @@ class TargetTraining:
         p, goal = self.p, self.goal
         status = None
         self.w.strategy.sync(self.w.runtime.sync)()
-        seg = loop.perf_counter()
-        while status is None:
-            if p.epoch >= goal.max_epochs:
-                status = "max_epochs"
-                break
-            if p.batch == 0:
-                self.mlog.epoch_start(p.epoch)
-            status, seg = self._epoch(seg)
-            if status is not None:
-                break
-            p.epoch, p.batch = p.epoch + 1, 0
-            self.mlog.epoch_stop(p.epoch - 1)
-            last = p.epoch >= goal.max_epochs
-            if not goal.eval_every_steps and (p.epoch % goal.eval_every_epochs == 0 or last):
-                if self.evaluate(self.close_segment(seg)):
-                    status = "reached"
+        # Peaks from the first training step (bench/meters/memory.py), over every GPU the rank drives. No
+        # warm-up is left out: every step counts towards the time to target, so its memory does too; the
+        # build, the data and a checkpoint's load do not.
+        memory = MemoryMeter(device_gpus(self.w.runtime.device, self.w.strategy.devices_per_rank), "training")
+        with memory:
+            seg = loop.perf_counter()
+            while status is None:
+                if p.epoch >= goal.max_epochs:
+                    status = "max_epochs"
                     break
-                seg = loop.perf_counter()
-        if self.losses:
-            self.close_segment(seg)
+                if p.batch == 0:
+                    self.mlog.epoch_start(p.epoch)
+                status, seg = self._epoch(seg)
+                if status is not None:
+                    break
+                p.epoch, p.batch = p.epoch + 1, 0
+                self.mlog.epoch_stop(p.epoch - 1)
+                last = p.epoch >= goal.max_epochs
+                if not goal.eval_every_steps and (p.epoch % goal.eval_every_epochs == 0 or last):
+                    if self.evaluate(self.close_segment(seg)):
+                        status = "reached"
+                        break
+                    seg = loop.perf_counter()
+            if self.losses:
+                self.close_segment(seg)
         if not self.targets and status == "max_epochs":
             status = "fixed_epochs"  # no target: the run did what it set out to do
         self.mlog.run_stop(status in ("reached", "fixed_epochs"))
         self._close_logs()
         p.wall_s = self.wall_now()
-        return self._result(status, startup_s)
+        return self._result(status, startup_s, memory.figures)
 
-    def _result(self, status: str, startup_s: float) -> RankResult:
+    def _result(self, status: str, startup_s: float, memory: dict) -> RankResult:
         p, w, metric = self.p, self.w, self.goal.metric
         reached = {t: p.reached.get(tg.label(t)) for t in self.targets}
         missing = [t for t, point in reached.items() if point is None]
@@ -414,7 +426,8 @@ class TargetTraining:
             "steps_per_epoch": self.steps_per_epoch,
             # Training throughput over the whole training time: epoch-level work (shuffles) included.
             "throughput_samples_per_s": p.samples / p.train_time_s if p.train_time_s > 0 else None,
-            "peak_host_rss_gib": peak_host_rss_gib(),
+            **memory,  # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA)
+            **w.runtime.memory(),
             **w.runtime.overhead(),
             **w.strategy.rank_figures(w.model),
             **optimizer_figures(w.optimizer, w.precision.scaler),
