@@ -173,8 +173,9 @@ def fig_split(recs):
     device, step = m(rec, "device_s_per_step"), m(rec, "step_time_s_median")
     source = (rec.get("measurements") or {}).get("step_time_source")
     ratio = device / step if step else float("inf")
+    wait = (rec.get("measurements") or {}).get("sync_wait_s_per_step")
     return (ratio, source), (f"device_s_per_step {device * 1e3:.2f} ms / step_time_s_median {step * 1e3:.2f} ms "
-                             f"({source}) = {ratio:.3f}")
+                             f"({source}) = {ratio:.3f}" + (f"; sync wait {wait * 1e3:.2f} ms" if wait is not None else ""))
 
 
 def split_ok(v):
@@ -219,10 +220,8 @@ def fig_cudagraph(run):
     def f(recs):
         rec = recs[run]
         ms = rec.get("measurements") or {}
+        v = m(rec, "cudagraph_skips")  # any skip: a graph replayed without CUDA graphs
         keys = sorted(k for k in ms if "cudagraph" in k and "skip" in k)
-        if not keys:
-            raise Missing("a cudagraph skip count (cudagraph_skips)")
-        v = sum(ms[k] if isinstance(ms[k], (int, float)) else len(ms[k] or ()) for k in keys)
         return v, ", ".join(f"{k} = {ms[k]}" for k in keys)
     return f
 
@@ -305,16 +304,19 @@ def data_ok(v):
 
 
 def fig_tf32(recs):
+    """How TF32 was set (`tf32_api`) and whether torch warned about its legacy flags in the run's output."""
     rec = recs["tf32"]
+    api = m(rec, "tf32_api")
     log = rec.get("_log", "") + "\n".join(rec.get("warnings") or [])
     legacy = "new API settings to control TF32" in log or ("allow_tf32" in log and "deprecat" in log.lower())
-    return (rec.get("status"), legacy), f"status {rec.get('status')}, legacy TF32 warning {'seen' if legacy else 'not seen'}"
+    return (api, legacy), f"tf32_api = {api}, legacy TF32 warning {'seen' if legacy else 'not seen'}"
 
 
 def tf32_ok(v):
-    status, legacy = v
-    return status == "ok" and not legacy, "torch warned that the legacy TF32 flags are deprecated" if legacy else \
-        f"status {status}"
+    api, legacy = v
+    if legacy:
+        return False, "torch warned that the legacy TF32 flags are deprecated"
+    return api.startswith("fp32_precision"), f"set through {api}"
 
 
 def fig_wandb_import(recs):
@@ -399,6 +401,10 @@ CHECKS = [
           fig_key("compile_graphs", "compiles_timed"), equals(0), gpu_only=False),
     Check("compile + CUDA graphs: cudagraph skips", "compile_graphs", "0 skips",
           fig_cudagraph("compile_graphs"), equals(0)),
+    Check("compile: recompiles past the cache limit", "compile_graphs", "dynamo_cache_limit_hits == 0",
+          fig_key("compile_graphs", "dynamo_cache_limit_hits"), equals(0), gpu_only=False),
+    Check("compile: frames dynamo left to eager", "compile_graphs", "dynamo_eager_frames == 0",
+          fig_key("compile_graphs", "dynamo_eager_frames"), equals(0), gpu_only=False),
     Check("compile + CUDA graphs: throughput", "compile_graphs", "status ok (reported)",
           fig_throughput("compile_graphs"), lambda v: (v > 0, f"{v:.0f} samples/s")),
     Check("find_max_batch reaches an OOM", "max_batch", ">= 1 trial out of memory", fig_oom, at_least(1)),
@@ -414,7 +420,8 @@ CHECKS = [
           fig_losses_distinct("graphs_step"), distinct_ok),
     Check("graphs_step: recompiles after warm-up", "graphs_step", "compiles_timed == 0",
           fig_key("graphs_step", "compiles_timed"), equals(0), gpu_only=False),
-    Check("tf32 on the image's torch", "tf32", "status ok, no legacy-flag deprecation warning", fig_tf32, tf32_ok),
+    Check("tf32 on the image's torch", "tf32", "set through fp32_precision, no legacy-flag deprecation warning",
+          fig_tf32, tf32_ok),
     Check("DDP world_size=1 (NCCL) / single", "ddp_ws1", ">= 0.97", fig_ddp_ratio, at_least(0.97)),
     Check("BERT-base amp_bf16 MFU", "bert_mfu", "reported, < 100%", fig_mfu, lambda v: (0 < v < 1, f"{v:.1%}")),
     Check("harness vs hand-written loop (ResNet-50 amp_bf16)", "overhead", ">= the script's goal (0.99)",
