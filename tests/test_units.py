@@ -59,6 +59,27 @@ def test_global_throughput_sums_ranks_over_the_common_window():
     assert m["noisy"] is True  # 512 vs 320 samples/s across windows
 
 
+def test_memory_peaks_are_the_fullest_rank_not_rank_0():
+    """RankResults as two DDP ranks report them: rank 1 holds more (its GPU also took the other job's
+    bucket). Before: the run's peak_device_* was rank 0's alone (1.5 GiB), the larger rank's lost."""
+    from xbench.metrics.aggregate import merge_processes
+    from xbench.rank import RankResult
+
+    ranks = [RankResult(i, {**_rank(i, [1.0, 1.0]), "peak_device_allocated_gib": a, "peak_device_reserved_gib": r}, {})
+             for i, (a, r) in enumerate([(1.5, 2.0), (3.25, 4.0)])]
+    m = aggregate([r.measurements for r in ranks])
+    assert (m["peak_device_allocated_gib"], m["peak_device_reserved_gib"], m["peak_host_rss_gib"]) == (3.25, 4.0, 2.0)
+    assert m["peak_device_allocated_gib_per_rank"] == [1.5, 3.25] and m["peak_host_rss_gib_per_rank"] == [1.0, 2.0]
+    assert "peak_device_used_gib" not in m  # no rank reported it (XLA's)
+    one = aggregate([ranks[0].measurements])
+    assert one["peak_device_allocated_gib"] == 1.5 and "peak_device_allocated_gib_per_rank" not in one
+    # whole-process repeats: a rank's peak is its fullest process's
+    later = [{**r.measurements, "peak_device_allocated_gib": 5.0 - r.rank} for r in ranks]
+    merged = merge_processes([[r.measurements for r in ranks], later])
+    assert [x["peak_device_allocated_gib"] for x in merged] == [5.0, 4.0]
+    assert aggregate(merged)["peak_device_allocated_gib_per_rank"] == [5.0, 4.0]
+
+
 def test_single_rank_noisy_from_step_times():
     r = _rank(0, [1.0])
     r["step_time_cv"] = 0.2

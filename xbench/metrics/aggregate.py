@@ -13,6 +13,22 @@ from xbench.metrics.stats import summarize
 
 # Figures that describe one rank only; the run-level view drops them (they stay under `ranks`).
 _PER_RANK = ("rank", "device", "window_s", "data_wait_s", "peak_host_rss_gib", "pid")
+# Memory peaks: the run needs what its fullest rank needed (a DDP rank's bucket, rank 0's extra state).
+PEAKS = ("peak_host_rss_gib", "peak_device_allocated_gib", "peak_device_reserved_gib", "peak_device_used_gib")
+
+
+def peaks_over_ranks(ranks: list[dict]) -> dict:
+    """Each peak the ranks report, the largest over them, and with several ranks each one's (`*_per_rank`,
+    in rank order; None where a rank has no such figure)."""
+    out = {}
+    for key in PEAKS:
+        values = [r.get(key) for r in ranks]
+        if all(v is None for v in values):
+            continue
+        out[key] = max(v for v in values if v is not None)
+        if len(ranks) > 1:
+            out[f"{key}_per_rank"] = values
+    return out
 
 
 def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
@@ -40,7 +56,7 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
         "throughput_ci95_samples_per_s": [tp["ci95_low"], tp["ci95_high"]] if tp["ci95_low"] is not None else None,
         "throughput_ci95_note": tp["ci_note"] or "95% CI of the geometric mean over windows (t, log scale)",
         "data_wait_fraction": max(r["data_wait_s"] for r in ranks) / window_total if window_total else None,
-        "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+        **peaks_over_ranks(ranks),
         "rank_pids": [r.get("pid") for r in ranks],  # the processes that measured (isolated: not the runner's)
     })
     energy = [r.get("energy_j") for r in ranks]
@@ -64,7 +80,7 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
 def merge_processes(per_process: list[list[dict]]) -> list[dict]:
     """Per rank: every process's timed windows in one `window_s` list (process 1's first), with the
     figures that count over windows made to match it (`repeats` = windows merged, `data_wait_s` and
-    `energy_j` summed);
+    `energy_j` summed, the memory peaks the largest);
     the rest from the first process. `samples_per_window` is the same in every process (same config)."""
     if not per_process or not per_process[0]:
         raise ValueError("no process reported any measurement")
@@ -82,6 +98,8 @@ def merge_processes(per_process: list[list[dict]]) -> list[dict]:
                 m[flag] = any(bool(ranks[i].get(flag)) for ranks in per_process)
         if all(ranks[i].get("energy_j") is not None for ranks in per_process):
             m["energy_j"] = sum(ranks[i]["energy_j"] for ranks in per_process)  # metered over its windows
+        m.update({k: v for k, v in peaks_over_ranks([ranks[i] for ranks in per_process]).items()
+                  if not k.endswith("_per_rank")})  # the rank's peak is its fullest process's
         merged.append(m)
     return merged
 

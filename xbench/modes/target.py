@@ -57,6 +57,7 @@ from xbench.data import loaders
 from xbench.launch import child
 from xbench.launch.isolation import point_started_at
 from xbench.metrics import targets as tg
+from xbench.metrics.aggregate import peaks_over_ranks
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run, console_progress
@@ -538,7 +539,7 @@ class TrainToTarget(Mode):
                 tail.stop()
         run.progress.close()
         rec, r0 = run.record, result.ranks[0]
-        rec.measurements = r0.measurements
+        rec.measurements = {**r0.measurements, **peaks_over_ranks([r.measurements for r in result.ranks])}
         rec.series = r0.series
         rec.ranks = [r.measurements for r in result.ranks] if len(result.ranks) > 1 else []
         rec.artifacts.update(r0.artifacts)
