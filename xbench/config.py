@@ -47,7 +47,7 @@ class DataConfig:
     # real data
     path: str | None = None  # real data: the folder or file the loader reads (layouts: xbench/data/loaders.py)
     num_workers: int = 0
-    pin_memory: bool = False
+    pin_memory: bool | None = None  # real data: pin host batches; None: on for CUDA devices (xbench/data/feed.py)
     augment: bool = False
     eval_fraction: float = 0.1  # share of the data held out for evaluation when the set has no split
     dataset_size: int | None = None  # samples per epoch, for projections (None = unknown)

@@ -21,6 +21,8 @@ import math
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
+from xbench.data.feed import pinned
+
 IGNORE_LABEL = -1  # a padded classification sample: never a hit, never counted
 IGNORE_TOKEN = -100  # a position without a target (the MLM/LM loss's ignore_index)
 
@@ -42,8 +44,9 @@ class EpochSampler(DistributedSampler):
 class TrainFeed:
     """This rank's training batches (host tensors), epoch by epoch."""
 
-    def __init__(self, dataset, rank: int, world: int, batch: int, seed: int, data_cfg, collate=None):
+    def __init__(self, dataset, rank: int, world: int, batch: int, seed: int, data_cfg, collate=None, device=None):
         self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
+        self.pin = pinned(data_cfg, device)  # CUDA: pinned host batches, so their copies can be asynchronous
         self.sampler = EpochSampler(len(dataset), world, rank, seed)
         self.steps_per_epoch = self.sampler.num_samples // batch
         if self.steps_per_epoch < 1:
@@ -65,7 +68,7 @@ class TrainFeed:
         self.sampler.start = start * self.batch
         d = self.data_cfg
         loader = DataLoader(self.dataset, batch_size=self.batch, sampler=self.sampler, drop_last=True,
-                            num_workers=d.num_workers, pin_memory=d.pin_memory, collate_fn=self.collate)
+                            num_workers=d.num_workers, pin_memory=self.pin, collate_fn=self.collate)
         for i, batch in enumerate(loader):
             if start + i >= self.steps_per_epoch:
                 break
@@ -86,8 +89,9 @@ def _pad(x: torch.Tensor, y: torch.Tensor, size: int):
 class EvalShard:
     """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded."""
 
-    def __init__(self, dataset, rank: int, world: int, batch: int, data_cfg, collate=None):
+    def __init__(self, dataset, rank: int, world: int, batch: int, data_cfg, collate=None, device=None):
         self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
+        self.pin = pinned(data_cfg, device)
         self.indices = list(range(rank, len(dataset), world))
         self.size = len(dataset)
         self.batches_per_eval = math.ceil(len(self.indices) / batch)
@@ -100,7 +104,7 @@ class EvalShard:
             return
         d = self.data_cfg
         loader = DataLoader(Subset(self.dataset, self.indices), batch_size=self.batch, shuffle=False,
-                            num_workers=d.num_workers, pin_memory=d.pin_memory, collate_fn=self.collate)
+                            num_workers=d.num_workers, pin_memory=self.pin, collate_fn=self.collate)
         for xb, yb in loader:
             yield _pad(xb, yb, self.batch)
 

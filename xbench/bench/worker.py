@@ -210,8 +210,9 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
         data_info = {name: info[k] for k, name in (("train", "data_train_samples"), ("eval", "data_eval_samples"),
                                                     ("vocab", "data_vocab_size")) if k in info}
         train_loader = feed.make_loader(splits.train, cfg.data, ctx.rank, ctx.world_size, cfg.bench.seed,
-                                        splits.collate, batch_size=per_rank)
-        fetch = feed.device_feed(train_loader, runtime.device, prepare_inputs)
+                                        splits.collate, batch_size=per_rank, device=runtime.device)
+        fetch = feed.device_feed(train_loader, runtime.device, prepare_inputs)  # CUDA: one batch ahead
+        data_info.update(data_pinned=bool(train_loader.pin_memory), data_prefetch=getattr(fetch, "prefetch", False))
 
         def next_batch():
             return strategy.place_batch(*fetch())

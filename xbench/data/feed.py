@@ -1,9 +1,15 @@
 """Real data into the loop: a DataLoader per rank and a `next_batch` that puts batches on the device.
 
 Each rank reads its own shard (DistributedSampler with rank/world_size when there is more than one
-rank), epochs cycle without end (the loop decides how many steps it takes), and the copy to the device
-is non-blocking when memory is pinned. The loop times the call, so time spent waiting for the loader
-shows as `data_wait_s` / `data_wait_fraction`.
+rank), epochs cycle without end (the loop decides how many steps it takes). The loop times the call, so
+time spent waiting for the loader shows as `data_wait_s` / `data_wait_fraction`.
+
+On a CUDA device the host batches are pinned (`data.pin_memory`, on by default there: a copy from
+pageable memory is staged through a driver buffer and blocks the host), copied with
+`non_blocking=True`, and fetched one batch ahead on a side stream (`OneAhead`): batch i+1's copy
+runs while step i computes, and the step's stream waits for the copy (`wait_stream`) and owns the
+tensors it reads (`record_stream`, so the allocator does not reuse them under the step). Elsewhere
+(CPU, XLA) the batches go as before: a plain copy when they are asked for.
 """
 
 from __future__ import annotations
@@ -12,10 +18,18 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 
+def pinned(data, device=None) -> bool:
+    """Whether host batches are pinned: `data.pin_memory`, or when it is unset (None) on CUDA only (pinned
+    pages are host memory the kernel cannot swap; elsewhere nothing copies from them asynchronously)."""
+    if data.pin_memory is not None:
+        return bool(data.pin_memory)
+    return device is not None and torch.device(device).type == "cuda"
+
+
 def make_loader(dataset, data, rank: int, world_size: int, seed: int, collate=None,
-                batch_size: int | None = None) -> DataLoader:
+                batch_size: int | None = None, device=None) -> DataLoader:
     """`batch_size`: samples per batch of this rank (default `data.batch_size`; a rank driving several
-    devices takes one batch for all of them)."""
+    devices takes one batch for all of them). `device`: where the batches go (pinned for CUDA)."""
     batch_size = batch_size or data.batch_size
     if world_size > 1:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
@@ -26,27 +40,76 @@ def make_loader(dataset, data, rank: int, world_size: int, seed: int, collate=No
         raise ValueError(f"data set {data.path} has {len(dataset)} training samples, fewer than one batch of "
                          f"{batch_size} per rank over {world_size} rank(s)")
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,  # fixed shapes
-                      num_workers=data.num_workers, pin_memory=data.pin_memory, collate_fn=collate,
+                      num_workers=data.num_workers, pin_memory=pinned(data, device), collate_fn=collate,
                       persistent_workers=data.num_workers > 0)
+
+
+def host_batches(loader: DataLoader):
+    """next() -> the loader's next host batch, cycling epochs (a new shuffle per epoch on every rank)."""
+    state = {"epoch": 0, "it": iter(loader)}
+
+    def next_host():
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["epoch"] += 1
+            if hasattr(loader.sampler, "set_epoch"):
+                loader.sampler.set_epoch(state["epoch"])
+            state["it"] = iter(loader)
+            return next(state["it"])
+
+    return next_host
+
+
+class OneAhead:
+    """next_batch() one batch ahead: the next batch is moved (`move(x, y)`: copy, then the model's input
+    format) as soon as the current one is handed over, on `stream` when given. The batches and their
+    order are exactly `move(*host_next())`'s, each one call early (the first call moves two)."""
+
+    prefetch = True
+
+    def __init__(self, host_next, move, stream=None):
+        self.host_next, self.move, self.stream = host_next, move, stream
+        self._ahead = None  # nothing moves before the loop asks (the rank is still being built)
+
+    def _load(self):
+        x, y = self.host_next()
+        if self.stream is None:
+            return self.move(x, y)
+        with torch.cuda.stream(self.stream):
+            return self.move(x, y)
+
+    def __call__(self):
+        x, y = self._ahead if self._ahead is not None else self._load()
+        if self.stream is not None:
+            current = torch.cuda.current_stream(self.stream.device)
+            current.wait_stream(self.stream)  # the step reads the batch once its copy has landed
+            for t in (x, y):
+                if isinstance(t, torch.Tensor):
+                    t.record_stream(current)  # allocated on the side stream, freed after the step's use
+        self._ahead = self._load()
+        return x, y
 
 
 def device_feed(loader: DataLoader, device, prepare=None):
     """Return next_batch() -> (inputs, targets) on `device`, cycling epochs; `prepare` adjusts the
-    inputs once on the device (dtype, memory format)."""
-    non_blocking = bool(loader.pin_memory) and device.type == "cuda"
-    state = {"epoch": 0, "it": iter(loader)}
+    inputs once on the device (dtype, memory format). On CUDA: one batch ahead on a side stream
+    (`next_batch.prefetch` says so), non-blocking from pinned memory."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    non_blocking = bool(loader.pin_memory) and cuda
+    next_host = host_batches(loader)
 
-    def next_batch():
-        try:
-            inputs, targets = next(state["it"])
-        except StopIteration:
-            state["epoch"] += 1
-            if hasattr(loader.sampler, "set_epoch"):
-                loader.sampler.set_epoch(state["epoch"])  # a new shuffle per epoch on every rank
-            state["it"] = iter(loader)
-            inputs, targets = next(state["it"])
+    def move(inputs, targets):
         inputs = inputs.to(device, non_blocking=non_blocking)
         targets = targets.to(device, non_blocking=non_blocking)
         return (prepare(inputs) if prepare else inputs), targets
 
+    if cuda:
+        return OneAhead(next_host, move, torch.cuda.Stream(device))
+
+    def next_batch():
+        return move(*next_host())
+
+    next_batch.prefetch = False
     return next_batch

@@ -174,18 +174,19 @@ class TargetTraining:
         self.rank_batch = self.bs * devices * self.accumulate
         self.global_batch = self.rank_batch * ctx.world_size  # samples of one optimizer step, all ranks
         self.feed = TrainFeed(splits.train, ctx.rank, ctx.world_size, self.rank_batch, cfg.bench.seed, cfg.data,
-                              splits.collate)
+                              splits.collate, w.runtime.device)
         self.steps_per_epoch = self.feed.steps_per_epoch
         self.eval_bs = self.goal.eval_batch_size or self.bs
         self.shard = EvalShard(splits.eval, ctx.rank, ctx.world_size, self.eval_bs * devices, cfg.data,
-                               splits.collate)
+                               splits.collate, w.runtime.device)
         self.train_samples, self.eval_samples = len(splits.train), len(splits.eval)
 
     def to_device(self, x, y):
         """A host batch on this rank's device(s), in the model's input format, as the strategy takes it."""
-        w = self.w
-        x = input_format(x.to(w.runtime.device), w.precision, self.cfg.model.channels_last)
-        return w.strategy.place_batch(x, y.to(w.runtime.device))
+        w, dev = self.w, self.w.runtime.device
+        nb = dev.type == "cuda"  # asynchronous from pinned batches (TrainFeed.pin); a plain copy otherwise
+        x = input_format(x.to(dev, non_blocking=nb), w.precision, self.cfg.model.channels_last)
+        return w.strategy.place_batch(x, y.to(dev, non_blocking=nb))
 
     def _load(self) -> dict | None:
         """Model, optimizer, scaler and this rank's RNG from the checkpoint when resuming; the progress so far.
