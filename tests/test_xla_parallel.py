@@ -1,5 +1,5 @@
 """XLA and Accelerate data parallelism for real on this CPU: SPMD over 2 PJRT CPU devices (losses equal
-to one device on the same global batch), xla_mp's refusal on CPU and its launcher in one process, and
+to one device on the same global batch), xla_mp's launcher in one process (2 replicas: test_xla_mp.py), and
 Accelerate's multi-process launch over 2 gloo ranks (one world, identical replicas)."""
 
 from __future__ import annotations
@@ -64,11 +64,15 @@ def test_xla_environment_is_set_for_the_devices_asked(monkeypatch):
     assert xla_env(_cfg("parallel=xla_spmd")) == {"PJRT_DEVICE": "TPU"}
 
 
-def test_xla_mp_on_cpu_fails_before_work_with_the_reason(monkeypatch):
+def test_xla_mp_with_several_replicas_is_accepted_on_cpu_threads_and_on_tpu(monkeypatch):
+    """On PJRT CPU the replicas are threads over CPU_NUM_DEVICES devices (tests/test_xla_mp.py trains 2)."""
+    from xbench.launch.xla import xla_env
+
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
-    [reason] = compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), CPU_HOST)
-    assert "collectives do not work" in reason and "PJRT CPU" in reason and "xla_spmd" in reason
-    assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=1"), CPU_HOST) == []  # nothing to reduce
+    assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), CPU_HOST) == []
+    assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=1"), CPU_HOST) == []
+    assert xla_env(_cfg("parallel=xla_mp", "parallel.world_size=2")) == {
+        "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2", "XLA_ENABLE_PARAM_ALIASING": "false"}
     monkeypatch.delenv("PJRT_DEVICE", raising=False)  # importing runtimes/xla.py above set it for this process
     on_tpu = HostFacts(torch_xla=True, logical_cores=96, torch_version="2.9.0", tpu_chips=4)
     assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), on_tpu) == []

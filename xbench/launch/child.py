@@ -49,24 +49,57 @@ def die_with_parent(parent: int | None = None, poll_s: float = PARENT_POLL_S) ->
 
 
 class _ChildFlag(StopFlag):
-    """A launched process's stop flag; `busy` is False once its work returned."""
+    """A launched process's stop flag, shared by every rank the process runs (ranks that are threads of
+    it: torch_xla.launch's replicas). It is busy until its works have returned: from its creation until
+    the first work ends, and while any work that entered `reason_on_stop` is still running."""
 
-    busy: bool = True
+    def __init__(self):
+        self.entered = self.left = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.left == 0 or self.entered > self.left
+
+
+_LOCK = threading.Lock()
+_FLAG: list[tuple[int, _ChildFlag]] = []  # (pid, flag): this process's, installed once by its main thread
 
 
 def stop_on_signals() -> StopFlag:
-    """Stop signals in a launched process: while it works, stop after the step and hand back what was
-    measured (the parent decides about a second signal: it kills its children); once the work is done,
-    exit at once. The process also dies with its parent, and its console is redacted like the parent's."""
-    flag = _ChildFlag()
+    """This process's stop flag. Stop signals in a launched process: while it works, stop after the step
+    and hand back what was measured (the parent decides about a second signal: it kills its children);
+    once the work is done, exit at once. The process also dies with its parent, and its console is
+    redacted like the parent's.
 
-    def handle(signum, frame):
-        if not flag.busy:
-            os._exit(128 + signum)
-        flag.requested, flag.reason = True, flag.reason or signal.Signals(signum).name
+    Installed once per process, by its main thread: Python runs signal handlers only there, and
+    `signal.signal` raises ValueError in any other thread. Every later call, from any thread, returns
+    the same flag, so ranks that are threads of one process (torch_xla.launch's replicas on PJRT CPU
+    and TPU v2/v3) share it. A process forked from one that installed it inherits the handlers and the
+    flag (fork keeps both); it adopts them as its own (and watches its own parent)."""
+    with _LOCK:
+        if _FLAG and _FLAG[0][0] == os.getpid():
+            return _FLAG[0][1]
+        if _FLAG:  # forked from the process that installed it: handlers and flag came along
+            flag = _FLAG[0][1]
+            flag.entered = flag.left = 0  # the parent's works are not this process's
+            _FLAG[0] = (os.getpid(), flag)
+            die_with_parent()
+            return flag
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError(
+                f"the stop flag was first asked for in thread {threading.current_thread().name!r}: signal "
+                "handlers can only be installed by the main thread, so a launcher that runs ranks in "
+                "threads must call launch.child.stop_on_signals() in the main thread before starting them")
+        flag = _ChildFlag()
 
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, handle)
+        def handle(signum, frame):
+            if not flag.busy:
+                os._exit(128 + signum)
+            flag.requested, flag.reason = True, flag.reason or signal.Signals(signum).name
+
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handle)
+        _FLAG.append((os.getpid(), flag))
     die_with_parent()
     if not isinstance(sys.stderr, RedactingStream):
         sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
@@ -75,15 +108,21 @@ def stop_on_signals() -> StopFlag:
 
 @contextmanager
 def reason_on_stop(flag: StopFlag):
-    """A stop in the launched process carries its signal's name back to the parent's record; when the
-    work has returned (or raised), further stop signals end the process at once."""
+    """A stop in the launched process carries its signal's name back to the parent's record; when every
+    work of the process has returned (or raised), further stop signals end the process at once."""
+    counted = isinstance(flag, _ChildFlag)
+    if counted:
+        with _LOCK:
+            flag.entered += 1
     try:
         yield
     except StopRequested as e:
         e.partial["stop_reason"] = flag.reason
         raise
     finally:
-        flag.busy = False
+        if counted:
+            with _LOCK:
+                flag.left += 1
 
 
 def wait(future, stop, what: str = "the launched process"):

@@ -5,9 +5,10 @@
   (`CPU_NUM_DEVICES`) once, when its client starts; a fresh process makes both hold for every run,
   sweep points included, whatever this process did before (a sweep's preload of torch_xla, an
   earlier non-SPMD XLA point). The child sets the environment, then imports torch_xla.
-- parallel=xla_mp: `torch_xla.launch` starts one process per local chip (TPU). Each runs the rank; the
-  results are gathered to global ordinal 0 (xm.rendezvous), which hands them back through a file,
-  since torch_xla.launch returns nothing. On a pod slice every host runs the same command; host 0
+- parallel=xla_mp: `torch_xla.launch` starts one process per local chip (TPU v4+), or one process whose
+  threads are the replicas (one per device: TPU v2/v3 cores, PJRT CPU devices). Each replica runs the
+  rank; the results are gathered to global ordinal 0, which hands them back through a file, since
+  torch_xla.launch returns nothing. On a pod slice every host runs the same command; host 0
   writes the record.
 
 Errors, interruptions and divergence in the child come back as the same exceptions (pickled), so the
@@ -18,19 +19,24 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import tempfile
 from pathlib import Path
 
 from xbench.launch import child
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
-from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext
+from xbench.rank import LaunchResult, RankContext
 from xbench.runtimes import default_pjrt_device, xla_environment
 
 
 def xla_env(cfg) -> dict:
-    """Environment the XLA processes need before torch_xla is imported (runtimes.xla_environment)."""
-    return xla_environment(cfg)
+    """Environment the XLA processes need before torch_xla is imported (runtimes.xla_environment); for
+    xla_mp replicas on PJRT CPU, one CPU device per replica and no parameter aliasing: a donated
+    buffer's release waits for the step that uses it while holding the GIL, and that step's all-reduce
+    waits for the other replica thread, which needs the GIL to launch its half (a deadlock, seen here)."""
+    env = xla_environment(cfg)
+    if cfg.parallel.name == "xla_mp" and env["PJRT_DEVICE"] == "CPU" and cfg.parallel.world_size > 1:
+        env.update(CPU_NUM_DEVICES=str(cfg.parallel.world_size), XLA_ENABLE_PARAM_ALIASING="false")
+    return env
 
 
 def host_index() -> int:
@@ -73,16 +79,25 @@ def _run_spmd(cfg, work, stop) -> LaunchResult | None:
 # ---------- xla_mp ----------
 
 def _mp_process(index, cfg, work, out_path: str):
-    """One replica of torch_xla.launch: run the work, gather every replica's result to ordinal 0."""
+    """One replica of torch_xla.launch: run the work, gather every replica's result to ordinal 0.
+
+    A replica runs in a worker thread (torch_xla runs each replica of a process in a thread, one per
+    device it addresses), so it takes its process's stop flag rather than installing one."""
     from xbench.runtimes import xla as rx
 
     ordinal, world, local = rx.replica()
     ctx = RankContext(ordinal, world, local, **threads_asked(cfg),
                       warnings=world_size_warning(cfg, world, f"torch_xla.launch started {world} replicas "
                                                               "(one per chip)"))
+    if rx.replicas_are_threads_on_cpu():  # XLA:CPU's collectives need it (runtimes/xla.py says why)
+        rx.serialise_graph_launches()
     stop = child.stop_on_signals()
-    with child.reason_on_stop(stop):
-        result = run_rank(work, ctx, None, stop)
+    try:
+        with child.reason_on_stop(stop):
+            result = run_rank(work, ctx, None, stop)
+    except BaseException:
+        rx.abandon_exchange()  # the other replicas' gathers fail at once instead of waiting for this one
+        raise
     gathered = [pickle.loads(b) for b in rx.gather_bytes("xbench_results", pickle.dumps(result))]
     if ordinal == 0:  # atomic: the parent reads a whole file or none
         tmp = Path(out_path + ".tmp")
@@ -91,14 +106,18 @@ def _mp_process(index, cfg, work, out_path: str):
 
 
 def _mp_parent(cfg, work, out_path: str, env: dict):
-    """The process torch_xla.launch runs in (the environment set before torch_xla is imported)."""
+    """The process torch_xla.launch runs in (the environment set before torch_xla is imported).
+
+    Its main thread installs the stop flag once; the replicas share it: as threads of this process
+    (one replica: debug_single_process), or of the process torch_xla starts, forked so that it
+    inherits the handlers and the flag (replicas are threads there too, where signal.signal raises)."""
     os.environ.update(env)
-    for sig in STOP_SIGNALS:  # the replicas handle stops and return their results
-        signal.signal(sig, signal.SIG_IGN)
-    child.die_with_parent()
+    stop = child.stop_on_signals()
     from xbench.runtimes import xla as rx
 
-    rx.launch_processes(_mp_process, (cfg, work, out_path), single_process=cfg.parallel.world_size == 1)
+    with child.reason_on_stop(stop):
+        rx.launch_processes(_mp_process, (cfg, work, out_path), single_process=cfg.parallel.world_size == 1,
+                            start_method="fork")
 
 
 def _run_mp(cfg, work, stop) -> LaunchResult | None:

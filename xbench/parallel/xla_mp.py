@@ -1,15 +1,18 @@
-"""torch-xla multi-process data parallelism: the classic TPU recipe (one process per chip, started by
-`torch_xla.launch`; gradients all-reduced by `xm.optimizer_step`). Launched by launch/xla.py.
+"""torch-xla multi-replica data parallelism: the classic TPU recipe (`torch_xla.launch` starts one
+replica per device: a process per chip on TPU v4+, threads of one process on TPU v2/v3 and on PJRT
+CPU; gradients all-reduced by `xm.optimizer_step`). Launched by launch/xla.py.
 
-Its collectives do not work on PJRT CPU (multi-process rendezvous times out), so its rule stops it
-there with more than one process; one process on CPU runs the same code path with nothing to reduce.
+After the model is built, replica 0's parameters and buffers are broadcast to every replica: replicas
+that are threads of one process draw their initial weights from one global RNG in turn, so each would
+start from different ones. `params_sha256_at_start` (after the broadcast) and `params_sha256` (at the
+end) are recorded per replica. On PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices
+(runtimes/xla.py: serialise_graph_launches says what XLA:CPU's collectives need there).
 """
 
 from __future__ import annotations
 
 import pickle
 
-from xbench import runtimes
 from xbench.parallel.base import Strategy
 from xbench.parallel.ddp import params_sha256
 from xbench.parallel.xla_spmd import xla_rules
@@ -34,18 +37,17 @@ class XlaMultiProcess(Strategy):
 
     @classmethod
     def rules(cls, cfg, facts, dev):
-        out = xla_rules(cfg, facts, dev)
-        p = cfg.parallel
-        if runtimes.default_pjrt_device(facts.tpu_chips) == "CPU" and p.world_size > 1:
-            out.append(f"parallel=xla_mp with {p.world_size} processes needs TPU (or GPU) collectives: on PJRT CPU "
-                       "torch-xla's multi-process collectives do not work (torch_xla.launch + xm.all_reduce abort "
-                       "after a rendezvous timeout), and this machine has no TPU. Use parallel=xla_spmd for XLA "
-                       "data parallelism over CPU devices, or run this on a TPU VM (docs/parallel.md gives the command)")
-        return out
+        return xla_rules(cfg, facts, dev)
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.params_at_start = None
 
     def wrap(self, model, device):
         if device.type != "xla":
             raise RuntimeError(f"parallel=xla_mp runs on XLA devices (runtime=xla / xla_compile), not {device}")
+        rx.broadcast_parameters(model)  # every replica starts from replica 0's weights
+        self.params_at_start = params_sha256(model)
         return model
 
     def wrap_optimizer(self, optimizer):
@@ -62,5 +64,6 @@ class XlaMultiProcess(Strategy):
 
     def rank_figures(self, model) -> dict:
         ordinal, world, local = rx.replica()
-        return {"params_sha256": params_sha256(model), "xla_world_size": world, "xla_global_ordinal": ordinal,
+        return {"params_sha256": params_sha256(model), "params_sha256_at_start": self.params_at_start,
+                "xla_world_size": world, "xla_global_ordinal": ordinal,
                 "xla_local_ordinal": local}

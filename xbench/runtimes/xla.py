@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 
 from xbench.runtimes import XLA_PLUGINS, default_pjrt_device
@@ -86,6 +87,7 @@ class XlaRuntime(Runtime):
         self._exec0 = _metric("ExecuteTime")
         self._trace_s: list[float] = []
         self._sync_s: list[float] = []
+        self._wait_devices: list[str] | None = None  # what sync() waits for (known once XLA is up)
 
     @staticmethod
     def _device(device_type: str, local_rank: int) -> torch.device:
@@ -112,7 +114,11 @@ class XlaRuntime(Runtime):
 
     def sync(self) -> None:
         torch_xla.sync()  # pending work traced outside a step (e.g. a data pool cast) runs too
-        xm.wait_device_ops()
+        if self._wait_devices is None:
+            self._wait_devices = xm.xla_real_devices([self.device]) if replicas_are_threads() else []
+        # A replica thread waits for its own device only: waiting for every device blocked the other
+        # replica's launch while this one's all-reduce waited for it (a deadlock, seen on PJRT CPU).
+        xm.wait_device_ops(self._wait_devices)
 
     def cut(self) -> None:
         torch_xla.sync()  # one graph per evaluation batch (compiled once), launched without waiting
@@ -234,23 +240,120 @@ def process() -> tuple[int, int]:
     return xr.process_index(), xr.process_count()
 
 
+def replicas_are_threads() -> bool:
+    """True when several torch_xla.launch replicas are threads of this process (TPU v2/v3, PJRT CPU)."""
+    import torch_xla.runtime as xr
+
+    return xr.world_size() > 1 and xr.addressable_device_count() > 1
+
+
+def replicas_are_threads_on_cpu() -> bool:
+    """True when several replicas are threads of this process on PJRT CPU (CPU_NUM_DEVICES > 1)."""
+    import torch_xla.runtime as xr
+
+    return xr.device_type() == "CPU" and replicas_are_threads()
+
+
+_LAUNCH_LOCK = threading.Lock()
+
+
+def serialise_graph_launches() -> None:
+    """Make replica threads on PJRT CPU launch their graphs one at a time (idempotent; call before any XLA work).
+
+    XLA:CPU matches the two halves of an all-reduce by the HLO module's id (the op has no channel id),
+    so every replica must run the one executable. Two threads that sync the same graph at the same
+    time each compile their own (different ids: the all-reduce waits for a partner that is in another
+    rendezvous, and XLA aborts the process after 10 s, seen here); with launches serialised, the second
+    finds the first one's executable in torch_xla's cache. Only the launch is locked (the step marker
+    compiles and enqueues; execution is asynchronous), so the replicas still run their steps together.
+    `_xla_step_marker` is what `torch_xla.sync` and torch_xla's own syncs (rendezvous, broadcast,
+    torch_xla.compile) call."""
+    C = torch_xla._XLAC
+    with _STATE_LOCK:
+        if getattr(C._xla_step_marker, "xbench_serialised", False):
+            return
+        marker = C._xla_step_marker
+
+        def serialised(*args, **kwargs):
+            with _LAUNCH_LOCK:
+                return marker(*args, **kwargs)
+
+        serialised.xbench_serialised = True
+        C._xla_step_marker = serialised
+
+
+class _ThreadExchange:
+    """All-gather of bytes between replicas that are threads of this process: a barrier, no device work."""
+
+    def __init__(self, world: int):
+        self.barrier = threading.Barrier(world)
+        self.slots: list = [None] * world
+
+    def gather(self, ordinal: int, payload: bytes, timeout_s: float) -> list[bytes]:
+        self.slots[ordinal] = payload
+        self.barrier.wait(timeout_s)
+        out = list(self.slots)
+        self.barrier.wait(timeout_s)  # nobody writes the next payload before every replica has read this one
+        return out
+
+
+_STATE_LOCK = threading.Lock()
+_EXCHANGE: list[_ThreadExchange] = []
+GATHER_TIMEOUT_S = 1800.0  # a replica that never arrives (hung) breaks the others' gather instead of hanging them
+
+
+def _exchange(world: int) -> _ThreadExchange:
+    with _STATE_LOCK:
+        if not _EXCHANGE:
+            _EXCHANGE.append(_ThreadExchange(world))
+        return _EXCHANGE[0]
+
+
+def _all_replicas_here() -> bool:
+    import torch_xla.runtime as xr
+
+    return xr.addressable_device_count() == xr.world_size()
+
+
 def gather_bytes(tag: str, payload: bytes) -> list[bytes]:
-    """Every replica's payload (index = global ordinal), out of graph (xm.rendezvous)."""
+    """Every replica's payload (index = global ordinal). Replicas that are all threads of this process
+    exchange it in memory; otherwise out of graph through xm.rendezvous. (xm.rendezvous traces an
+    all-gather whose graph differs per ordinal, which XLA:CPU cannot match across threads, see
+    serialise_graph_launches.)"""
     import torch_xla.runtime as xr
 
     if xr.world_size() == 1:  # nothing to exchange (and no collective to compile)
         return [payload]
+    if _all_replicas_here():
+        return _exchange(xr.world_size()).gather(xr.global_ordinal(), payload, GATHER_TIMEOUT_S)
     return list(xm.rendezvous(tag, payload))
 
 
+def abandon_exchange() -> None:
+    """A replica that failed: the others' in-memory gathers raise BrokenBarrierError at once."""
+    if _EXCHANGE:
+        _EXCHANGE[0].barrier.abort()
+
+
 def all_replicas_agree(ok: bool) -> bool:
-    """True when every replica says True (out of graph: xm.rendezvous)."""
+    """True when every replica says True (out of graph)."""
     return all(b == b"1" for b in gather_bytes("xbench_agree", b"1" if ok else b"0"))
 
 
-def launch_processes(fn, args: tuple, single_process: bool) -> None:
-    """torch_xla.launch: one process per local chip (TPU), or one process when `single_process`."""
-    torch_xla.launch(fn, args=args, debug_single_process=single_process)
+def broadcast_parameters(model) -> None:
+    """Replica 0's parameters and buffers on every replica (xm.broadcast_master_param): replicas that are
+    threads of one process draw their initial weights from the one global RNG in turn, so each built
+    different ones."""
+    import torch_xla.runtime as xr
+
+    if xr.world_size() > 1:
+        xm.broadcast_master_param(model)
+
+
+def launch_processes(fn, args: tuple, single_process: bool, start_method: str = "spawn") -> None:
+    """torch_xla.launch: one process per local chip (TPU v4+), or one process whose threads are the
+    replicas (TPU v2/v3, PJRT CPU); one replica in this process when `single_process`."""
+    torch_xla.launch(fn, args=args, debug_single_process=single_process, start_method=start_method)
 
 
 def tpu_worker_id() -> int:

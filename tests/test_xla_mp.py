@@ -1,0 +1,144 @@
+"""parallel=xla_mp with several replicas, for real on PJRT CPU: torch_xla.launch runs the replicas as
+threads of one process (CPU_NUM_DEVICES=2), as it does on TPU v2/v3. The stop flag is installed once,
+by a process's main thread, and shared by its rank threads (a replica thread used to install signal
+handlers itself: ValueError: signal only works in main thread); replica 0's weights are broadcast to
+every replica; 2 replicas train as one world."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import REPO, cli_env, records
+from tests.test_xla_parallel import _finish, _start
+
+
+def _python(code: str, env=None, timeout=300) -> str:
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env or cli_env(),
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    return p.stdout
+
+
+def test_rank_threads_share_the_stop_flag_their_main_thread_installed():
+    """In a fresh interpreter (pytest's own handlers stay untouched): a thread's call returns the main
+    thread's flag without installing anything, and a SIGTERM to the process reaches it; a forked process
+    adopts the inherited flag in a thread too; a thread that comes first is told what the launcher owes it."""
+    out = _python("""
+        import os, signal, threading, time
+        from xbench.launch import child
+
+        def in_thread(fn):
+            box = []
+
+            def run():
+                try:
+                    box.append(fn())
+                except Exception as e:
+                    box.append(e)
+
+            t = threading.Thread(target=run)
+            t.start(); t.join()
+            if isinstance(box[0], Exception):
+                raise box[0]
+            return box[0]
+
+        try:
+            in_thread(child.stop_on_signals)
+        except RuntimeError as e:
+            print("first-in-thread:", "main thread" in str(e))
+        flag = child.stop_on_signals()
+        shared = in_thread(child.stop_on_signals)
+        print("same:", shared is flag, "busy:", flag.busy)
+        with child.reason_on_stop(flag):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            print("stopped:", in_thread(lambda: (shared.requested, shared.reason)))
+        print("busy after:", flag.busy)
+
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a forked process: the flag comes along and is this process's now
+            f = in_thread(child.stop_on_signals)
+            f.requested = False
+            with child.reason_on_stop(f):
+                os.kill(os.getpid(), signal.SIGUSR1)
+                time.sleep(0.1)
+                os.write(w, f"{f is flag} {f.requested} {f.reason}".encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("forked:", os.read(r, 100).decode())
+    """)
+    assert "first-in-thread: True" in out
+    assert "same: True busy: True" in out
+    assert "stopped: (True, 'SIGTERM')" in out
+    assert "busy after: False" in out
+    assert "forked: True True SIGTERM" in out  # the first stop's reason is kept (flag.reason or ...)
+
+
+BROADCAST = """
+    import os, sys
+    os.environ.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2", XLA_ENABLE_PARAM_ALIASING="false")
+    import torch
+    from xbench.parallel.ddp import params_sha256
+    from xbench.runtimes import xla as rx
+
+    def replica(index, out):
+        import torch_xla
+        ordinal, world, _ = rx.replica()
+        rx.serialise_graph_launches()
+        torch.manual_seed(100 + ordinal)  # replicas that build different weights, on purpose
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+        model[1].running_mean.fill_(float(ordinal + 1))  # a buffer that differs too (on the CPU: a value
+        model = model.to(torch_xla.device())  # traced on the device would make each replica's graph differ)
+        before = params_sha256(model)
+        rx.broadcast_parameters(model)
+        after = params_sha256(model)
+        mean = model[1].running_mean.cpu().tolist()
+        got = rx.gather_bytes("t", f"{ordinal} {world} {before} {after} {mean}".encode())
+        if ordinal == 0:
+            open(out, "w").write("\\n".join(b.decode() for b in got))
+
+    if __name__ == "__main__":
+        rx.launch_processes(replica, (sys.argv[1],), single_process=False, start_method="fork")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers(tmp_path):
+    script, out = tmp_path / "bcast.py", tmp_path / "out.txt"
+    script.write_text(textwrap.dedent(BROADCAST))
+    p = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO, env=cli_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    rows = [line.split(" ", 4) for line in out.read_text().splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("0", "2"), ("1", "2")]  # both replicas, one world of 2
+    (_, _, before0, after0, mean0), (_, _, before1, after1, mean1) = rows
+    assert before0 != before1  # different seeds: different weights before the broadcast
+    assert after0 == after1 == before0  # replica 0's everywhere after it
+    assert mean0 == mean1 == "[1.0, 1.0, 1.0]"  # buffers too
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights(tmp_path):
+    """The CLI's xla_mp with 2 replicas (threads over 2 PJRT CPU devices): one record of a world of 2,
+    gradients all-reduced (xm.optimizer_step) so the replicas end equal, and equal from the start
+    (broadcast; without it they drew different weights from the shared RNG, seen here)."""
+    env = cli_env(PJRT_DEVICE="CPU")
+    env.pop("CPU_NUM_DEVICES", None)
+    _finish(_start(tmp_path, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", env=env))
+    [rec] = records(tmp_path)
+    assert rec["status"] == "ok", rec["reason"]
+    m, ranks = rec["measurements"], rec["ranks"]
+    assert (m["world_size"], m["devices"], m["global_batch_size"]) == (2, 2, 32)
+    assert [(r["rank"], r["xla_global_ordinal"], r["xla_world_size"]) for r in ranks] == [(0, 0, 2), (1, 1, 2)]
+    assert len({r["params_sha256_at_start"] for r in ranks}) == 1
+    assert len({r["params_sha256"] for r in ranks}) == 1
+    assert ranks[0]["params_sha256"] != ranks[0]["params_sha256_at_start"]  # it trained
+    assert m["compiles_timed"] == 0 and m["pjrt_device"] == "CPU"
+    assert rec["series"]["loss"][-1] < rec["series"]["loss"][0]
