@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -110,6 +111,11 @@ class Workload:
     params_count: int
 
 
+# xla_mp's replicas on TPU v2/v3 and PJRT CPU are threads of one process: each seeded the one global RNG,
+# then they drew their initial weights from it in turn, so replica 0's weights varied from run to run.
+_BUILD_LOCK = threading.Lock()
+
+
 def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Workload:
     """strategy -> runtime/device -> precision -> model (on the device, in the parameter dtype and memory
     format, wrapped by the strategy) -> optimizer. FLOPs are measured on the meta device first."""
@@ -119,7 +125,9 @@ def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Wor
     spec = InputSpec.from_data(cfg.data)
     entry = models.get(cfg.model.name)
     flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))
-    model = models.build(cfg.model.name, spec, dict(cfg.model.options))
+    with _BUILD_LOCK:  # seed -> weights in one go: replicas that are threads of one process share the RNG
+        torch.manual_seed(cfg.bench.seed)
+        model = models.build(cfg.model.name, spec, dict(cfg.model.options))
     params_count = sum(p.numel() for p in model.parameters())
     memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
     model = model.to(device=runtime.device, dtype=precision.param_dtype, memory_format=memory_format)
@@ -211,8 +219,12 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
                                                     ("vocab", "data_vocab_size")) if k in info}
         train_loader = feed.make_loader(splits.train, cfg.data, ctx.rank, ctx.world_size, cfg.bench.seed,
                                         splits.collate, batch_size=per_rank, device=runtime.device)
-        fetch = feed.device_feed(train_loader, runtime.device, prepare_inputs)  # CUDA: one batch ahead
-        data_info.update(data_pinned=bool(train_loader.pin_memory), data_prefetch=getattr(fetch, "prefetch", False))
+        if runtime.drives_xla:  # MpDeviceLoader: background transfer; SPMD: each device gets only its shard
+            fetch = runtime.device_feed(train_loader, prepare_inputs, strategy.feed_sharding())
+        else:
+            fetch = feed.device_feed(train_loader, runtime.device, prepare_inputs)  # CUDA: one batch ahead
+        data_info.update(data_pinned=bool(train_loader.pin_memory), data_prefetch=getattr(fetch, "prefetch", False),
+                         data_feed=getattr(fetch, "feed", None))
 
         def next_batch():
             return strategy.place_batch(*fetch())

@@ -9,7 +9,9 @@ pageable memory is staged through a driver buffer and blocks the host), copied w
 `non_blocking=True`, and fetched one batch ahead on a side stream (`OneAhead`): batch i+1's copy
 runs while step i computes, and the step's stream waits for the copy (`wait_stream`) and owns the
 tensors it reads (`record_stream`, so the allocator does not reuse them under the step). Elsewhere
-(CPU, XLA) the batches go as before: a plain copy when they are asked for.
+on the CPU the batches go as before: a plain copy when they are asked for. XLA devices are fed by
+torch-xla's MpDeviceLoader (runtimes/xla.py `DeviceFeed`, over `epoch_cycle` here); under SPMD each
+device receives only its shard of the batch.
 """
 
 from __future__ import annotations
@@ -46,19 +48,27 @@ def make_loader(dataset, data, rank: int, world_size: int, seed: int, collate=No
 
 def host_batches(loader: DataLoader):
     """next() -> the loader's next host batch, cycling epochs (a new shuffle per epoch on every rank)."""
-    state = {"epoch": 0, "it": iter(loader)}
+    return epoch_cycle(loader)
 
-    def next_host():
+
+def epoch_cycle(loader: DataLoader, source=None):
+    """next() -> the next batch of `source` (default: the loader itself; XLA: an MpDeviceLoader over it,
+    runtimes/xla.py), cycling epochs: the loader's sampler is told the new epoch (a new shuffle on every
+    rank) before `source` is iterated again."""
+    source = loader if source is None else source
+    state = {"epoch": 0, "it": iter(source)}
+
+    def next_batch():
         try:
             return next(state["it"])
         except StopIteration:
             state["epoch"] += 1
             if hasattr(loader.sampler, "set_epoch"):
                 loader.sampler.set_epoch(state["epoch"])
-            state["it"] = iter(loader)
+            state["it"] = iter(source)
             return next(state["it"])
 
-    return next_host
+    return next_batch
 
 
 class OneAhead:
@@ -67,6 +77,7 @@ class OneAhead:
     order are exactly `move(*host_next())`'s, each one call early (the first call moves two)."""
 
     prefetch = True
+    feed = "one_ahead"
 
     def __init__(self, host_next, move, stream=None):
         self.host_next, self.move, self.stream = host_next, move, stream
@@ -112,4 +123,5 @@ def device_feed(loader: DataLoader, device, prepare=None):
         return move(*next_host())
 
     next_batch.prefetch = False
+    next_batch.feed = "host_copy"
     return next_batch

@@ -40,6 +40,10 @@ class Strategy:
         """A batch as the strategy's devices take it."""
         return inputs, targets
 
+    def feed_sharding(self):
+        """How the data feed transfers real batches to the device (XLA SPMD: split over the mesh); None: whole."""
+        return None
+
     def sync(self, device_sync):
         """The loop's synchronisation: the device's, plus whatever the strategy needs at window edges."""
         return device_sync

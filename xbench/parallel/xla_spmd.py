@@ -3,7 +3,8 @@
 The launcher (launch/xla.py) has already switched the process to SPMD (`xr.use_spmd()` before any XLA
 tensor) with the device count the config asks for. Here the batch is annotated as split along dim 0
 over the mesh; parameters stay unannotated, i.e. replicated, and XLA's SPMD partitioner inserts the
-gradient all-reduce itself. The model code and the step are unchanged: a global batch of
+gradient all-reduce itself. Real data is transferred already split (`feed_sharding`, through
+MpDeviceLoader): each device receives only its shard. The model code and the step are unchanged: a global batch of
 `data.batch_size x devices` trains exactly as on one device.
 
 All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
@@ -50,10 +51,21 @@ class XlaSpmd(Strategy):
         self.mesh = rx.data_mesh()
         return model  # replicated parameters: nothing to wrap
 
+    def feed_sharding(self):
+        """Real data arrives split over the mesh at transfer time (MpDeviceLoader's input_sharding): each
+        device receives only its shard, instead of the whole batch replicated and then resharded."""
+        return rx.batch_sharding(self.mesh)
+
     def place_batch(self, inputs, targets):
-        inputs, targets = rx.shard_batch(inputs, self.mesh), rx.shard_batch(targets, self.mesh)
-        if self.input_sharding is None:  # read once: with real data this runs every step of a timed window
-            self.input_sharding = rx.sharding_spec(inputs)
+        spec = rx.sharding_spec(inputs)
+        # Unannotated: the synthetic pool (resharded once, before timing), train-to-target's batches, or a
+        # fed batch cast by `prepare` (an IR node over sharded data: annotating it transfers nothing).
+        if not spec:
+            inputs, targets = rx.shard_batch(inputs, self.mesh), rx.shard_batch(targets, self.mesh)
+            spec = rx.sharding_spec(inputs)
+        # else: the feed transferred it sharded (feed_sharding); marking it again would reshard it
+        if self.input_sharding is None:
+            self.input_sharding = spec
         return inputs, targets
 
     def rank_figures(self, model) -> dict:

@@ -25,6 +25,7 @@ import os
 import statistics
 import threading
 import time
+import weakref
 
 from xbench.runtimes import XLA_PLUGINS, default_pjrt_device
 
@@ -41,6 +42,7 @@ except ImportError as e:  # compat catches this earlier; this is the message if 
     raise ImportError(f"runtime=xla/xla_compile needs torch-xla, which cannot be imported here ({e}); "
                       "install torch-xla matching torch, or use runtime=eager/compile/accelerate") from e
 
+from xbench.data.feed import epoch_cycle  # noqa: E402
 from xbench.runtimes.base import Runtime  # noqa: E402
 from xbench.training.step import make_train_step  # noqa: E402
 
@@ -142,6 +144,10 @@ class XlaRuntime(Runtime):
             out["peak_device_used_gib"] = info["peak_bytes_used"] / 2**30
         return out
 
+    def device_feed(self, loader, prepare=None, input_sharding=None) -> DeviceFeed:
+        """Real data onto this device through MpDeviceLoader (`input_sharding`: SPMD's split, see DeviceFeed)."""
+        return DeviceFeed(loader, self.device, prepare, input_sharding)
+
     def metrics_report(self) -> str:
         """XLA's metrics report (bench.profile=xla): compilations, executions, transfers, per metric."""
         return met.metrics_report()
@@ -214,6 +220,62 @@ def shard_batch(t: torch.Tensor, mesh) -> torch.Tensor:
 
     xs.mark_sharding(t, mesh, ("data",) + (None,) * (t.dim() - 1))
     return t
+
+
+def batch_sharding(mesh):
+    """An `xs.ShardingSpec` that splits dim 0 of every tensor of a batch over the mesh's `data` axis (the
+    other dims replicated), for the data feed: with it MpDeviceLoader sends each device only its shard.
+    torch-xla's own spec applies to tensors of its partition spec's rank only (inputs and targets differ:
+    the targets would go replicated), so the spec here is made per tensor rank."""
+    import torch_xla.distributed.spmd as xs
+
+    class BatchSharding(xs.ShardingSpec):
+        def xla_spec(self, t):
+            if t.dim() == 0:
+                return None
+            if t.dim() not in self.by_rank:
+                self.by_rank[t.dim()] = xs.ShardingSpec(self.mesh, ("data",) + (None,) * (t.dim() - 1))
+            return self.by_rank[t.dim()].xla_spec(t)
+
+        def can_apply(self, t):
+            return t.dim() >= 1
+
+    spec = BatchSharding(mesh, ("data",))
+    spec.by_rank = {1: xs.ShardingSpec(mesh, ("data",))}
+    return spec
+
+
+def _close_parallel_loader(mp_loader) -> None:
+    pl = mp_loader._parallel_loader  # the current epoch's (MpDeviceLoader starts one per epoch)
+    if pl is not None:
+        pl.close()
+
+
+class DeviceFeed:
+    """next_batch() -> (inputs, targets) on the XLA device through torch-xla's MpDeviceLoader: a host
+    thread reads the loader and another transfers batches to the device ahead of the step, so the step
+    does not wait for the copy. With `input_sharding` (SPMD) each batch is transferred already split
+    over the mesh: each device receives only its shard (no replicated copy resharded afterwards).
+    Epochs cycle as on the plain feed (same batches, same order); `prepare` adjusts the inputs on the
+    device (dtype, memory format). The loader's threads are closed when the feed is collected."""
+
+    prefetch = True
+
+    def __init__(self, loader, device, prepare=None, input_sharding=None):
+        from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+        self.mp_loader = MpDeviceLoader(loader, device, input_sharding=input_sharding)
+        self.feed = "spmd_sharded" if input_sharding is not None else "mp_device_loader"
+        self.prepare = prepare
+        self.loader = loader
+        self._next = None  # the loader's threads start when the loop first asks (the rank is still being built)
+        weakref.finalize(self, _close_parallel_loader, self.mp_loader)
+
+    def __call__(self):
+        if self._next is None:
+            self._next = epoch_cycle(self.loader, self.mp_loader)
+        inputs, targets = self._next()
+        return (self.prepare(inputs) if self.prepare else inputs), targets
 
 
 def sharding_spec(t: torch.Tensor) -> str:
@@ -341,9 +403,9 @@ def all_replicas_agree(ok: bool) -> bool:
 
 
 def broadcast_parameters(model) -> None:
-    """Replica 0's parameters and buffers on every replica (xm.broadcast_master_param): replicas that are
-    threads of one process draw their initial weights from the one global RNG in turn, so each built
-    different ones."""
+    """Replica 0's parameters and buffers on every replica (xm.broadcast_master_param): a guard, since
+    replicas that are threads of one process share the one global RNG (bench/worker.py seeds and builds
+    under a lock, so each builds bench.seed's weights)."""
     import torch_xla.runtime as xr
 
     if xr.world_size() > 1:
