@@ -1,8 +1,9 @@
 """parallel=xla_mp with several replicas, for real on PJRT CPU: torch_xla.launch runs the replicas as
 threads of one process (CPU_NUM_DEVICES=2), as it does on TPU v2/v3. The stop flag is installed once,
 by a process's main thread, and shared by its rank threads (a replica thread used to install signal
-handlers itself: ValueError: signal only works in main thread); replica 0's weights are broadcast to
-every replica; 2 replicas train as one world."""
+handlers itself: ValueError: signal only works in main thread); each replica builds bench.seed's
+weights (seed and build under one lock) and replica 0's are broadcast to every replica; 2 replicas
+train as one world."""
 
 from __future__ import annotations
 
@@ -79,6 +80,44 @@ def test_rank_threads_share_the_stop_flag_their_main_thread_installed():
     assert "forked: True True SIGTERM" in out  # the first stop's reason is kept (flag.reason or ...)
 
 
+def test_replica_threads_build_the_seeds_weights_whatever_their_turns():
+    """xla_mp's replicas on TPU v2/v3 and PJRT CPU are threads of one process. Each seeds (prepare_rank),
+    sets up its device, then builds: the real build_workload in 2 threads that seed and then meet, as
+    replicas do. Before: both drew from the one global RNG after both had seeded, so at most one got
+    bench.seed's weights and which one depended on the turns (replica 0's weights varied run to run,
+    params_sha256_at_start with them); now each builds exactly a lone build's weights, every time."""
+    import threading
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+    from xbench.bench.worker import build_workload
+    from xbench.parallel.ddp import params_sha256
+    from xbench.platforms.detect import host_facts
+    from xbench.rank import RankContext
+
+    cfg = OmegaConf.to_object(compose(["model=mlp", "model.options.hidden=32", "data=synthetic_mnist",
+                                       "platform=cpu", "logger=none", "bench.seed=7"]))
+    facts = host_facts()
+    torch.manual_seed(cfg.bench.seed)
+    alone = params_sha256(build_workload(cfg, facts, RankContext()).model)
+    for attempt in range(3):
+        met, got = threading.Barrier(2), {}
+
+        def replica(ordinal, met, got):
+            torch.manual_seed(cfg.bench.seed)  # as prepare_rank does, before the device is set up
+            met.wait()
+            got[ordinal] = params_sha256(build_workload(cfg, facts, RankContext(rank=ordinal, world_size=2)).model)
+
+        threads = [threading.Thread(target=replica, args=(i, met, got)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == {0: alone, 1: alone}, attempt
+
+
 BROADCAST = """
     import os, sys
     os.environ.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2", XLA_ENABLE_PARAM_ALIASING="false")
@@ -139,6 +178,8 @@ def test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights(tmp
     assert [(r["rank"], r["xla_global_ordinal"], r["xla_world_size"]) for r in ranks] == [(0, 0, 2), (1, 1, 2)]
     assert len({r["params_sha256_at_start"] for r in ranks}) == 1
     assert len({r["params_sha256"] for r in ranks}) == 1
+    # each replica built bench.seed's weights itself (before the broadcast; they took turns on one RNG)
+    assert {r["params_sha256_built"] for r in ranks} == {ranks[0]["params_sha256_at_start"]}
     assert ranks[0]["params_sha256"] != ranks[0]["params_sha256_at_start"]  # it trained
     assert m["compiles_timed"] == 0 and m["pjrt_device"] == "CPU"
     assert rec["series"]["loss"][-1] < rec["series"]["loss"][0]

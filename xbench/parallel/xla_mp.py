@@ -2,10 +2,11 @@
 replica per device: a process per chip on TPU v4+, threads of one process on TPU v2/v3 and on PJRT
 CPU; gradients all-reduced by `xm.optimizer_step`). Launched by launch/xla.py.
 
-After the model is built, replica 0's parameters and buffers are broadcast to every replica: replicas
-that are threads of one process draw their initial weights from one global RNG in turn, so each would
-start from different ones. `params_sha256_at_start` (after the broadcast) and `params_sha256` (at the
-end) are recorded per replica. On PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices
+Each replica seeds and builds its model under one process-wide lock (bench/worker.py): replicas that
+are threads of one process share the global RNG, and drawing from it in turn gave each replica, replica
+0 included, different weights from run to run. Replica 0's parameters and buffers are then broadcast to
+every replica (a guard: they are equal already). `params_sha256_built` (as built),
+`params_sha256_at_start` (after the broadcast) and `params_sha256` (at the end) are recorded per replica. On PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices
 (runtimes/xla.py: serialise_graph_launches says what XLA:CPU's collectives need there).
 """
 
@@ -41,11 +42,12 @@ class XlaMultiProcess(Strategy):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.params_at_start = None
+        self.params_at_start = self.params_built = None
 
     def wrap(self, model, device):
         if device.type != "xla":
             raise RuntimeError(f"parallel=xla_mp runs on XLA devices (runtime=xla / xla_compile), not {device}")
+        self.params_built = params_sha256(model)  # as built from bench.seed (equal on every replica: worker's lock)
         rx.broadcast_parameters(model)  # every replica starts from replica 0's weights
         self.params_at_start = params_sha256(model)
         return model
@@ -65,5 +67,6 @@ class XlaMultiProcess(Strategy):
     def rank_figures(self, model) -> dict:
         ordinal, world, local = rx.replica()
         return {"params_sha256": params_sha256(model), "params_sha256_at_start": self.params_at_start,
+                "params_sha256_built": self.params_built,
                 "xla_world_size": world, "xla_global_ordinal": ordinal,
                 "xla_local_ordinal": local}
