@@ -203,7 +203,7 @@ def _fake_rank(stall_at: set[int], step_s: float = 0.002, pause_s: float = 0.4):
                        read_losses=lambda ls: [float(v) for v in ls])
     work = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cpu")))
     return SimpleNamespace(work=work, hooks=hooks, threads={"threads_intra": 1}, samples_per_step=8,
-                           devices_per_rank=1), counter
+                           devices_per_rank=1, ranks_on_host=1), counter
 
 
 def test_a_stalled_window_is_measured_again_once_then_kept_and_flagged():

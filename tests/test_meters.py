@@ -364,7 +364,7 @@ def _gpu_rank(fail, on_first_step=None):
                        read_losses=lambda ls: [float(v) for v in ls], stop=stop)
     work = SimpleNamespace(runtime=SimpleNamespace(device=torch.device("cuda", 0)))
     p = SimpleNamespace(work=work, hooks=hooks, threads={"threads_intra": 1}, samples_per_step=2,
-                        devices_per_rank=1, batch_size=2)
+                        devices_per_rank=1, batch_size=2, ranks_on_host=1)
     return p, seen
 
 
@@ -475,5 +475,5 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
     assert seen["rss_gib"] - seen["before_gib"] > 0.4  # the spike was real
     assert m["peak_host_rss_gib"] < seen["rss_gib"] - 0.1  # ru_maxrss since the process started: >= the spike
     # the GPUs a train-to-target rank meters: its own, or every one under DataParallel; none off CUDA
-    assert device_gpus(torch.device("cuda", 3), 1) == [3] and device_gpus(torch.device("cuda", 0), 2) == [0, 1]
-    assert device_gpus(torch.device("cpu"), 1) == []
+    assert device_gpus("cuda", 3, 1) == [3] and device_gpus("cuda", 0, 2) == [0, 1]
+    assert device_gpus("cpu", 0, 1) == []

@@ -243,15 +243,16 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
 
 def rank_gpus(p: PreparedRank) -> list[int]:
     """The GPUs this rank drives: all of them under DataParallel, else its own; none off CUDA."""
-    return device_gpus(p.work.runtime.device, p.devices_per_rank)
+    dev = p.work.runtime.device
+    return device_gpus(dev.type, dev.index or 0, p.devices_per_rank)
 
 
-def device_gpus(dev, devices_per_rank: int) -> list[int]:
-    """The CUDA ordinals a rank on `dev` driving `devices_per_rank` devices uses (train-to-target's too)."""
-    n = devices_per_rank
-    if dev.type != "cuda":
+def device_gpus(device_type: str, index: int, devices_per_rank: int) -> list[int]:
+    """The CUDA ordinals a rank on device `index` driving `devices_per_rank` devices uses (all of them
+    under DataParallel, else its own; none off CUDA): the one rule, before the build and after it."""
+    if device_type != "cuda":
         return []
-    return list(range(n)) if n > 1 else [dev.index or 0]
+    return list(range(devices_per_rank)) if devices_per_rank > 1 else [index]
 
 
 def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None) -> list:
@@ -261,7 +262,7 @@ def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, befo
     dev = dev or p.work.runtime.device.type
     gpus = rank_gpus(p)
     return [ContentionMeter(p.threads.get("threads_intra") or 1, dev, gpus, before,
-                            ranks_on_host=getattr(p, "ranks_on_host", 1)),  # 1: a stand-in without it
+                            ranks_on_host=p.ranks_on_host),
             UtilisationMeter(p.work.runtime.device.type, cfg.bench.util_interval_s, gpus),
             MemoryMeter(gpus),
             EnergyMeter(p.work.runtime.device.type, gpus)]

@@ -340,7 +340,8 @@ class TargetTraining:
         # Peaks from the first training step (bench/meters/memory.py), over every GPU the rank drives. No
         # warm-up is left out: every step counts towards the time to target, so its memory does too; the
         # build, the data and a checkpoint's load do not.
-        memory = MemoryMeter(device_gpus(self.w.runtime.device, self.w.strategy.devices_per_rank), "training")
+        memory = MemoryMeter(device_gpus(self.w.runtime.device.type, self.w.runtime.device.index or 0,
+                                         self.w.strategy.devices_per_rank), "training")
         with memory:
             seg = loop.perf_counter()
             while status is None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from xbench import launch
 from xbench.bench import breakdown, contention, faults, loop, meters, profile
-from xbench.bench.worker import PreparedRank, check_finite, prepare_rank, rank_meters
+from xbench.bench.worker import PreparedRank, check_finite, device_gpus, prepare_rank, rank_meters
 from xbench.config import XBenchConfig
 from xbench.launch.isolation import point_started_at
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
@@ -110,7 +110,7 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
     probe_s = cfg.bench.contention_probe_s if main else 0
-    before = contention.probe(probe_s, _gpus(dev, ctx)) if probe_s > 0 else None
+    before = contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank)) if probe_s > 0 else None
     p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
@@ -150,13 +150,6 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
         artifacts, notes = profile.capture(cfg, p, run_dir, ctx.rank)
         warnings += notes
     return RankResult(ctx.rank, m, _series(wu, windows), warnings, artifacts)
-
-
-def _gpus(dev: str, ctx: RankContext) -> list[int]:
-    """The GPUs a rank will drive (known before it builds: rank_gpus says it after)."""
-    if dev != "cuda":
-        return []
-    return list(range(ctx.devices_per_rank)) if ctx.devices_per_rank > 1 else [ctx.local_rank]
 
 
 def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_host: int = 1) -> list[str]:
