@@ -12,21 +12,21 @@ import statistics
 from xbench.metrics.stats import summarize
 
 # Figures that describe one rank only; the run-level view drops them (they stay under `ranks`).
-_PER_RANK = ("rank", "device", "window_s", "data_wait_s", "peak_host_rss_gib", "pid")
+_PER_RANK = ("rank", "device", "window_s", "data_wait_s", "pid")
 # Memory peaks: the run needs what its fullest rank needed (a DDP rank's bucket, rank 0's extra state).
 PEAKS = ("peak_host_rss_gib", "peak_device_allocated_gib", "peak_device_reserved_gib", "peak_device_used_gib")
 
 
-def peaks_over_ranks(ranks: list[dict]) -> dict:
-    """Each peak the ranks report, the largest over them, and with several ranks each one's (`*_per_rank`,
-    in rank order; None where a rank has no such figure)."""
+def peaks_over_ranks(ranks: list[dict], per_rank: bool = True) -> dict:
+    """Each peak the ranks report, the largest over them, and with several ranks (and `per_rank`) each
+    one's (`*_per_rank`, in rank order; None where a rank has no such figure)."""
     out = {}
     for key in PEAKS:
         values = [r.get(key) for r in ranks]
         if all(v is None for v in values):
             continue
         out[key] = max(v for v in values if v is not None)
-        if len(ranks) > 1:
+        if per_rank and len(ranks) > 1:
             out[f"{key}_per_rank"] = values
     return out
 
@@ -98,8 +98,7 @@ def merge_processes(per_process: list[list[dict]]) -> list[dict]:
                 m[flag] = any(bool(ranks[i].get(flag)) for ranks in per_process)
         if all(ranks[i].get("energy_j") is not None for ranks in per_process):
             m["energy_j"] = sum(ranks[i]["energy_j"] for ranks in per_process)  # metered over its windows
-        m.update({k: v for k, v in peaks_over_ranks([ranks[i] for ranks in per_process]).items()
-                  if not k.endswith("_per_rank")})  # the rank's peak is its fullest process's
+        m.update(peaks_over_ranks([ranks[i] for ranks in per_process], per_rank=False))  # its fullest process's
         merged.append(m)
     return merged
 
