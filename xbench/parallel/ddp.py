@@ -128,7 +128,6 @@ def ddp_figures(model) -> dict:
     """The options in force, read back from the DistributedDataParallel object itself (ddp_*)."""
     if not isinstance(model, DistributedDataParallel):
         return {}
-    return {"ddp_bucket_cap_mb": model.bucket_bytes_cap / 2**20,
-            "ddp_gradient_as_bucket_view": model.gradient_as_bucket_view, "ddp_static_graph": model.static_graph,
-            "ddp_broadcast_buffers": model.broadcast_buffers,
-            "ddp_find_unused_parameters": model.find_unused_parameters}
+    # every option of config.DDP_OPTIONS, so one added there is recorded too; the bucket cap is kept in bytes
+    return {f"ddp_{k}": model.bucket_bytes_cap / 2**20 if k == "bucket_cap_mb" else getattr(model, k)
+            for k in DDP_OPTIONS}

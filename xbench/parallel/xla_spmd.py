@@ -62,10 +62,9 @@ class XlaSpmd(Strategy):
         # fed batch cast by `prepare` (an IR node over sharded data: annotating it transfers nothing).
         if not spec:
             inputs, targets = rx.shard_batch(inputs, self.mesh), rx.shard_batch(targets, self.mesh)
-            spec = rx.sharding_spec(inputs)
         # else: the feed transferred it sharded (feed_sharding); marking it again would reshard it
-        if self.input_sharding is None:
-            self.input_sharding = spec
+        if self.input_sharding is None:  # read once for the record: this runs every step of a timed window
+            self.input_sharding = spec or rx.sharding_spec(inputs)
         return inputs, targets
 
     def rank_figures(self, model) -> dict:
