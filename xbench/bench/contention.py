@@ -7,9 +7,11 @@ steps, and the windows pay nothing for it.
 
 - CPU: the machine's busy time from /proc/stat (psutil.cpu_times) minus this run's own processes'
   CPU time (the run's root process, the one that wrote the record, and all its descendants: DDP
-  ranks and an isolated point's parent are not "others"), over wall time = other processes' busy
-  cores. `steal` (a hypervisor giving the vCPU to another guest) is contention too. The busiest
-  other processes are listed by name and pid (no command lines: they can hold secrets).
+  ranks and an isolated point's parent are not "others"; under the `torchrun` command or a srun
+  step of several tasks, that launcher and every rank it started: `launcher_pid`), over wall time =
+  other processes' busy cores. `steal` (a hypervisor giving the vCPU to another guest) is contention
+  too. The busiest other processes are listed by name and pid (no command lines: they can hold
+  secrets).
 - CPU capacity: `free cores` = physical cores (within this process's affinity) minus the other
   processes' busy cores, rounded; the default thread count is this, decided once per sweep process
   (launch/preamble.py), and a run asking for more threads than free cores is warned.
@@ -54,12 +56,28 @@ def root_pid() -> int:
     return os.getpid()
 
 
+def launcher_pid() -> int | None:
+    """The external launcher whose children are this run's ranks: the `torchrun` command's agent (its
+    ranks carry TORCHELASTIC_RUN_ID) or srun's step daemon (a step of several tasks). Its other children
+    are this run's sibling ranks, never "other processes". None when no such launcher started this one."""
+    env = os.environ
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "1") if "SLURM_STEP_ID" in env else "1"
+    if "TORCHELASTIC_RUN_ID" in env or (tasks.isdigit() and int(tasks) > 1):
+        parent = os.getppid()
+        return parent if parent > 1 else None
+    return None
+
+
 def own_pids() -> set[int]:
-    """This run's processes: the root and every descendant (this process included)."""
+    """This run's processes: the root and every descendant (this process included), and under an external
+    launcher (torchrun, srun) that launcher and all it started: the run's other ranks."""
     pids = {os.getpid()}
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process(root_pid())
-        pids |= {root.pid} | {c.pid for c in root.children(recursive=True)}
+    for pid in (root_pid(), launcher_pid()):
+        if pid is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            pids |= {root.pid} | {c.pid for c in root.children(recursive=True)}
     return pids
 
 
