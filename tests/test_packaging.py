@@ -111,3 +111,11 @@ def test_import_xbench_is_cheap():
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"  # run and load import the run path / pandas when called
+
+
+def test_dir_xbench_shows_the_lazy_run_and_load():
+    code = "import sys, xbench; print('run' in dir(xbench), 'load' in dir(xbench), 'torch' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "True", "False"]  # listed, still not imported

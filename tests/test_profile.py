@@ -45,6 +45,14 @@ def test_torch_profile_of_steps_after_the_timed_window_is_recorded_and_uploaded(
     # the profiled steps are the measured step: the MLP's 3 linear layers each step, and the optimizer's steps
     assert ops.count("aten::addmm") == 3 * 3
     assert sum(e["name"] == "Optimizer.step#SGD.step" for e in events) == 3
+    # one ProfilerStep#N per profiled step (TensorBoard's profiler plugin reads them as the step boundaries),
+    # each holding that step's 3 linear layers
+    steps = sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    assert [e["name"] for e in steps] == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    for st in steps:
+        inside = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"
+                  and st["ts"] <= e["ts"] <= st["ts"] + st["dur"]]
+        assert len(inside) == 3, st
     assert "Self CPU" in (run_dir / art["profile_ops"]).read_text()
     m = rec["measurements"]
     assert len(rec["series"]["step"]) == m["warmup_steps"] + 5  # the profiled steps are not in the measurement

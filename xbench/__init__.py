@@ -22,3 +22,8 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'xbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy names too: `dir(xbench)` and tab completion show run and load before their first use
+    return sorted(set(globals()) | set(__all__))
