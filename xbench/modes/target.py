@@ -155,7 +155,8 @@ class TargetTraining:
         if ckpt:
             self.mlog.resumed(self.p.resumes, self.epoch_f(), self.p.samples)
         else:
-            self.mlog.run_start(cfg, self.train_samples, self.eval_samples, self.global_batch, self.hyper)
+            self.mlog.run_start(cfg, self.train_samples, self.eval_samples, self.global_batch, self.hyper,
+                                started_at=self.created)  # MLPerf init_start: the run's start, start-up included
         # Rank 0 writes the curve as it grows (the launching process tails it into W&B); a resume starts
         # the file again from the checkpoint's curve.
         self.curve_out = CurveWriter(self.run_dir / CURVE_FILE, self._points()) if ctx.rank == 0 else None
