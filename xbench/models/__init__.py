@@ -74,4 +74,4 @@ def build(name: str, spec: InputSpec, options: dict):
 
 def _load_builtin() -> None:
     # Imported lazily so `xbench.models` (and compat checks) stay cheap; each module registers itself.
-    from xbench.models import text, vision  # noqa: F401
+    from xbench.models import decoder, text, vision  # noqa: F401

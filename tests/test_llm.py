@@ -1,0 +1,75 @@
+"""The Llama 3 decoder family (xbench/models/decoder.py): published parameter counts, FLOPs per token
+against torch's FLOP counter, the architecture's invariants, and its shape errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xbench.bench.flops import flops_per_sample
+from xbench.data.spec import InputSpec
+from xbench.models import decoder
+
+
+def _spec(vocab: int, seq: int) -> InputSpec:
+    return InputSpec(modality="tokens", num_classes=vocab, vocab_size=vocab, seq_len=seq)
+
+
+def test_llama31_8b_parameter_count_is_the_published_one():
+    """Built on the meta device (nothing allocated): 8.03B with the 128,256-token vocabulary, untied."""
+    c = decoder.meta_params(decoder.LLAMA3_VOCAB, size="8b")
+    assert c["total"] == pytest.approx(decoder.PUBLISHED_PARAMS["8b"], rel=5e-3)
+    assert c["embedding"] == 128256 * 4096
+    assert c["matmul"] == c["total"] - c["embedding"] - (2 * 32 + 1) * 4096  # all but the gather and the norms
+
+
+def test_tied_embeddings_count_once():
+    untied = decoder.meta_params(256, size="tiny")
+    tied = decoder.meta_params(256, size="tiny", tie_embeddings=True)
+    assert untied["total"] - tied["total"] == 256 * 64
+
+
+@pytest.mark.parametrize("size,vocab,seq", [("tiny", 256, 64), ("small", 512, 128), ("8b", 128256, 1024)])
+def test_flops_per_token_formula_matches_the_flop_counter(size, vocab, seq):
+    """6N + 12·L·d·T against FlopCounterMode on the meta device, within 3% (it is exact: the counter sees
+    the same matmuls, attention's without a causal discount)."""
+    counted = flops_per_sample("llama", _spec(vocab, seq), {"size": size})
+    s = decoder.SIZES[size]
+    formula = decoder.flops_per_token(decoder.meta_params(vocab, size=size)["matmul"], s["layers"], s["dim"], seq)
+    assert counted["train"] / seq == pytest.approx(formula["train"], rel=0.03)
+    assert counted["forward"] / seq == pytest.approx(formula["forward"], rel=0.03)
+
+
+def test_decoder_is_causal_and_grouped_query():
+    """A token changes no earlier position's logits (causal attention), and K/V have kv_heads heads."""
+    torch.manual_seed(0)
+    model = decoder.llama(_spec(256, 16), size="tiny").eval()
+    assert model.layers[0].attention.wk.out_features == 2 * 16  # 2 K/V heads of 64 / 4
+    ids = torch.randint(0, 256, (1, 16))
+    changed = ids.clone()
+    changed[0, 10] = (ids[0, 10] + 1) % 256
+    a, b = model(ids), model(changed)
+    assert torch.allclose(a[0, :10], b[0, :10], atol=1e-6)
+    assert not torch.allclose(a[0, 10:], b[0, 10:], atol=1e-6)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = decoder.llama(_spec(256, 16), size="tiny")
+    ckpt = decoder.llama(_spec(256, 16), size="tiny", checkpoint_blocks=True)
+    ckpt.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, 256, (2, 16))
+    for m in (plain, ckpt):
+        m(ids).float().logsumexp(-1).mean().backward()
+    for p, q in zip(plain.parameters(), ckpt.parameters(), strict=True):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6)
+
+
+@pytest.mark.parametrize("options,words", [
+    ({"size": "9b"}, "size='9b' is unknown"),
+    ({"dim": 64, "heads": 5}, "must split into heads=5"),
+    ({"heads": 4, "kv_heads": 3}, "multiple of kv_heads=3"),
+])
+def test_bad_shapes_say_what_is_allowed(options, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        decoder.llama(_spec(256, 16), **options)
