@@ -47,3 +47,16 @@ def test_a_refused_override_raises_with_xbenchs_hint():
 def test_load_names_a_missing_store(tmp_path):
     with pytest.raises(FileNotFoundError, match="no store at"):
         xbench.load(tmp_path / "absent")
+
+
+def test_the_api_refuses_what_the_cli_refuses_and_redacts_its_messages():
+    """The same function (xbench.hints.refusals) decides; the exception text is redacted by value and name."""
+    with pytest.raises(ValueError, match=r"optim.lr=nan is out of range; allowed: \(0, 1e6\]"):
+        xbench.run(["optim.lr=nan"])
+    with pytest.raises(ValueError, match="'bench.step' is not a config key"):  # +key the schema lacks
+        xbench.run(["+bench.step=5"])
+    with pytest.raises(ValueError, match="these overrides would be ignored: model=mlp"):
+        xbench.run(["resume=somerun", "model=mlp"])
+    with pytest.raises(ValueError) as e:
+        xbench.run(["+logger.wandb.api_key=hunter2-api", "bench.steps=hunter2-api"])
+    assert "hunter2-api" not in str(e.value) and "<redacted>" in str(e.value)

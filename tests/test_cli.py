@@ -82,3 +82,16 @@ def test_failing_point_does_not_stop_a_sweep(store):
     by_bs = {r["config"]["data"]["batch_size"]: r for r in records(store)}
     assert by_bs[-1]["status"] == "failed" and "batch_size must be a positive" in by_bs[-1]["reason"]
     assert by_bs[8]["status"] == "ok"  # ... after running every point
+
+
+def test_out_of_range_knobs_and_ignored_resume_overrides_are_refused_before_anything(store):
+    """Exit 2, every problem at once with its range, nothing written (no record, no Hydra folder)."""
+    p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", "model=resnet5", store=store)
+    assert p.returncode == 1 and "did you mean model=resnet50" in p.stderr, p.stderr[-2000:]
+    p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", store=store)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "optim.lr=nan is out of range; allowed: (0, 1e6]" in p.stderr
+    assert "bench.noisy_cv=-1.0 is out of range; allowed: (0, 100]" in p.stderr
+    p = run_cli("resume=somerun", "model=mlp", store=store)
+    assert p.returncode == 2 and "these overrides would be ignored: model=mlp" in p.stderr, p.stderr[-2000:]
+    assert not records(store)

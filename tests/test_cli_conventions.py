@@ -39,6 +39,17 @@ def test_help_says_what_xbench_is_with_examples_groups_and_presets():
     assert "resnet50" in groups["model"] and "h200" in groups["platform"] and "xla" in groups["runtime"]
     assert "digits_to_target" in groups["experiment"] and "cnn_mnist" in groups["workload"]
     assert "--config-dir DIR" in out and 'eval "$(xbench -sc install=bash)"' in out
+    assert "Any key: key=value (data.batch_size=32" in out and "<redacted>" not in out  # help is not redacted
+
+
+def test_group_option_typos_get_the_closest_options():
+    from xbench.hints import group_hints
+
+    assert group_hints(["model=resnet5"]) == ["model=resnet5 is not an option of model/: did you mean "
+                                              "model=resnet50 or model=resnet18?"]
+    assert "+experiment=digits_to_target?" in group_hints(["+experiment=digits_to_targe"])[0]
+    assert group_hints(["runtime=eager,compil"])[0].startswith("runtime=compil is not an option")
+    assert group_hints(["model=resnet50", "model=timm/convnext_atto", "data.batch_size=3"]) == []
 
 
 def test_version_is_xbenchs():

@@ -105,3 +105,63 @@ def test_every_sweep_point_of_every_experiment_composes(name):
             if key.lstrip("+") == "workload":  # a package-global group (workload presets): no node of its own
                 continue
             assert str(node.name if hasattr(node, "name") else node) == value, (name, override)
+
+
+# ---- every knob has a range, checked at compose time ---------------------------------------------------
+
+def _numeric_paths(cls, prefix=""):
+    """Dotted paths of every int/float field of the schema (optional, in lists and dicts too)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, path = hints[f.name], f"{prefix}{f.name}"
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = [tp, *args, *(x for a in args for x in typing.get_args(a))]
+        if dataclasses.is_dataclass(tp):
+            yield from _numeric_paths(tp, path + ".")
+        elif any(dataclasses.is_dataclass(a) for a in inner):  # list[PriceConfig]
+            yield from _numeric_paths(next(a for a in inner if dataclasses.is_dataclass(a)), path + ".")
+        elif any(a in (int, float) for a in inner):
+            yield path
+
+
+def test_every_number_of_the_schema_has_a_range():
+    from xbench.config import RANGES
+
+    missing = [p for p in _numeric_paths(XBenchConfig) if p not in RANGES]
+    assert not missing, f"add these keys to xbench.config.RANGES: {missing}"
+    assert not set(RANGES) - set(_numeric_paths(XBenchConfig))  # no range for a key that is gone
+
+
+@pytest.mark.parametrize("override,said", [
+    ("optim.lr=nan", "optim.lr=nan is out of range; allowed: (0, 1e6] (a finite number)"),
+    ("bench.noisy_cv=-1", "bench.noisy_cv=-1.0 is out of range; allowed: (0, 100]"),
+    ("bench.max_window_steps=0", "bench.max_window_steps=0 is out of range; allowed: [1, "),
+    ("bench.stall_factor=inf", "bench.stall_factor=inf is out of range; allowed: (1, 1e6]"),
+    ("store.root=''", "store.root='' names no folder"),
+    ("data.num_classes=0", "data.num_classes=0 is out of range; allowed: [2, "),
+    (f"bench.seed={2**70}", f"bench.seed={2**70} is out of range; allowed: [0, {2**32 - 1}]"),
+    ("model.options.width=-4", "model.options.width=-4 is out of range; allowed: a whole number >= 1"),
+    ("bench.contention_probe_s=1e9", "bench.contention_probe_s=1000000000.0 is out of range; allowed: [0, 60]"),
+    ("bench.max_batch_search_s=0", "bench.max_batch_search_s=0.0 is out of range; allowed: (0, 604800]"),
+    ("optim.betas=[0.9,1.5]", "optim.betas[1]=1.5 is out of range; allowed: [0, 1)"),
+    ("platform.price=[{amount:inf}]", "platform.price[0].amount=inf is out of range"),
+    ("store.run_name=" + "r" * 100, "its run ids (125) would not name a folder: at most 95 characters"),
+    ("resume=''", "resume='' names no run"),
+])
+def test_out_of_range_knobs_are_refused_at_compose_time_with_the_range(override, said):
+    from xbench.config import knob_problems
+
+    problems = knob_problems(_compose([override]))
+    assert len(problems) == 1 and said in problems[0], problems
+
+
+def test_the_default_config_and_every_preset_are_in_range():
+    from xbench.config import knob_problems
+
+    assert knob_problems(_compose([])) == []
+    for group in ("experiment", "workload"):
+        for option in _options(group):
+            assert knob_problems(_compose([f"+{group}={option}"])) == [], option

@@ -411,3 +411,34 @@ def test_drill_store_that_fails_mid_run(tmp_path):
         pytest.skip("no private mount namespace here (unshare -rm): " + rows[0]["detail"])
     assert [r["observed"] for r in rows] == ["ok", "ok"]
     assert all("exit 74" in r["detail"] for r in rows)
+
+
+@pytest.mark.parametrize("text,clean", [
+    ("passphrase=open-sesame-1", "passphrase=<redacted>"),
+    ("db.credentials={user:u,pw:x}", "db.credentials=<redacted>"),
+    ("pwd=abc userPwd=def DB_PASS=ghi smtp_pw=jkl", "pwd=<redacted> userPwd=<redacted> DB_PASS=<redacted> smtp_pw=<redacted>"),
+    ("auth=tok basic_auth=u:p oauth=zz jwt=abc", "auth=<redacted> basic_auth=<redacted> oauth=<redacted> jwt=<redacted>"),
+    ("Authorization: Bearer abc.def-ghi123", "Authorization: <redacted> <redacted>"),
+    ('-H "authorization: Basic dXNlcjpwYXNzd29yZA=="', '-H "authorization: <redacted> <redacted>"'),
+    ("sent eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl", "sent <redacted>"),
+    ("https://ghp_abcdefgh12345@github.com/x.git", "https://<redacted>@github.com/x.git"),
+    # what must stay readable
+    ("ssh://git@github.com/x author=me passes=3 bypass=1 Basic configuration; bearer of news",
+     "ssh://git@github.com/x author=me passes=3 bypass=1 Basic configuration; bearer of news"),
+])
+def test_the_wider_name_net(text, clean):
+    assert R.redact_text(text, []) == clean
+
+
+def test_wider_names_in_the_environment_and_values_learned_from_them(monkeypatch):
+    for name in ("DB_PWD", "BASIC_AUTH", "MY_JWT", "SMTP_PASS", "GPG_PASSPHRASE", "GOOGLE_APPLICATION_CREDENTIALS"):
+        assert R.is_secret_name(name), name
+    for name in ("PWD", "OLDPWD", "GIT_AUTHOR_NAME", "XAUTHORITY", "HOME", "BYPASS_CACHE"):
+        assert not R.is_secret_name(name), name
+    monkeypatch.setenv("DB_PWD", "env-pwd-value-1")
+    monkeypatch.setenv("PWD", "/work/some/folder")
+    assert R.redact_text("failed: env-pwd-value-1 in /work/some/folder") == "failed: <redacted> in /work/some/folder"
+    # a token seen once (a URL's user part, a bearer token) is redacted by value anywhere after
+    R.remember(R.argv_secret_values(["x", "data.path=https://ghp_tok12345678@github.com/d",
+                                     "+model.options.header=Bearer bearer-tok-999"]))
+    assert R.redact_text("cloning ghp_tok12345678 / bearer-tok-999") == "cloning <redacted> / <redacted>"

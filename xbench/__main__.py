@@ -6,8 +6,8 @@ non-zero when it did not succeed; a `--multirun` sweep goes on to the next point
 the end if any point failed; a stop signal ends the sweep.
 
 Exit status: 0 ok; 1 a run did not succeed, or Hydra refused the command line (also `+key=v` with a key
-the schema lacks); 2 refused before it started (a bad `resume=`, `baseline=` or run name: nothing
-written); 74 the store could not take the record (it went to a fallback folder the console names);
+the schema lacks); 2 refused before it started (a knob out of its range, a bad `resume=`, `baseline=` or run name,
+overrides `resume=` would ignore: nothing written); 74 the store could not take the record (it went to a fallback folder the console names);
 130 stopped by a signal (the record says what was measured); 128+N a second signal N (exited at once).
 """
 
@@ -24,12 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, redact_hydra_files, say
-from xbench.hints import added_key_problems, compose_hints
+from xbench.hints import added_key_problems, compose_hints, refusals
 from xbench.launch.isolation import isolated
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 from xbench.version import __version__
 
+HELP_FLAGS = frozenset(("--help", "-h", "--hydra-help"))
 _FAILED_RUNS: list[str] = []
 _STARTED = False  # a run got past composition (else a failure is Hydra's, before any record)
 _PRELOADED: list[bool] = []
@@ -57,6 +58,14 @@ def main(dcfg: DictConfig) -> None:
         _PRELOADED.append(True)
         if not isolated(dcfg):  # points sharing this process: an XLA one needs torch_xla before any backward
             preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
+    problems = refusals(dcfg, list(HydraConfig.get().overrides.task))
+    if problems:  # out-of-range knobs, ignored resume overrides: all said at once, nothing written
+        for line in problems:
+            say(f"xbench: {line}")
+        if not multirun:
+            raise SystemExit(2)
+        _FAILED_RUNS.append(f"point {HydraConfig.get().job.num} (refused)")
+        return
     try:
         record = run(dcfg)
     except runner.Refused as e:  # nothing was written; a sweep goes on to its next point
@@ -87,8 +96,9 @@ def cli() -> None:
     # The console is an output too: secret values never reach it (Hydra echoes overrides when it launches
     # a sweep and in compose errors).
     values = argv_secret_values(sys.argv)
-    sys.stdout = RedactingStream(sys.stdout, values)
-    sys.stderr = RedactingStream(sys.stderr, values)
+    helping = not HELP_FLAGS.isdisjoint(sys.argv[1:])  # xbench's own help: by value only, its examples as written
+    sys.stdout = RedactingStream(sys.stdout, values, by_name=not helping)
+    sys.stderr = RedactingStream(sys.stderr, values, by_name=not helping)
     SIGNALS.install()  # from the start, for the whole process: a stop at start-up or between sweep points
     refused = added_key_problems(sys.argv[1:])
     if refused:  # `+bench.step=5`: Hydra would accept a key that nothing reads

@@ -2,7 +2,7 @@
 `xbench.load(stores) -> pandas.DataFrame` (docs/api.md).
 
 `run` composes the same Hydra config the CLI composes (the same overrides, the same errors and
-hints) and goes through the same runner, so a record made here is indistinguishable from one made by
+hints, the same refusals: xbench.hints.refusals) and goes through the same runner, so a record made here is indistinguishable from one made by
 `xbench OVERRIDES`. `load` is the report's tidy table (xbench/analysis/frame.py): one row per run.
 Both import what they need when called: `import xbench` stays cheap.
 """
@@ -49,7 +49,8 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
 
     from xbench.config import config_dir as package_conf
     from xbench.config import register_configs, register_model_choices
-    from xbench.hints import compose_hints
+    from xbench.hints import compose_hints, refusals
+    from xbench.records.redact import argv_secret_values, redact_text, remember
 
     args = _as_overrides(overrides)
     sweeps = [a for a in args if a in ("-m", "--multirun")]
@@ -60,22 +61,33 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
         if not where.is_dir():
             raise ValueError(f"config_dir={str(config_dir)!r} is not a folder (checked from {Path.cwd()})")
         args.append(f"hydra.searchpath=[file://{where}]")
+    remember(argv_secret_values(args))  # as the CLI's console does: these values are redacted wherever they go
     register_configs()
     register_model_choices(args)
     try:
         with initialize_config_dir(config_dir=package_conf(), version_base="1.3", job_name="xbench"):
-            return hydra_compose(config_name="config", overrides=args)
+            dcfg = hydra_compose(config_name="config", overrides=args)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ValueError("\n".join([str(e), *compose_hints(args)])) from None
+        raise ValueError(redact_text("\n".join([str(e), *compose_hints(args)]))) from None
+    problems = refusals(dcfg, [a for a in args if not a.startswith("hydra.searchpath=")])
+    if problems:  # what the CLI refuses (exit 2), in the same words
+        raise ValueError(redact_text("\n".join(problems)))
+    return dcfg
 
 
 def run(overrides=(), config_dir: str | os.PathLike | None = None) -> RunRecord:
     """One benchmark run, as `xbench OVERRIDES` runs it; returns its RunRecord (also stored under
     `store.root`, default ./results). A run that does not succeed still returns its record: look at
-    `record.status` and `record.reason` (a config problem raises ValueError before any run)."""
+    `record.status` and `record.reason` (a config problem raises ValueError before any run, a bad
+    `resume=`/`baseline=` runner.Refused; both messages redacted as the CLI's console is)."""
     from xbench import runner
+    from xbench.records.redact import redact_text
 
-    record = runner.run(compose(overrides, config_dir))
+    dcfg = compose(overrides, config_dir)
+    try:
+        record = runner.run(dcfg)
+    except runner.Refused as e:  # a bad resume=, baseline= or run name: nothing written
+        raise runner.Refused(redact_text(str(e))) from None
     if record is None:  # only a rank > 0 under torchrun gets here, and a notebook is never one
         raise RuntimeError("this process is not rank 0: rank 0 writes the record")
     return record

@@ -9,6 +9,8 @@ Units: `batch_size` is per device; times end in `_s`; prices say per what (`per:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +132,7 @@ class ParallelConfig:
     static_graph: bool = False  # the same parameters are used every step: DDP skips its per-step bookkeeping
     broadcast_buffers: bool = True  # rank 0's buffers (BatchNorm statistics) sent to every rank each forward
     find_unused_parameters: bool = False  # walk the graph each step for parameters that got no gradient
+    options: dict[str, Any] = field(default_factory=dict)  # a strategy's own knobs (fsdp, xla_fsdp: conf/parallel/*.yaml)
 
 
 # The ParallelConfig keys that are DistributedDataParallel's keywords (read by parallel=ddp only).
@@ -243,6 +246,9 @@ class BenchConfig:
     # find_max_batch: doubling stops at this per-device batch; bisection stops within this relative gap
     max_batch_limit: int = 65536
     max_batch_rtol: float = 0.05
+    max_batch_search_s: float = 3600.0  # find_max_batch: no new trial starts after this long; the fits so far are the result
+    # A finite blow-up is a divergence too: a loss above this x the run's first loss ends the run `diverged`
+    diverge_loss_factor: float = 1000.0
     # After SIGINT/SIGTERM, a step that has not returned within this many seconds (a hung step) is
     # abandoned: the record is written as interrupted and the process exits.
     stop_grace_s: float = 30.0
@@ -313,6 +319,137 @@ class XBenchConfig:
     baseline: str | None = None  # run id or folder of a stored record: time and cost are normalised against it
     experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
     tags: list[str] = field(default_factory=list)
+    # A --multirun sweep of more points than this is refused before any point is composed (the count and
+    # this key are named); raise it to run a bigger one.
+    sweep_max_points: int = 1000
+
+
+# ---- every knob's range, checked at compose time (knob_problems) ------------------------------------
+# "[lo, hi]" closed, "(lo, hi)" open; a number must also be finite (nan and inf are never allowed). An
+# optional key may be null. Every int and float of the schema has a line (tests/test_config.py checks it).
+_BIG = 2**31 - 1
+RANGES: dict[str, str] = {
+    "data.batch_size": f"[1, {_BIG}]", "data.image_size": "[1, 65536]", "data.channels": "[1, 4096]",
+    "data.seq_len": f"[1, {_BIG}]", "data.vocab_size": f"[2, {_BIG}]", "data.ngrams": "[1, 16]",
+    "data.num_features": f"[1, {_BIG}]", "data.num_classes": f"[2, {_BIG}]", "data.synthetic_batches": "[1, 100000]",
+    "data.num_workers": "[0, 1024]", "data.eval_fraction": "(0, 1)", "data.dataset_size": f"[1, {2**62}]",
+    "platform.device_count": "[1, 1000000]", "platform.sm_count": "[1, 100000]", "platform.cpu_vcpus": "[1, 1000000]",
+    "platform.peak_tflops": "(0, 1e9]", "platform.memory_gib": "(0, 1e9]", "platform.minimum_charge_s": "[0, 1e9]",
+    "platform.utilisation": "(0, 1]", "platform.commitment_months": "(0, 1200]",
+    "platform.price.amount": "[0, 1e12]", "platform.price.count": f"[1, {_BIG}]", "platform.price.minimum_charge_s": "[0, 1e9]",
+    "platform.price.discount": "[0, 1)",
+    "parallel.world_size": "[1, 1000000]", "parallel.nnodes": "[1, 100000]", "parallel.node_rank": "[0, 100000]",
+    "parallel.timeout_s": "(0, 86400]", "parallel.bucket_cap_mb": "(0, 1e6]",
+    "logger.wandb.init_timeout_s": "(0, 3600]",
+    "optim.lr": "(0, 1e6]", "optim.lr_reference_batch": f"[1, {_BIG}]", "optim.momentum": "[0, 1)",
+    "optim.weight_decay": "[0, 1e6]", "optim.betas": "[0, 1)", "optim.eps": "(0, 1]", "optim.trust_coefficient": "(0, 1e6]",
+    "optim.label_smoothing": "[0, 1)", "optim.accumulate_steps": "[1, 1000000]",
+    "optim.schedule.warmup_epochs": "[0, 1e6]", "optim.schedule.warmup_start_factor": "[0, 1]",
+    "optim.schedule.milestones_epochs": "[0, 1e6]", "optim.schedule.gamma": "(0, 1e6]",
+    "optim.schedule.decay_epochs": "(0, 1e6]", "optim.schedule.power": "(0, 1e3]", "optim.schedule.end_factor": "[0, 1e6]",
+    "optim.schedule.end_lr": "[0, 1e6]",
+    "bench.warmup_min_steps": "[0, 1000000]", "bench.warmup_max_steps": "[1, 1000000]",
+    "bench.warmup_stable_steps": "[1, 1000000]", "bench.warmup_cv_tol": "(0, 1e6]",
+    "bench.steps": "[1, 10000000]", "bench.min_window_s": "[0, 86400]", "bench.max_window_steps": "[1, 100000000]",
+    "bench.repeats": "[1, 100000]", "bench.process_repeats": "[1, 10000]", "bench.noisy_cv": "(0, 100]",
+    "bench.stall_factor": "(1, 1e6]", "bench.stall_fraction": "(0, 1]", "bench.stall_remeasure": "[0, 1000]",
+    "bench.contention_probe_s": "[0, 60]", "bench.breakdown_steps": "[0, 100000]", "bench.seed": f"[0, {2**32 - 1}]",
+    "bench.threads": "[1, 65536]", "bench.interop_threads": "[1, 65536]", "bench.util_interval_s": "[0, 60]",
+    "bench.max_batch_limit": f"[1, {2**24}]", "bench.max_batch_rtol": "[0, 1)", "bench.max_batch_search_s": "(0, 604800]",
+    "bench.diverge_loss_factor": "(1, 1e30]", "bench.stop_grace_s": "(0, 3600]", "bench.profile_steps": "[1, 100000]",
+    "bench.round": f"[0, {_BIG}]",
+    "goal.target": "[0, 1e30]", "goal.targets": "[0, 1e30]", "goal.eval_every_steps": f"[0, {_BIG}]",
+    "goal.eval_every_epochs": "[1, 1000000]", "goal.max_epochs": "[1, 1000000]", "goal.max_time_s": "(0, 1e9]",
+    "goal.eval_batch_size": f"[1, {_BIG}]", "goal.checkpoint_every_evals": "[0, 1000000]",
+    "goal.projection_epochs": "(0, 1e9]",
+    "fault.at_step": f"[0, {_BIG}]", "fault.rank": "[0, 1000000]",
+    "sweep_max_points": "[1, 10000000]",
+}
+_INTERVAL = re.compile(r"([\[(])\s*([^,]+),\s*([^\])]+)([\])])")
+
+
+def in_range(value: float, interval: str) -> bool:
+    """`value` lies in `interval` ("[0, 1)" ...) and is finite."""
+    lo_b, lo, hi, hi_b = _INTERVAL.fullmatch(interval).groups()
+    lo, hi = float(lo), float(hi)
+    if not math.isfinite(value):
+        return False
+    return (value >= lo if lo_b == "[" else value > lo) and (value <= hi if hi_b == "]" else value < hi)
+
+
+def _numbers(node, path: str):
+    """(path, value) of the numbers at `path` in a plain config: a scalar, a list's elements, a dict's values
+    (platform.peak_tflops.bf16), and every element of a list of mappings (platform.price[i].amount)."""
+    head, _, rest = path.partition(".")
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from ((f"[{i}]{p}", v) for p, v in _numbers(item, path))
+        return
+    if not isinstance(node, dict) or head not in node:
+        return
+    value = node[head]
+    if rest:
+        yield from ((f".{head}{p}", v) for p, v in _numbers(value, rest))
+    elif isinstance(value, (int, float, bool)) or value is None:
+        yield f".{head}", value
+    elif isinstance(value, list):
+        yield from ((f".{head}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, dict):
+        yield from ((f".{head}.{k}", v) for k, v in value.items())
+
+
+# model.options: free-form builder keywords; sizes (`width`, `depth`, `num_heads` ...) are whole numbers >= 1
+_SIZE_OPTION = re.compile(r"(^|_)(width|depth|dim|dims|heads|layers|channels|hidden|size|features|blocks|experts)($|_)")
+
+
+def knob_problems(cfg) -> list[str]:
+    """Every number of a composed config outside its range (RANGES), each with the range allowed; a run name
+    whose run ids could not name a folder; an empty store.root; resume=''. `cfg`: a DictConfig, an
+    XBenchConfig or a plain mapping."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from xbench.records.store import name_problem
+
+    if isinstance(cfg, DictConfig):
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    elif dataclasses.is_dataclass(cfg):
+        plain = dataclasses.asdict(cfg)
+    else:
+        plain = dict(cfg)
+    out = []
+    for key, interval in RANGES.items():
+        for where, value in _numbers(plain, key):
+            shown = where.lstrip(".")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                out.append(f"{shown}={value!r} is not a number; allowed: {interval}")
+            elif not in_range(value, interval):
+                out.append(f"{shown}={value!r} is out of range; allowed: {interval}"
+                           + (" (a finite number)" if isinstance(value, float) and not math.isfinite(value) else ""))
+    for k, v in ((plain.get("model") or {}).get("options") or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not math.isfinite(v) or v < 0 or (_SIZE_OPTION.search(str(k)) and not (isinstance(v, int) and v >= 1)):
+            need = "a whole number >= 1" if _SIZE_OPTION.search(str(k)) else "a finite number >= 0"
+            out.append(f"model.options.{k}={v!r} is out of range; allowed: {need}")
+    par = plain.get("parallel") or {}
+    if isinstance(par.get("node_rank"), int) and isinstance(par.get("nnodes"), int) and par["node_rank"] >= par["nnodes"]:
+        out.append(f"parallel.node_rank={par['node_rank']} must be below parallel.nnodes={par['nnodes']}")
+    store = plain.get("store") or {}
+    if not str(store.get("root") or "").strip():
+        out.append(f"store.root={store.get('root')!r} names no folder; give the folder the runs go under (default results)")
+    name = store.get("run_name")
+    if name is not None:
+        example = f"{name}-{'0' * 15}-{'0' * 8}"  # the longest run id it would give: <name>-<YYYYmmdd-HHMMSS>-<hex8>
+        why = name_problem(str(name), "store.run_name") or name_problem(example, "store.run_name")
+        if why:
+            out.append(why if name_problem(str(name), "store.run_name")
+                       else f"store.run_name={name!r} is {len(str(name))} characters; its run ids ({len(example)}) would "
+                            f"not name a folder: at most {len(str(name)) - (len(example) - 120)} characters")
+    if plain.get("resume") is not None and not str(plain["resume"]).strip():
+        out.append("resume='' names no run; give a run id or folder (or leave resume out for a fresh run)")
+    return out
 
 
 def config_dir() -> str:

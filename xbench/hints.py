@@ -1,7 +1,8 @@
 """What is allowed, said after Hydra refuses a command line (it names the problem but, for a misspelled
 key or a wrong type, not the alternatives). Reads the dataclass schema in xbench.config; no torch.
 
-Hydra already lists the options of a config group (`model=foo`), so group choices are left to it.
+Hydra lists the options of a config group (`model=foo`) but does not say which one was meant:
+`group_hints` adds the closest ones (`model=resnet5` -> did you mean model=resnet50?).
 Hydra accepts a key the schema does not have when it is written `+key=v` (the form its own error message
 suggests): `added_key_problems` refuses those before Hydra runs, with the same hint, and
 `unknown_keys` finds them in a stored config (a record written before this check existed).
@@ -124,9 +125,63 @@ def plugin_hints(argv: list[str]) -> list[str]:
     return []
 
 
+def group_options(group: str, search: list[Path] | None = None) -> list[str]:
+    """The options of a config group: the YAML files under <conf>/<group>/ (and each folder of `search`)."""
+    out = set()
+    for root in [Path(config_dir()), *(search or [])]:
+        folder = root / group
+        if folder.is_dir():
+            out.update(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+    return sorted(out)
+
+
+def group_hints(argv: list[str]) -> list[str]:
+    """`model=resnet5`, `+experiment=digits_to_targe`: the closest options of that group, when the one named
+    does not exist (Hydra lists them all but names none). A sweep's choices are checked one by one."""
+    out = []
+    for a in argv:
+        plus = a[:len(a) - len(a.lstrip("+~"))]
+        key, eq, value = a.lstrip("+~").partition("=")
+        if not eq or "." in key or key.startswith("hydra") or not (Path(config_dir()) / key).is_dir():
+            continue
+        options = group_options(key)
+        for choice in (c.strip().strip("'\"") for c in value.split(",")):
+            if not choice or choice in options or "/" in choice and choice.split("/")[0] in ("torchvision", "timm", "hf"):
+                continue
+            near = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
+            if near:
+                out.append(f"{key}={choice} is not an option of {key}/: did you mean "
+                           + " or ".join(f"{plus}{key}={n}" for n in near) + "?")
+    return out
+
+
 def compose_hints(argv: list[str]) -> list[str]:
     schema = [h for h in (hint_for(a) for a in argv if a.partition("=")[0] not in PRESET_GROUPS) if h]
-    return schema + preset_hints(argv) + plugin_hints(argv)
+    return schema + group_hints(argv) + preset_hints(argv) + plugin_hints(argv)
+
+
+# What `resume=` keeps from the command line (runner.resume_config): the rest comes from the stored run.
+RESUME_KEEPS = ("resume", "store", "logger", "fault", "hydra")
+
+
+def resume_problems(overrides: list[str]) -> list[str]:
+    """`resume=X` with overrides it would ignore (the stored run's config is authoritative): named, refused."""
+    if not any(o.lstrip("+~").partition("=")[0] == "resume" for o in overrides):
+        return []
+    ignored = [o for o in overrides if o.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0] not in RESUME_KEEPS]
+    if not ignored:
+        return []
+    return [f"resume= continues a stored run with its own config; these overrides would be ignored: {' '.join(ignored)} "
+            f"(with resume= give only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])}); start a new run to change them"]
+
+
+def refusals(dcfg, overrides: list[str]) -> list[str]:
+    """Why a composed config must not start (nothing written): a key added with `+` that the schema lacks,
+    every number out of its range (config.knob_problems), overrides `resume=` would ignore. The CLI and
+    the Python API both ask this one function."""
+    from xbench.config import knob_problems
+
+    return added_key_problems(overrides) + knob_problems(dcfg) + resume_problems(overrides)
 
 
 def added_key_problems(argv: list[str]) -> list[str]:

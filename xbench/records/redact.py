@@ -23,17 +23,32 @@ import re
 from collections.abc import Iterable, Mapping
 
 REDACTED = "<redacted>"
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+# A name is secret when it contains one of these (environment) or a part of it ends with one (config keys).
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS",
+                "AUTHORIZATION", "COOKIE")
+# Short words that are secret only as a whole part of a name or its end (`db_pwd`, `basic_auth`, `oauth`,
+# `jwt`, `smtp_pass`, `db_pw`), never inside a longer word (`author`, `passes`, `bypass_cache`).
+SECRET_ENDINGS = ("PWD", "AUTH", "JWT")
+SECRET_PARTS = ("PASS", "PW")
+_NOT_SECRET_ENV = ("PWD", "OLDPWD", "XAUTHORITY")  # the shell's working folders, X's cookie file path
 MIN_SECRET_LEN = 8
 MIN_GIVEN_LEN = 4
 _NOT_SECRET = ("FULL_KEY",)  # OmegaConf's error messages name the offending key with it
 _LEARNED: set[str] = set()  # secret values given to this process (command line, config): see remember()
 
 
+def _secret_parts(parts: list[str]) -> bool:
+    return any(p.endswith(w) for p in parts for w in SECRET_WORDS + SECRET_ENDINGS) \
+        or any(p in SECRET_PARTS or p.startswith("PASSW") for p in parts)
+
+
 def is_secret_name(name: str) -> bool:
-    """An environment variable whose name contains a secret word (KEY, TOKEN, ...), case-insensitive."""
+    """An environment variable whose name contains a secret word (KEY, TOKEN, ...), or one of whose
+    `_`-separated parts is or ends with a short one (DB_PWD, BASIC_AUTH, SMTP_PASS), case-insensitive."""
     up = name.upper()
-    return any(w in up for w in SECRET_WORDS)
+    if up in _NOT_SECRET_ENV:
+        return False
+    return any(w in up for w in SECRET_WORDS) or _secret_parts([p for p in re.split(r"[_\-.]+", up) if p])
 
 
 def is_secret_key(key: str) -> bool:
@@ -43,7 +58,7 @@ def is_secret_key(key: str) -> bool:
     if key.upper().lstrip("+~") in _NOT_SECRET:
         return False
     parts = [p for p in re.split(r"[._\-+/~\s]+", key.upper()) if p]
-    return any(p.endswith(w) or p.startswith("PASSW") for p in parts for w in SECRET_WORDS)
+    return _secret_parts(parts)
 
 
 def _hydra_escaped(v: str) -> str:
@@ -88,6 +103,13 @@ _PAIR = re.compile(rf"""(?P<q>['"])(?P<qkey>{_KEY_CHARS})(?P=q)\s*:\s*"""
 _NEXT_OVERRIDE = re.compile(rf"\s*[+~]*{_KEY_CHARS}=")  # after a comma: a new override begins
 # scheme://user:PASSWORD@ (also as Hydra escapes it: https\://user\:PASSWORD@)
 _URL_CREDENTIALS = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/[^\s:/@\\]*(?:\\?:))(?P<pw>[^\s/@]+)@")
+# scheme://TOKEN@host: a user part alone of 8 or more characters is a token (GitHub's https://ghp_...@github.com);
+# short ones (git@, ubuntu@) are user names and stay
+_URL_USER_TOKEN = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/)(?P<pw>[^\s:/@\\]{8,})@")
+# HTTP credentials after their scheme (`Authorization: Bearer <token>`, `Basic <base64>`), and JSON web tokens
+_AUTH_SCHEME = re.compile(r"(?i)(?P<pre>\bbearer\s+|authorization\s*[:=]\s*(?:basic|digest|token)\s+)"
+                          r"(?P<pw>[\w\-.~+/]{8,}=*)")
+_JWT = re.compile(r"\beyJ[\w\-]{6,}\.[\w\-]{6,}\.[\w\-]*")
 _CLOSE = {"[": "]", "{": "}", "(": ")"}
 
 
@@ -140,14 +162,25 @@ def redact_pairs(text: str) -> str:
     return "".join(out) + text[pos:] if out else text
 
 
-def redact_text(text: str, values: Iterable[str] | None = None) -> str:
-    """Every net on one string: secret values, secret key=value pairs, URL passwords."""
+def redact_values(text: str, values: Iterable[str] | None = None) -> str:
+    """The by-value net alone: every known secret value (default: the environment's and the learned ones)."""
     for v in secret_values() if values is None else values:
         if v in text:
             text = text.replace(v, REDACTED)
+    return text
+
+
+def redact_text(text: str, values: Iterable[str] | None = None) -> str:
+    """Every net on one string: secret values, JSON web tokens, HTTP credentials (`Bearer ...`), secret
+    key=value pairs, URL passwords and user-part tokens."""
+    text = redact_values(text, values)
+    if "eyJ" in text:
+        text = _JWT.sub(REDACTED, text)
+    text = _AUTH_SCHEME.sub(lambda m: m["pre"] + REDACTED, text)
     text = redact_pairs(text)
     if "@" in text:
         text = _URL_CREDENTIALS.sub(lambda m: m["pre"] + REDACTED + "@", text)
+        text = _URL_USER_TOKEN.sub(lambda m: m["pre"] + REDACTED + "@", text)
     return text
 
 
@@ -190,8 +223,9 @@ def _leaves(x, secret: bool) -> Iterable[str]:
         s = str(getattr(x, "text", x))  # Hydra's QuotedString carries its text
         if secret:
             yield s
-        for m in _URL_CREDENTIALS.finditer(s):
-            yield m["pw"]
+        for pattern in (_URL_CREDENTIALS, _URL_USER_TOKEN, _AUTH_SCHEME, _JWT):
+            for m in pattern.finditer(s):
+                yield m["pw"] if "pw" in pattern.groupindex else m[0]
 
 
 def config_secret_values(cfg) -> list[str]:
@@ -234,15 +268,18 @@ class RedactingStream:
     """A text stream that redacts (every net, with the values known at the time of each write) all
     that is written through it: stdout/stderr of the CLI. A console that went away (a closed terminal
     after SIGHUP, a closed pipe) never fails the run: the record is the result, not the console.
-    Everything else is delegated, so tqdm, logging and isatty checks behave as before."""
+    Everything else is delegated, so tqdm, logging and isatty checks behave as before.
+    `by_name=False` leaves text alone unless it holds a known secret value: `xbench --help` prints
+    xbench's own `key=value` examples as written."""
 
-    def __init__(self, stream, values: Iterable[str] = ()):
+    def __init__(self, stream, values: Iterable[str] = (), by_name: bool = True):
         self._stream = stream
+        self._by_name = by_name
         remember(values)
 
     def write(self, text):
         if isinstance(text, str):
-            text = redact_text(text)
+            text = redact_text(text) if self._by_name else redact_values(text)
         try:
             return self._stream.write(text)
         except (OSError, ValueError):  # EIO/EPIPE, or a closed file
