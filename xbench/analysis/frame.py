@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -189,11 +190,54 @@ def _price_and_gpus(rec: RunRecord) -> dict:
             "gpu_util_by_device": by_gpu or None, **utilisation.summary(by_gpu)}
 
 
+# Figures that are numbers by their name (a unit or a count): text or a boolean there is not a measurement.
+NUMERIC = re.compile(r"(_s|_gib|_mib|_bytes|_per_s|_per_hour|_per_million_samples|_tflops|_flops|_cv|_fraction"
+                     r"|_j|_j_per_sample|_w|_percent|_steps|_epochs)(_median|_mean|_min|_max|_total|_p\d+)?$"
+                     r"|_(usd|eur|gbp|jpy|cny|chf)$"
+                     r"|^(mfu|devices|world_size|global_batch_size|batch_size_per_device|epochs_to_target"
+                     r"|samples_to_target|threads_intra|process_repeats|goal_target|target|metric_final)$")
+NUMERIC_CONFIG = (("data", "batch_size"), ("data", "dataset_size"), ("parallel", "world_size"),
+                  ("goal", "projection_epochs"))
+
+
+def not_numbers(rec: RunRecord) -> list[str]:
+    """The figures of a record that must be numbers and are not (text, a boolean): `where.key=value`."""
+    out = []
+    for where, figures in (("measurements", rec.measurements or {}), ("derived", rec.derived or {})):
+        for k, v in figures.items():
+            if isinstance(v, (str, bool)) and NUMERIC.search(str(k)):
+                out.append(f"{where}.{k}={v!r}")
+    for group, k in NUMERIC_CONFIG:
+        v = ((rec.config or {}).get(group) or {}).get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            out.append(f"config.{group}.{k}={v!r}")
+    return out
+
+
+def refusal(rec: RunRecord) -> str | None:
+    """Why the report cannot count this record (None: it can): numbers that are not numbers, or an ok
+    throughput run that measured no throughput (0 samples/s is no measurement)."""
+    bad = not_numbers(rec)
+    if bad:
+        return "figures that must be numbers are not: " + ", ".join(bad[:6]) + (f" (+{len(bad) - 6} more)"
+                                                                              if len(bad) > 6 else "")
+    tp = (rec.measurements or {}).get("throughput_samples_per_s")
+    if rec.status == "ok" and isinstance(tp, (int, float)) and tp <= 0:
+        return f"an ok run with throughput_samples_per_s={tp!r}: no samples were measured"
+    return None
+
+
 def flatten_all(records: list[RunRecord], skipped: list[str] | None = None) -> list[dict]:
-    """One row per record; a record whose contents cannot be laid out is named in `skipped` and left out
-    (one odd record never stops a report)."""
+    """One row per record; a record whose contents cannot be laid out, or whose numbers are not numbers
+    (`refusal`), is named in `skipped` and left out (one odd record never stops a report)."""
     rows = []
     for r in records:
+        why = refusal(r)
+        if why is not None:
+            if skipped is None:
+                raise ValueError(f"record {getattr(r, 'source', None) or r.run_id}: {why}")
+            skipped.append(f"refusing record {getattr(r, 'source', None) or r.run_id}: {why}")
+            continue
         try:
             rows.append(flatten(r))
         except Exception as e:
@@ -224,10 +268,38 @@ def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[
         raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
                                 "e.g. results/, or wandb:ENTITY/PROJECT, or wandb-offline:DIR)")
     records, skipped = scan_records(*folders, progress=progress) if folders else ([], [])
+    records = once_per_run(records, skipped)
     for src in sources:
         got, bad = wandb_source.read_source(src)
         records, skipped = records + got, skipped + bad
     return records, skipped
+
+
+def _folder_matches(rec: RunRecord) -> bool | None:
+    """Whether the record's run folder is named after its run id (None: not read from a run folder)."""
+    src = getattr(rec, "source", None)
+    return None if not src else os.path.basename(os.path.dirname(os.fspath(src))) == rec.run_id
+
+
+def once_per_run(records: list[RunRecord], skipped: list[str]) -> list[RunRecord]:
+    """Each run id counted once: a copied run folder (two files, one run id) would be a fake repeat with
+    zero spread. The copy kept is the one in the folder named after its id (else the first in path
+    order); every other copy, and any folder whose name is not its run id, is named in `skipped`."""
+    by_id: dict[str, list[RunRecord]] = {}
+    for r in records:
+        by_id.setdefault(r.run_id, []).append(r)
+    out = []
+    for rid, copies in by_id.items():
+        keep = next((r for r in copies if _folder_matches(r)), copies[0])
+        out.append(keep)
+        if len(copies) > 1:
+            others = ", ".join(str(r.source) for r in copies if r is not keep)
+            skipped.append(f"run id {rid} is in {len(copies)} record files: counted once, from {keep.source}; "
+                           f"left out: {others} (a copied run folder?)")
+        if _folder_matches(keep) is False:
+            skipped.append(f"record {keep.source} holds run id {rid}, not its folder's name (a renamed or copied run "
+                           "folder?): counted once, under its run id")
+    return out
 
 
 def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
@@ -283,7 +355,16 @@ def select(df: pd.DataFrame, query: dict[str, list[str]]) -> pd.Series:
     return mask
 
 
-def apply_filters(df: pd.DataFrame, filters: list[str]) -> pd.DataFrame:
+def apply_filters(df: pd.DataFrame, filters: list[str], empty_ok: bool = True) -> pd.DataFrame:
+    """The rows matching every filter. empty_ok=False: ValueError naming the filter that matched nothing
+    and the values its keys have in the rows it was given."""
     for f in filters:
-        df = df[select(df, parse_query(f))]
+        query = parse_query(f)
+        kept = df[select(df, query)]
+        if not empty_ok and len(df) and not len(kept):
+            have = "; ".join(f"{k}: " + ", ".join(sorted({_as_text(v) for v in df[k]})[:12]) for k in query)
+            raise ValueError(f"--filter {f} matches none of the {len(df)} runs"
+                             + (" left by the filters before it" if f != filters[0] else "")
+                             + f" (values here: {have})")
+        df = kept
     return df

@@ -44,13 +44,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="let normalised bars pool configurations over these keys (median of them), e.g. "
                         "global_batch_size; by default batch size, precision and strategy stay apart")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                   help="processes that draw the plots (default: 2, or 1 on a 1-core machine)")
+                   help="processes that draw the plots (default: 2, or 1 on a 1-core machine; never more than "
+                        "there are plots)")
     p.add_argument("--svg", action="store_true", help="also write each plot as SVG (for papers; the HTML embeds PNG)")
     p.add_argument("--browser-check", action="store_true",
                    help="open report.html in headless Chromium: every image loads, nothing overflows the page; "
                         "writes screenshot.png and browser_check.json beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs {args.jobs}: give 1 or more processes")
     args.formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in args.formats if f not in FORMATS]
     if bad:
@@ -81,7 +84,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         loaded = load(args.stores, progress=not args.no_progress)
-        df = apply_filters(loaded.frame, args.filter)
+        df = apply_filters(loaded.frame, args.filter, empty_ok=False)
         ctx = Context.with_baseline(args.baseline, currency=args.currency, fx=args.fx_rates, pool=args.pool_keys)
     except (FileNotFoundError, ValueError) as e:
         print(f"xbench.report: {e}", file=sys.stderr)

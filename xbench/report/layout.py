@@ -22,6 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
+from xbench.report.escape import plot_text  # noqa: E402
+
 FONT = 8.0  # points, every text but the titles
 CHAR_IN = 0.62 * FONT / 72  # a wide-ish character of DejaVu Sans at FONT, in inches
 LINE_IN = 1.45 * FONT / 72  # one line of text
@@ -53,7 +55,8 @@ def nice(v: float | None) -> str:
 
 
 def short(text: str, n: int = LABEL_CHARS) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+    """A label cut to `n` characters, drawn as plain text (escape.plot_text)."""
+    return plot_text(text if len(text) <= n else text[: n - 1] + "…")
 
 
 def palette():
@@ -95,7 +98,7 @@ def summarise(bars: list[Bar], higher_is_better: bool, cap: int = MAX_BARS) -> F
 
 
 def _title_lines(text: str, width_in: float) -> list[str]:
-    return textwrap.wrap(text, max(20, int(width_in / CHAR_IN))) or [""]
+    return textwrap.wrap(plot_text(text), max(20, int(width_in / CHAR_IN))) or [""]
 
 
 class Canvas:
@@ -128,18 +131,28 @@ class Canvas:
     def legend(self, fig, handles, labels) -> None:
         if handles:
             x = (self.width - self.legend_w + 0.15) / self.width
-            fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(x, 1 - self.top_in / self.height),
-                       frameon=False, borderaxespad=0, handlelength=1.5)
+            fig.legend(handles, [plot_text(s) for s in labels], loc="upper left",
+                       bbox_to_anchor=(x, 1 - self.top_in / self.height), frameon=False, borderaxespad=0,
+                       handlelength=1.5)
+
+
+BIGGEST = 1e300  # axis limits and label positions stay finite (a record's 1e308 would overflow to inf)
+
+
+def _times(v: float, f: float) -> float:
+    return min(v * f, BIGGEST) if v < BIGGEST else BIGGEST
 
 
 def _xaxis(ax, lo: float, hi: float, log: bool) -> None:
     if log:
         ax.set_xscale("log")
-        ax.set_xlim(lo / 1.5, hi * (hi / lo * 1.5) ** 0.3)  # a quarter of the axis left for the value labels
+        # a quarter of the axis left for the value labels, computed in logs (no overflow)
+        top = math.log10(hi) + 0.3 * (math.log10(hi) - math.log10(lo) + math.log10(1.5))
+        ax.set_xlim(lo / 1.5, 10 ** min(top, math.log10(BIGGEST)))
         ax.minorticks_off()  # a log axis's minor ticks cost more to draw than the bars
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: nice(v)))  # not mathtext: slow to lay out
     else:
-        ax.set_xlim(0, hi * 1.28 if hi > 0 else 1)
+        ax.set_xlim(0, _times(hi, 1.28) if hi > 0 else 1)
         ax.xaxis.set_major_locator(MaxNLocator(5))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: nice(v) if v else "0"))
 
@@ -183,7 +196,7 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
         _xaxis(ax, lo, hi, flog)
         for yy, b in zip(ys, rows):
             end = max(b.value, b.high or 0)
-            ax.text(end * (1.08 if flog else 1) + (0 if flog else hi * 0.015), yy, value_text(b.value),
+            ax.text(_times(end, 1.08) if flog else min(end + hi * 0.015, BIGGEST), yy, value_text(b.value),
                     va="center", ha="left", fontsize=FONT - 0.5)
         ticks, ys_all = [short(b.label) for b in rows], list(ys)
         if f.left_out:

@@ -12,6 +12,7 @@ come from xbench.analysis. matplotlib runs headless (Agg).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -467,7 +468,8 @@ _JOB: tuple = ()  # (rows, ctx, out_dir, svg) of the plots being drawn: forked p
 
 def _draw(name: str) -> tuple[str, tuple | str]:
     rows, ctx, out_dir, svg = _JOB
-    with plt.rc_context(layout.STYLE):
+    with plt.rc_context(layout.STYLE), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "overflow", RuntimeWarning)  # a 1e308 figure: its axis is clamped
         try:
             return name, save(PLOTS[name](rows, ctx), out_dir, name, svg)
         except (NoData, ValueError) as e:  # ValueError: a query the rows cannot answer (the tables say so too)
@@ -482,6 +484,7 @@ class PlotJob:
         global _JOB
         _JOB = (rows, ctx, out_dir, svg)
         self.pool = self.pending = None
+        self.jobs = jobs = max(1, min(jobs, len(PLOTS)))  # one process a plot at most (--jobs 10000: len(PLOTS))
         if jobs > 1 and hasattr(os, "fork"):
             for _, g in groups(rows.ok()):  # once here, not in each process: most plots ask for these
                 tp_interval(g)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from xbench.analysis.frame import LIST_COLUMNS
+from xbench.report.escape import csv_frame, md
 from xbench.report.rows import Table
 
 CSS = """
@@ -138,32 +139,33 @@ def findings_html(rep: Report) -> str:
 
 def md_table(t: Table) -> str:
     df = t.frame.head(min(t.max_rows_shown, 50))
-    cols = [str(c) for c in df.columns]
+    cols = [md(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, row in df.iterrows():
-        lines.append("| " + " | ".join(fmt(row[c]).replace("|", "\\|") for c in df.columns) + " |")
+        lines.append("| " + " | ".join(md(fmt(row[c])) for c in df.columns) + " |")
     if len(t.frame) > len(df):
-        lines.append(f"\n{len(df)} of {len(t.frame)} rows shown; all in tables/{t.name}.csv.")
+        lines.append(f"\n{len(df)} of {len(t.frame)} rows shown; all in tables/{md(t.name)}.csv.")
     return "\n".join(lines)
 
 
 def write_markdown(rep: Report, path: Path) -> Path:
-    out = [f"# {rep.title}", ""] + [f"- {m}" for m in rep.meta] + [""]
-    out += [f"> WARNING: {s}\n" for s in rep.skipped_records]
-    out += ["## Findings", ""] + [f"- {'**' + f.work + '**: ' if f.work else ''}{f.text}" for f in rep.findings]
-    out += ([f"\n_{rep.findings_note}_"] if rep.findings_note else []) + [""]
+    # Every text from records or the command line goes through escape.md (inert in any renderer).
+    out = [f"# {md(rep.title)}", ""] + [f"- {md(m)}" for m in rep.meta] + [""]
+    out += [f"> WARNING: {md(s)}\n" for s in rep.skipped_records]
+    out += ["## Findings", ""] + [f"- {'**' + md(f.work) + '**: ' if f.work else ''}{md(f.text)}" for f in rep.findings]
+    out += ([f"\n_{md(rep.findings_note)}_"] if rep.findings_note else []) + [""]
     for t in rep.tables:
-        out += [f"## {t.title}", ""]
+        out += [f"## {md(t.title)}", ""]
         note = " ".join(x.strip() for x in (t.note, t.pooled) if x and x.strip())
         if note:
-            out += [f"_{note}_", ""]
+            out += [f"_{md(note)}_", ""]
         out += [md_table(t), ""]
     if rep.plots:
-        out += ["## Plots", ""] + [f"![{n}](plots/{png.name})" for n, (png, _) in rep.plots.items()] + [""]
+        out += ["## Plots", ""] + [f"![{md(n)}](plots/{md(png.name)})" for n, (png, _) in rep.plots.items()] + [""]
     skipped = {**{f"table {k}": v for k, v in rep.skipped_tables.items()},
                **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
     if skipped:
-        out += ["## Not drawn (no data for them)", ""] + [f"- **{k}**: {v}" for k, v in skipped.items()]
+        out += ["## Not drawn (no data for them)", ""] + [f"- **{md(k)}**: {md(v)}" for k, v in skipped.items()]
     path.write_text("\n".join(out) + "\n")
     return path
 
@@ -174,9 +176,9 @@ def write_csvs(tables: list[Table], tidy: pd.DataFrame, out: Path) -> list[Path]
     paths = []
     for t in tables:
         p = d / f"{t.name}.csv"
-        t.frame.to_csv(p, index=False, quoting=csv.QUOTE_MINIMAL)
+        csv_frame(t.frame).to_csv(p, index=False, quoting=csv.QUOTE_MINIMAL)
         paths.append(p)
     p = d / "tidy_runs.csv"  # every scalar column of every run, for your own analysis
-    tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns]).to_csv(p, index=False)
+    csv_frame(tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns])).to_csv(p, index=False)
     paths.append(p)
     return paths
