@@ -8,7 +8,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint bench report drill lock clean browser
+.PHONY: help install run test test-fast lint bench report drill lock clean browser slurm
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ install: $(STAMP)  ## create .venv with the pinned environment and xbench (edita
 run: $(STAMP)  ## run the default benchmark on this machine (extra Hydra overrides: ARGS="...")
 	$(VPY) -m xbench $(ARGS)
 
-test: $(STAMP) browser  ## run every test
+test: $(STAMP) browser slurm  ## run every test
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 # The report's browser test opens report.html in headless Chromium (tests/test_report_browser.py): installed
@@ -45,6 +45,17 @@ browser:  ## install headless Chromium for the report's browser check (root, apt
 	      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	        echo "==> could not install chromium: the report's browser test will skip"; \
 	    else echo "==> no chromium and not root: the report's browser test will skip"; fi; }
+
+# The SLURM tests (tests/test_slurm.py) start a one-node cluster of this machine in a temporary folder
+# (munged, slurmctld, slurmd) from Debian's packages: installed here when missing and this is root on
+# Debian/Ubuntu; otherwise those tests skip and say why.
+slurm:  ## install SLURM and munge for the SLURM tests (root, apt), when missing
+	@{ PATH="$$PATH:/usr/sbin:/sbin"; command -v slurmctld && command -v slurmd && command -v munged; } >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "==> installing slurm-wlm and munge (the SLURM tests)"; \
+	      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } || \
+	        echo "==> could not install slurm-wlm: the SLURM tests will skip"; \
+	    else echo "==> no SLURM and not root: the SLURM tests will skip"; fi; }
 
 test-fast: $(STAMP)  ## run the tests not marked slow
 	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -20,7 +20,7 @@ import signal
 import uuid
 from datetime import timedelta
 
-from xbench.launch import child
+from xbench.launch import child, slurm_ranks
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
 from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, StopRequested
 
@@ -35,9 +35,10 @@ class RankFailed(Exception):
 
 
 def under_torchrun() -> bool:
-    """True in a process that torchrun (or any elastic agent) started as a rank."""
+    """True in a process that torchrun (or any elastic agent) started as a rank, or a task of a srun step
+    of several tasks (launch/slurm_ranks.py gives it torch's variables)."""
     env = os.environ
-    return "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "WORLD_SIZE" in env)
+    return "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "WORLD_SIZE" in env) or slurm_ranks.adopt()
 
 
 def _threads_for_rank(cfg, dev_type: str, local_world: int) -> dict:
