@@ -38,6 +38,7 @@ STRATEGIES: dict[str, StrategyInfo] = {
                            requires=("torch_xla",)),
     "accelerate": StrategyInfo("accelerate", "torchrun", True, "xbench.parallel.accelerate:AccelerateDDP",
                                requires=("accelerate",)),
+    "fsdp": StrategyInfo("fsdp", "torchrun", True, "xbench.parallel.fsdp:FSDP"),
 }
 
 

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xbench.config import DDP_OPTIONS
 from xbench.parallel.base import Strategy
+from xbench.training.memory import SavedActivations, StateMemory
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -65,6 +66,10 @@ def torchrun_rules(cfg, facts, dev: str) -> list[str]:
 class DDP(Strategy):
     name = "ddp"
 
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.states, self.activations = StateMemory(), SavedActivations()  # memory per device (training/memory.py)
+
     @classmethod
     def rules(cls, cfg, facts, dev):
         out = torchrun_rules(cfg, facts, dev)
@@ -82,7 +87,12 @@ class DDP(Strategy):
             raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
                                f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
         ids = [device.index] if device.type == "cuda" else None  # CPU/gloo: no device_ids
+        self.activations.watch(model)
         return DistributedDataParallel(model, device_ids=ids, **self.options())
+
+    def wrap_optimizer(self, optimizer):
+        self.states.watch(optimizer)
+        return optimizer
 
     def sync(self, device_sync):
         def synced():
@@ -121,6 +131,8 @@ class DDP(Strategy):
             "process_group_world_size": dist.get_world_size(),
             "process_group_backend": dist.get_backend(),
             **ddp_figures(model),
+            **self.states.figures(),
+            **self.activations.figures(),
         }
 
 

@@ -1,0 +1,83 @@
+"""parallel=fsdp (xbench/parallel/fsdp.py): FSDP2 over 2 gloo ranks for real, memory per device against DDP
+at the same global batch, and the strategy's refusals before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import FAST, records, run_cli
+from xbench.config import XBenchConfig
+from xbench.platforms.detect import HostFacts
+
+LLM = ("+workload=llama_tiny_tokens", "platform=cpu", "precision=amp_bf16", "parallel.world_size=2")
+
+
+def _check(cfg, **facts):
+    from xbench import compat
+
+    return compat.check(cfg, HostFacts(logical_cores=2, torch_version="2.9.0", **facts))
+
+
+def _fsdp_cfg(*overrides: str) -> XBenchConfig:
+    """The config the CLI composes for the tiny decoder under parallel=fsdp (and `overrides`)."""
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+
+    return OmegaConf.to_object(compose([*LLM, "parallel=fsdp", "logger=none", *overrides]))
+
+
+def test_fsdp_config_is_accepted_and_its_options_read():
+    from xbench.parallel.fsdp import options
+
+    assert _check(_fsdp_cfg()) == []
+    o = options(_fsdp_cfg("parallel.options.reshard_after_forward=false").parallel)
+    assert o["param_dtype"] == "bf16" and o["reduce_dtype"] == "fp32" and o["reshard_after_forward"] is False
+
+
+@pytest.mark.parametrize("overrides,words", [
+    (["parallel.options.shard_size=3"], "shard_size=3 does not divide parallel.world_size=2"),
+    (["+parallel.options.reshard=true"], "parallel.options.reshard is not an option"),
+    (["parallel.options.param_dtype=int8"], "param_dtype='int8' is unknown"),
+    (["precision=amp_fp16"], "sharded gradient scaler"),
+    (["precision=fp32", "parallel.options.param_dtype=bf16"], "computes in bf16, but precision=fp32"),
+    (["parallel.backend=nccl"], "parallel.backend=nccl needs CUDA GPUs"),
+    (["runtime=xla"], "runtime=eager or compile"),
+])
+def test_bad_fsdp_configs_are_refused_before_work(overrides, words):
+    reasons = _check(_fsdp_cfg(*overrides))
+    assert any(words in r for r in reasons), reasons
+
+
+def test_a_model_that_cannot_fit_even_sharded_is_refused():
+    """Llama 3.1 8B's fp32 parameters + gradients + AdamW state are 16 bytes x 8.03B = 119.7 GiB: over 2 ranks
+    of 40 GiB devices that is 59.8 GiB each, refused with the shards it would need; over 8 of them, 15 GiB, fine."""
+    cfg = _fsdp_cfg("model=llama3_8b", "data.vocab_size=128256", "platform.memory_gib=40")
+    [reason] = [r for r in _check(cfg) if "cannot fit" in r]
+    assert "8.03B parameters" in reason and "59.8 GiB per device" in reason and "at least 3 shards" in reason
+    cfg.parallel.world_size = 8
+    assert not [r for r in _check(cfg) if "cannot fit" in r]
+
+
+@pytest.mark.slow
+def test_fsdp_halves_parameter_gradient_and_optimizer_memory_against_ddp(store):
+    """The same tiny decoder and global batch on 2 gloo ranks under DDP and FSDP2: FSDP's parameters +
+    gradients + optimizer state per device, read from the local shards, are half of DDP's (within 10%);
+    parameters are DTensors, both train, both record tokens/s and memory per device."""
+    p = run_cli("-m", *FAST, *LLM, "parallel=ddp,fsdp", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = {r["config"]["parallel"]["name"]: r for r in records(store)}
+    assert sorted(recs) == ["ddp", "fsdp"]
+    for name, r in recs.items():
+        m = r["measurements"]
+        assert r["status"] == "ok", r["reason"]
+        assert m["world_size"] == 2 and m["global_batch_size"] == 8 and m["loss_first"] != m["loss_last"], name
+        assert all(x["process_group_backend"] == "gloo" for x in r["ranks"])
+        assert m["memory_activations_gib"] > 0
+    fsdp_ranks = recs["fsdp"]["ranks"]
+    assert all(x["fsdp_params_dtensor"] and x["fsdp_sharded_blocks"] == 2 for x in fsdp_ranks)
+    assert len({x["params_local_sha256"] for x in fsdp_ranks}) == 2  # each rank holds its own shard
+    ratio = recs["fsdp"]["measurements"]["memory_states_gib"] / recs["ddp"]["measurements"]["memory_states_gib"]
+    assert ratio == pytest.approx(0.5, rel=0.10)
+    for k in ("params", "grads", "optimizer"):
+        assert recs["fsdp"]["ranks"][1][f"memory_{k}_gib"] < recs["ddp"]["ranks"][1][f"memory_{k}_gib"]

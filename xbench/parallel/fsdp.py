@@ -1,0 +1,245 @@
+"""Fully sharded data parallelism (PyTorch FSDP2, `torch.distributed.fsdp.fully_shard`), one process per device.
+
+Ranks and the process group come from the torchrun launcher, as for DDP (NCCL on GPUs, gloo on the CPU).
+Each transformer block is sharded on its own (`fully_shard` per block, then at the root), so one block's
+parameters are all-gathered just before its forward and freed after it (`reshard_after_forward`), and its
+gradients reduce-scattered in backward: a device keeps 1/N of the parameters, gradients and optimizer
+state, which become DTensors (their `to_local()` is the shard). Mixed precision is FSDP's own policy:
+parameters all-gathered and computed in `param_dtype` (bf16), gradients reduced in `reduce_dtype` (fp32),
+the sharded master copy in the model's dtype (fp32). `shard_size` < world size shards within groups of
+that many ranks and replicates across them (HSDP, a 2-D mesh). Options (parallel.options, defaults in
+conf/parallel/fsdp.yaml): OPTIONS below.
+
+What the rank records: the options in force (fsdp_*), the mesh, and memory per device by what holds it
+(training/memory.py: parameters, gradients and optimizer state read from the local shards at the first step,
+activations from autograd's saved tensors in the first forward).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from xbench.parallel.ddp import DDP, torchrun_rules
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+# param_dtype follows precision= by default (conf/parallel/fsdp.yaml: ${precision.name}): its compute dtype
+FROM_PRECISION = {"amp_bf16": "bf16", "bf16": "bf16", "fp32": "fp32", "tf32": "fp32", "amp_fp16": "fp16"}
+# option -> (default, what is allowed); the defaults are conf/parallel/fsdp.yaml's too
+OPTIONS = {
+    "reshard_after_forward": (True, "true (free each block's gathered parameters after its forward; "
+                                    "gathered again in backward) | false (keep them: less communication)"),
+    "param_dtype": ("bf16", "bf16 | fp32 (or a precision name: its compute dtype): the dtype parameters are "
+                            "gathered and computed in"),
+    "reduce_dtype": ("fp32", "fp32 | bf16: the dtype gradients are reduce-scattered in"),
+    "activation_checkpointing": (False, "true: recompute each block's activations in backward"),
+    "compile_blocks": (False, "true: torch.compile each transformer block (before sharding)"),
+    "shard_size": (None, "null (shard over every rank) | a divisor of parallel.world_size (HSDP)"),
+}
+# Bytes a device keeps per parameter before sharding: fp32 master + fp32 gradient + the optimizer's state.
+STATE_BYTES = {"adamw": 16, "lamb": 16, "sgd": 12, "lars": 12}
+GIB = 2**30
+
+
+def options(parallel) -> dict:
+    """The FSDP options in force: conf's parallel.options over OPTIONS' defaults (a precision name as
+    param_dtype: its compute dtype)."""
+    o = {k: dict(parallel.options or {}).get(k, d) for k, (d, _) in OPTIONS.items()}
+    o["param_dtype"] = FROM_PRECISION.get(o["param_dtype"], o["param_dtype"])
+    return o
+
+
+def option_reasons(cfg) -> list[str]:
+    p, out = cfg.parallel, []
+    for k in dict(p.options or {}):
+        if k not in OPTIONS:
+            out.append(f"parallel.options.{k} is not an option of parallel={p.name}; allowed: {', '.join(OPTIONS)}")
+    o = options(p)
+    for k in ("param_dtype", "reduce_dtype"):
+        if o[k] not in DTYPES and not (k == "param_dtype" and o[k] == "fp16"):  # fp16: precision_reasons
+            out.append(f"parallel.options.{k}={o[k]!r} is unknown; allowed: {OPTIONS[k][1]}")
+    for k in ("reshard_after_forward", "activation_checkpointing", "compile_blocks"):
+        if not isinstance(o[k], bool):
+            out.append(f"parallel.options.{k} must be true or false, got {o[k]!r}")
+    s = o["shard_size"]
+    if s is not None and (not isinstance(s, int) or isinstance(s, bool) or s < 1 or p.world_size % s):
+        out.append(f"parallel.options.shard_size={s!r} does not divide parallel.world_size={p.world_size}: the "
+                   f"mesh is (world_size / shard_size) replicas x shard_size shards; allowed: "
+                   f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null")
+    return out
+
+
+def precision_reasons(cfg, o: dict) -> list[str]:
+    """FSDP's policy computes in param_dtype: the record's compute dtype (and MFU's peak) must say so."""
+    name = cfg.precision.name
+    if name == "amp_fp16" or o["param_dtype"] == "fp16":
+        return [f"parallel={cfg.parallel.name} with precision=amp_fp16 needs a sharded gradient scaler, which "
+                "xbench does not run: use precision=amp_bf16 (FSDP's bf16 policy) or fp32"]
+    if o["param_dtype"] == "bf16" and name in ("fp32", "tf32"):
+        return [f"parallel.options.param_dtype=bf16 computes in bf16, but precision={name} would record "
+                f"{name} (and MFU against its peak): use precision=amp_bf16, or parallel.options.param_dtype=fp32"]
+    return []
+
+
+def params_of(cfg) -> int | None:
+    """The model's parameter count, from a build on the meta device (nothing allocated); None if it cannot
+    be built (compat's model rules say why)."""
+    from xbench import models
+    from xbench.data.spec import InputSpec
+    from xbench.models.zoo import abstract_run
+
+    try:
+        model = abstract_run(lambda d: models.build(cfg.model.name, InputSpec.from_data(cfg.data),
+                                                    dict(cfg.model.options)))
+    except Exception:  # noqa: BLE001 - the model's own rules report it
+        return None
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def device_memory_gib(cfg, facts, dev: str) -> float | None:
+    """Memory of one device: the platform's figure, else the smallest visible GPU's; None off CUDA."""
+    if cfg.platform.memory_gib:
+        return cfg.platform.memory_gib
+    if dev == "cuda" and facts.cuda_memory_gib:
+        return min(facts.cuda_memory_gib)
+    return None
+
+
+def state_gib_per_device(n_params: int, optimizer: str, shards: int) -> float:
+    """Parameters + gradients + optimizer state one device keeps, fp32 master weights, over `shards` ranks."""
+    return n_params * STATE_BYTES.get(optimizer, 16) / shards / GIB
+
+
+def fit_reasons(cfg, facts, dev: str, shards: int, strategy: str) -> list[str]:
+    """A model whose parameters, gradients and optimizer state alone exceed one device's memory, even
+    sharded over `shards` ranks (activations come on top)."""
+    mem = device_memory_gib(cfg, facts, dev)
+    if not mem:
+        return []
+    n = params_of(cfg)
+    if n is None:
+        return []
+    need = state_gib_per_device(n, cfg.optim.name, shards)
+    if need <= mem:
+        return []
+    least = -(-n * STATE_BYTES.get(cfg.optim.name, 16) // int(mem * GIB))
+    return [f"model {cfg.model.name} ({n / 1e9:.2f}B parameters) needs {need:.1f} GiB per device for its fp32 "
+            f"parameters, gradients and {cfg.optim.name} state under parallel={strategy} over {shards} "
+            f"shard(s) ({STATE_BYTES.get(cfg.optim.name, 16)} bytes per parameter / {shards}), more than "
+            f"the {mem:.0f} GiB of one device: it cannot fit even before activations; use at least {least} "
+            "shards (parallel.world_size, parallel.options.shard_size) or a smaller model"]
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks FSDP shards one by one: the decoder's `layers`, else the first non-empty
+    nn.ModuleList (Hugging Face's model.layers, h, ...); none: only the root is sharded."""
+    layers = getattr(model, "layers", None)
+    if isinstance(layers, nn.ModuleList) and len(layers):
+        return list(layers)
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList) and len(m):
+            return list(m)
+    return []
+
+
+def _checkpoint_blocks(model: nn.Module) -> None:
+    """Activation checkpointing per block: the decoder's own switch, else torch's checkpoint wrapper."""
+    if hasattr(model, "checkpoint_blocks"):
+        model.checkpoint_blocks = True
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for lst in model.modules():
+        if isinstance(lst, nn.ModuleList) and len(lst):
+            for i, block in enumerate(lst):
+                lst[i] = checkpoint_wrapper(block)
+            return
+
+
+def local_sha256(model) -> str:
+    """Fingerprint of this rank's shards (a DTensor's local part): differs between ranks by design."""
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for p in model.parameters():
+            t = p.to_local() if hasattr(p, "to_local") else p
+            h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class FSDP(DDP):
+    """FSDP2 over the torchrun launcher's process group; synchronisation, agreement and gathers are DDP's
+    (the same process group), the wrap is FSDP's."""
+
+    name = "fsdp"
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        out = torchrun_rules(cfg, facts, dev) + option_reasons(cfg)
+        if cfg.runtime.name not in ("eager", "compile"):
+            out.append(f"parallel={cfg.parallel.name} runs torch.distributed FSDP2 with runtime=eager or compile "
+                       f"(per-block compile: parallel.options.compile_blocks=true), not runtime={cfg.runtime.name}")
+        if not out:
+            o = options(cfg.parallel)
+            out += precision_reasons(cfg, o)
+            out += fit_reasons(cfg, facts, dev, o["shard_size"] or cfg.parallel.world_size, cfg.parallel.name)
+        return out
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.opts = options(cfg)
+        self.mesh = None
+        self.blocks = 0
+
+    def mesh_shape(self) -> tuple[int, ...]:
+        world = dist.get_world_size()
+        shard = self.opts["shard_size"] or world
+        return (shard,) if shard == world else (world // shard, shard)
+
+    def wrap(self, model, device):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        if not dist.is_initialized():
+            raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
+                               f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
+        o = self.opts
+        if o["activation_checkpointing"]:
+            _checkpoint_blocks(model)
+        blocks = transformer_blocks(model)
+        if o["compile_blocks"]:
+            for b in blocks:
+                b.compile()  # in place: parameter names unchanged (checkpoints load either way)
+        shape = self.mesh_shape()
+        names = ("fsdp",) if len(shape) == 1 else ("replicate", "fsdp")
+        self.mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+        policy = MixedPrecisionPolicy(param_dtype=DTYPES[o["param_dtype"]], reduce_dtype=DTYPES[o["reduce_dtype"]])
+        for b in blocks:
+            fully_shard(b, mesh=self.mesh, mp_policy=policy, reshard_after_forward=o["reshard_after_forward"])
+        fully_shard(model, mesh=self.mesh, mp_policy=policy, reshard_after_forward=o["reshard_after_forward"])
+        self.blocks = len(blocks)
+        self.activations.watch(model)
+        return model
+
+    def wrap_optimizer(self, optimizer):
+        self.states.watch(optimizer)
+        return optimizer
+
+    def unwrap(self, model):
+        return model  # fully_shard changes the module's class in place: there is no wrapper
+
+    def rank_figures(self, model) -> dict:
+        params = list(model.parameters())
+        return {
+            "params_local_sha256": local_sha256(model),
+            "process_group_world_size": dist.get_world_size(),
+            "process_group_backend": dist.get_backend(),
+            "fsdp_mesh_shape": list(self.mesh.mesh.shape) if self.mesh is not None else None,
+            "fsdp_sharded_blocks": self.blocks,
+            "fsdp_params_dtensor": bool(params) and all(type(p).__name__ == "DTensor" for p in params),
+            **{f"fsdp_{k}": v for k, v in self.opts.items()},
+            **self.states.figures(),
+            **self.activations.figures(),
+        }
