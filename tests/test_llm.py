@@ -73,3 +73,16 @@ def test_activation_checkpointing_gives_the_same_gradients():
 def test_bad_shapes_say_what_is_allowed(options, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         decoder.llama(_spec(256, 16), **options)
+
+
+def test_tokens_per_s_and_mfu_per_token_are_derived_for_token_runs():
+    from xbench.metrics.derived import derive
+
+    m = {"throughput_samples_per_s": 10.0, "devices": 2, "global_batch_size": 8, "flops_per_sample_train": 1e12,
+         "compute_dtype": "bf16"}
+    cfg = {"data": {"modality": "tokens", "seq_len": 128}, "platform": {"peak_tflops": {"bf16": 100.0}}}
+    d = derive(m, cfg)
+    assert d["tokens_per_s"] == 1280 and d["tokens_per_s_per_device"] == 640 and d["global_batch_tokens"] == 1024
+    assert d["flops_per_token_train"] == pytest.approx(1e12 / 128)
+    assert d["mfu_per_token"] == pytest.approx(1280 * 1e12 / 128 / (100e12 * 2)) == pytest.approx(d["mfu"])
+    assert "tokens_per_s" not in derive(m, {"data": {"modality": "image"}})

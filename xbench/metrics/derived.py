@@ -45,6 +45,31 @@ def flops(m: dict, cfg: dict) -> dict:
     return out
 
 
+@derived
+def tokens(m: dict, cfg: dict) -> dict:
+    """Token-sequence runs (data.modality=tokens: every sample is data.seq_len tokens): the figures LLM
+    training is quoted in. tokens/s over the run and per device; FLOPs per token from the measured FLOPs
+    per sample (for the decoder, FlopCounterMode's count equals 6N + 12·L·d·T: tests/test_llm.py), and MFU
+    per token: tokens/s x FLOPs per token over the devices' peak, the PaLM paper's definition (the same
+    number as `mfu`, which counts in samples)."""
+    data = cfg.get("data") or {}
+    tp, seq = _throughput(m), data.get("seq_len")
+    if data.get("modality") != "tokens" or not tp or not seq:
+        return {}
+    out = {"tokens_per_s": tp * seq, "tokens_per_sample": seq}
+    if m.get("devices"):
+        out["tokens_per_s_per_device"] = tp * seq / m["devices"]
+    if m.get("global_batch_size"):
+        out["global_batch_tokens"] = m["global_batch_size"] * seq
+    f = m.get("flops_per_sample_train")
+    if f:
+        out["flops_per_token_train"] = f / seq
+        peak = (_platform(cfg).get("peak_tflops") or {}).get(m.get("compute_dtype", "fp32"))
+        if peak and m.get("devices"):
+            out["mfu_per_token"] = tp * seq * (f / seq) / (peak * 1e12 * m["devices"])
+    return out
+
+
 def _platform(cfg: dict) -> dict:
     return cfg.get("platform") or {}
 
