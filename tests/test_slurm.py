@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from hydra_plugins.xbench_slurm.slurm_launcher import Partition, fit_request, minutes
+from hydra_plugins.xbench_slurm.submitit_launcher import Partition, fit_request, minutes
 from tests.conftest import FAST, REPO, cli_env
 from xbench.launch import slurm_ranks
 

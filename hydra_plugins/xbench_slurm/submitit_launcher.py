@@ -28,9 +28,11 @@ from typing import NamedTuple
 from hydra.core.utils import JobReturn, JobStatus
 
 try:  # the xbench[slurm] extra; without it `hydra/launcher=slurm` fails on its submitit_slurm default
-    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+    from hydra_plugins.hydra_submitit_launcher import submitit_launcher as submitit_plugin
+
+    Base = submitit_plugin.SlurmLauncher
 except ImportError:  # Hydra imports every plugin module at start-up: this one must not fail there
-    SlurmLauncher = object
+    Base = object
 
 POLL_S = 2.0  # squeue and the result files are read this often while jobs run (a sleep, never a busy loop)
 GONE_GRACE_S = 10.0  # a job gone from squeue without a result: waited this long for its files to land
@@ -138,8 +140,9 @@ def headline(record: dict) -> str:
     return "no figure"
 
 
-class XbenchSlurmLauncher(SlurmLauncher):  # type: ignore[misc,valid-type]
-    """SlurmLauncher with the request fitted to the partition, the queue reported, and each point summed up."""
+class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
+    """hydra-submitit-launcher's SlurmLauncher: the request fitted to the partition, the queue reported, each
+    point summed up."""
 
     def __call__(self, *args, **kwargs) -> JobReturn:
         """In the job: run the point, then name the record it left (the submitter prints it)."""
