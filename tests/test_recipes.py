@@ -71,6 +71,39 @@ def test_schedule_hyperparameters_name_warmup_and_decay():
                  "lr_decay_epochs": 36, "lr_decay_steps": 22500, "lr_end": 1e-4, "lr_poly_power": 2}
 
 
+def test_a_recipe_scaled_far_from_its_tuned_batch_follows_its_rule_and_is_warned_about(capsys):
+    """Study 5's pod: MLPerf's LARS recipe (lr 9.0, 3 warm-up epochs at 2048) at global batch 32768 = 16x."""
+    lars = _cfg("+recipe=mlperf_resnet50").optim
+    assert (lars.tuned_global_batch, lars.scaling_rule) == (2048, "sqrt")
+    s = schedule.Schedule(lars, 32768, 39, 39)
+    assert s.base == pytest.approx(36.0) and s.schedule.warmup_epochs == pytest.approx(12.0)  # x sqrt(16) = 4
+    assert s.lr(6 * 39) == pytest.approx(18.0)  # half-way through the 12-epoch warm-up
+    assert "16x the batch this recipe was tuned at" in s.warning and "lr 9 -> 36" in s.warning
+    assert "warm-up 3 -> 12 epochs" in s.warning and "16x" in capsys.readouterr().err
+    h = schedule.hyperparameters(lars, 32768, 39, 39)
+    assert (h["lr_base"], h["lr_warmup_epochs"], h["lr_decay_epochs"]) == (pytest.approx(36.0), pytest.approx(12.0),
+                                                                         pytest.approx(27.0))
+    assert h["lr_batch_ratio"] == 16 and h["lr_scaling_rule"] == "sqrt" and h["lr_batch_warning"] == s.warning
+    from xbench.metrics.gates import record_gates
+    assert record_gates(h, {}) == [s.warning]  # train-to-target puts the gates on the record
+    at_tuned = schedule.hyperparameters(lars, 2048, 625, 39)
+    assert at_tuned["lr_base"] == 9.0 and at_tuned["lr_warmup_epochs"] == 3 and "lr_batch_warning" not in at_tuned
+    assert schedule.batch_warning(lars, 8192) is None  # 4x: within the rule's reach
+    lin = _cfg("+recipe=resnet50_90ep").optim
+    assert "1/8" not in (schedule.batch_warning(lin, 128) or "") and "0.125x" in schedule.batch_warning(lin, 128)
+    assert schedule.base_lr(lin, 128) == pytest.approx(0.05)  # linear, per lr_reference_batch
+
+
+@pytest.mark.parametrize("overrides,expect", [
+    (("optim.scaling_rule=cube",), "optim.scaling_rule='cube' is unknown; allowed: none, linear, sqrt"),
+    (("optim.scaling_rule=sqrt", "optim.tuned_global_batch=null"), "scales from optim.tuned_global_batch"),
+    (("optim.scaling_rule=sqrt", "optim.tuned_global_batch=32"), "with optim.lr_reference_batch"),
+])
+def test_a_bad_scaling_rule_is_refused(overrides, expect):
+    reasons = compat.check(_cfg("+experiment=digits_to_target", "+recipe=digits_sgd", *overrides), HOST)
+    assert any(expect in r for r in reasons), reasons
+
+
 # ---------- optimizers ----------
 
 def _model():

@@ -216,7 +216,41 @@ def test_published_figures_have_value_unit_conditions_source_and_date():
     assert by[("pod_scaling", "near_linear_scaling")] == 256 and by[("pod_scaling", "pod_vs_v100")] == 200
     for s in FIVE:
         assert studies.published_rows(s["id"]), f"{s['id']} has no published figure"
-    assert "total cost of the 4-epoch training" in " ".join(studies.get("gpu_clouds")["not_recovered"])
+
+
+def test_the_articles_figures_are_there_with_their_kind():
+    """The figures the issue found wrong or missing, as the articles print them (each row's source quotes it)."""
+    rows = {(r["study"], r["figure"]): r for r in studies.published_rows()}
+    want = {("pod_scaling", "v2_pod_minutes"): (7.9, "training_time"), ("pod_scaling", "one_v100_hours"): (26, "training_time"),
+            ("pod_scaling", "pod_cost_vs_8_v100"): (0.6, "ratio"), ("pod_scaling", "pod_speed_vs_8_v100"): (27, "ratio"),
+            ("xla_speedup", "bert_throughput_xla_off"): (23.1, "real_throughput"),
+            ("xla_speedup", "bert_throughput_xla_on"): (168, "real_throughput"),
+            ("gpu_clouds", "cost_paperspace_low_end"): (1.6, "cost"), ("gpu_clouds", "cost_aws_low_end"): (3.3, "cost"),
+            ("gpu_clouds", "cost_gce_low_end"): (2.4, "cost"), ("gpu_clouds", "cost_gce_high_end"): (3.4, "cost"),
+            ("tpu_vs_gpu", "tpu_throughput"): (2796, "real_throughput"), ("tpu_vs_gpu", "gpu_throughput"): (2839, "real_throughput"),
+            ("tpu_vs_gpu", "mxnet_gpu_768"): (3280, "synthetic_throughput")}
+    for key, (value, kind) in want.items():
+        r = rows[key]
+        assert (r["value"], r["kind"]) == (value, kind), key
+        quoted = {0.6: "40%", 2796: "2,796", 2839: "2,839", 3280: "3,280"}.get(value, f"{value:g}")
+        assert quoted in r["source"], key
+    assert "11.3" not in " ".join(str(r["value"]) for r in rows.values())
+    text = (studies.MANIFEST.read_text() + (REPO / "docs" / "studies.md").read_text() + (REPO / "README.md").read_text())
+    assert "/work/shared" not in text and "STUDIES.md" not in text and "seeds/" not in text
+    assert "total cost of the 4-epoch training" not in " ".join(studies.get("gpu_clouds")["not_recovered"])
+
+
+def test_published_problems_refuses_a_compare_of_another_kind(monkeypatch):
+    manifest = studies._manifest()
+    fig = {"id": "x", "what": "x", "value": 2796, "unit": "images/s", "kind": "real_throughput", "date": "2018",
+           "conditions": {"hardware": "h", "batch": "b", "precision": "p", "data": "d"},
+           "source": {"article": "riseml_2018", "quote": "q"},
+           "compare": {"column": "throughput_samples_per_s", "where": {"data": "synthetic_imagenet"}}}
+    fake = {**manifest, "studies": [{"id": "s", "preset": "s", "published": [fig]}]}
+    monkeypatch.setattr(studies, "_manifest", lambda: fake)
+    assert any("is synthetic_throughput, the figure is real_throughput" in p for p in studies.published_problems())
+    fig["compare"]["where"] = {}
+    assert any("of no kind" in p for p in studies.published_problems())  # a throughput must pin its data
 
 
 def test_studies_package_needs_no_torch():
@@ -308,16 +342,19 @@ def test_the_report_scales_over_platforms_of_one_family(tmp_path):
 
 def test_published_figures_are_drawn_beside_matching_runs_and_never_mixed_into_them(tmp_path):
     """Runs under a published figure's conditions: the published table holds their median beside the figure,
-    the plot is drawn, and no measured statistic counts the published value."""
+    the plot is drawn, and no measured statistic counts the published value. The 2,796 / 2,839 img/s were
+    measured on real, augmented ImageNet: a synthetic run at the same batch is never set beside them."""
     from xbench.analysis.frame import load
     from xbench.analysis.published import published_beside_measured
     from xbench.records.record import RunRecord
     from xbench.records.store import write_record
     from xbench.report.__main__ import main
 
-    sides = (("tpu_v2_8", ["parallel=xla_spmd", "parallel.world_size=8", "precision=bf16", "data.batch_size=128"], 8),
+    sides = (("tpu_v2_8", ["parallel=xla_spmd", "parallel.world_size=8", "precision=amp_bf16", "data.batch_size=128"], 8),
              ("aws_p3_8xlarge", ["parallel=ddp", "parallel.world_size=4", "precision=amp_fp16", "data.batch_size=256"], 4))
-    for i, ((plat, extra, n), tp) in enumerate(zip(sides, (2500.0, 2700.0))):
+    points = [(plat, [*extra, "data=imagenet", "data.augment=true"], n) for plat, extra, n in sides] + [
+        (sides[0][0], sides[0][1], sides[0][2])]  # a synthetic TPU run at the same batch
+    for i, ((plat, extra, n), tp) in enumerate(zip(points, (2500.0, 2700.0, 3100.0))):
         cfg = compose_point(CONF, ["+experiment=tpu_vs_gpu", "workload=resnet50_imagenet_synthetic", f"platform={plat}",
                                    *extra])
         rec = RunRecord(run_id=f"r{i}", experiment="tpu_vs_gpu", config=OmegaConf.to_container(cfg, resolve=True))
@@ -326,8 +363,12 @@ def test_published_figures_are_drawn_beside_matching_runs_and_never_mixed_into_t
         write_record(tmp_path / "results", rec)
     rows = {r["figure"]: r for r in published_beside_measured(load([tmp_path / "results"], progress=False).frame)}
     assert rows["tpu_throughput"]["value"] == 2796 and rows["tpu_throughput"]["measured"] == 2500.0
+    assert rows["tpu_throughput"]["kind"] == "real_throughput" and rows["tpu_throughput"]["measured_runs"] == 1
     assert rows["gpu_throughput"]["measured"] == 2700.0 and rows["gpu_throughput"]["measured_runs"] == 1
-    assert rows["cost_to_757"]["measured"] is None  # no train-to-target run here
+    assert rows["cost_to_757"]["measured"] is None and "no ok run" in rows["cost_to_757"]["why_not"]
+    assert rows["mxnet_over_best_tpu"]["measured"] is None and "ratio" in rows["mxnet_over_best_tpu"]["why_not"]
+    assert rows["cirrascale_monthly"]["why_not"].startswith("a price")
+    assert all(r["why_not"] for r in rows.values() if r["measured"] is None)
     out = tmp_path / "report"
     assert main([str(tmp_path / "results"), "--out", str(out), "--no-progress"]) == 0
     assert (out / "plots" / "published.png").stat().st_size > 10_000

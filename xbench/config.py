@@ -187,6 +187,10 @@ class OptimConfig:
     lr: float = 0.01  # at `lr_reference_batch` when that is set (the linear scaling rule), else as given
     # The linear scaling rule: lr is given for this global batch and scaled by global batch / this; null: none.
     lr_reference_batch: int | None = None
+    # The global batch the recipe was tuned at, and how lr and warm-up follow another one (none | linear |
+    # sqrt; xbench/training/schedule.py); a run > 4x away from it is warned about. Null: not a tuned recipe.
+    tuned_global_batch: int | None = None
+    scaling_rule: str = "none"
     momentum: float = 0.9  # sgd, lars
     nesterov: bool = False  # sgd, lars
     weight_decay: float = 0.0

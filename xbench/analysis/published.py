@@ -2,9 +2,11 @@
 
 A published figure is never a run: it is not in the frame, so no median, spread or baseline ever
 mixes it with measured records. Here each figure of a study whose runs are in the frame comes back as
-one row; when the manifest says what to compare it with (`compare: {column, where}`), the row also
-holds the median of that column over the ok runs matching `where` (column -> value, as the tidy frame
-has them), and how many runs that was. No match: `measured` is None and the row says why.
+one row. A figure is drawn beside a measurement only when the manifest names one of the same kind
+(`compare: {column, where, scale}`; studies.column_kind: a throughput column is synthetic or real by the
+data set `where` pins, so 2,796 img/s of real, augmented ImageNet never meets a synthetic run): the row
+then holds the median of that column over the ok runs matching `where`, times `scale` (into the published
+unit), and how many runs that was. Every row without a measured value says why (`why_not`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,22 @@ from xbench.analysis.frame import matches
 from xbench.analysis.rows import Rows
 
 
+def why_not_compared(fig: dict) -> str:
+    """Why a figure without a compare spec is not drawn beside a measurement (the manifest may say itself)."""
+    if fig.get("why_not"):
+        return fig["why_not"]
+    if fig.get("kind") == "cost" and studies.PRICE_UNIT.search(str(fig.get("unit") or "")):
+        return "a price, not a measurement: the platform files (conf/platform) carry the prices runs are billed at"
+    if fig.get("kind") == "ratio":
+        return ("a ratio between two set-ups: xbench measures each side as a run of its own, and the baseline, "
+                "scaling and overhead tables give the measured ratio")
+    return "no xbench run measures this figure's setting"
+
+
 def published_beside_measured(rows) -> list[dict]:
-    """One row per published figure of the studies present in `rows` (by experiment = preset)."""
+    """One row per published figure of the studies present in `rows` (by experiment = preset): the
+    published row (studies.published_rows) plus measured, measured_runs, measured_column, measured_where
+    and why_not."""
     rows = Rows.of(rows)
     present = {r.get("experiment") for r in rows}
     out = []
@@ -23,14 +39,26 @@ def published_beside_measured(rows) -> list[dict]:
         if study["preset"] not in present:
             continue
         mine = Rows(r for r in rows if r.get("experiment") == study["preset"])
-        for fig, pub in zip(study.get("published") or [], studies.published_rows(study["id"])):
+        for pub in studies.published_rows(study["id"]):
+            spec = pub.pop("compare")
             row = {**pub, "measured": None, "measured_runs": 0, "measured_column": None, "measured_where": None}
-            spec = fig.get("compare")
-            if spec:
-                where = {k: [str(v)] for k, v in (spec.get("where") or {}).items()}
-                hit = Rows(r for r in mine.ok(spec["column"]) if matches(r, where))
-                row.update(measured=hit.median(spec["column"]), measured_runs=len(hit),
-                           measured_column=spec["column"],
-                           measured_where=", ".join(f"{k}={v}" for k, v in (spec.get("where") or {}).items()))
+            if not spec:
+                row["why_not"] = why_not_compared(pub)
+                out.append(row)
+                continue
+            where_spec = spec.get("where") or {}
+            kind = studies.column_kind(spec["column"], where_spec)
+            if kind != pub["kind"]:  # published_problems refuses this in the manifest; never drawn if it slips
+                row["why_not"] = (f"{spec['column']} is {kind or 'of no kind'} here, the figure is {pub['kind']}: "
+                                  "not comparable")
+                out.append(row)
+                continue
+            where = {k: [str(v)] for k, v in where_spec.items()}
+            hit = Rows(r for r in mine.ok(spec["column"]) if matches(r, where))
+            median = hit.median(spec["column"])
+            where_text = ", ".join(f"{k}={v}" for k, v in where_spec.items())
+            row.update(measured=None if median is None else median * spec.get("scale", 1.0), measured_runs=len(hit),
+                       measured_column=spec["column"], measured_where=where_text,
+                       why_not=None if hit else f"no ok run here has {spec['column']} under {where_text}")
             out.append(row)
     return out

@@ -37,4 +37,6 @@ def batch_scaling_gate(points: list[tuple[int, float]], tolerance: float = 0.05)
 
 
 def record_gates(measurements: dict, derived: dict) -> list[str]:
-    return mfu_gate(derived)
+    # A recipe run far from the global batch it was tuned at (training/schedule.py batch_warning).
+    far = [measurements["lr_batch_warning"]] if measurements.get("lr_batch_warning") else []
+    return mfu_gate(derived) + far

@@ -8,7 +8,7 @@ tests compose every command and compare. `python -m xbench.studies` prints the c
 
     from xbench import studies
     studies.get("tpu_vs_gpu")["full_scale"][0]["command"]
-    studies.published_rows("tpu_vs_gpu")     # the published figures as rows (value, unit, conditions, source, date)
+    studies.published_rows("tpu_vs_gpu")     # the published figures as rows (value, unit, kind, conditions, source)
 """
 
 from __future__ import annotations
@@ -228,27 +228,100 @@ def simulated_host(p: dict) -> dict:
     return out
 
 
+KINDS = ("synthetic_throughput", "real_throughput", "training_time", "cost", "ratio")
+CONDITIONS = ("hardware", "batch", "precision", "data")
+# Measured columns by kind (the tidy frame's names; a throughput's kind is its data's: see column_kind).
+_THROUGHPUT = re.compile(r"^(throughput|step_throughput|max_batch_throughput)(_per_device)?_samples_per_s$")
+_COST = re.compile(r"(^|_)cost(_|$)|_per_(usd|eur)_per_hour$|^(usd|eur)_per_million_samples$")
+_TIME = re.compile(r"^(train_time|wall_time)_to_target(_\w+)?_s$|^(train_time|wall_s_total|projected_training|"
+                   r"projected_epoch)(_s)?$|^epochs_to_target(_\w+)?$")
+_RATIO = re.compile(r"^(scaling_efficiency|speedup|efficiency)$")
+PRICE_UNIT = re.compile(r"/(hour|minute|month)$")
+
+
+def column_kind(column: str, where: dict | None = None) -> str | None:
+    """The kind of a measured column: a throughput is synthetic or real by the data set `where` pins
+    (data=synthetic_* or another); None when that is not pinned or the column is of no kind."""
+    if _THROUGHPUT.match(column):
+        data = str((where or {}).get("data") or "")
+        return None if not data else "synthetic_throughput" if data.startswith("synthetic") else "real_throughput"
+    if _COST.search(column):
+        return "cost"
+    if _TIME.match(column):
+        return "training_time"
+    if _RATIO.match(column):
+        return "ratio"
+    return None
+
+
+def article(article_id: str) -> dict:
+    arts = _manifest().get("articles") or {}
+    if article_id not in arts:
+        raise KeyError(f"no article {article_id!r} in {MANIFEST.name}; known: {', '.join(arts)}")
+    return arts[article_id]
+
+
+def _source_text(src) -> str:
+    """`Title` (author, date): "quote" for a {article, quote} source; a plain string as it is."""
+    if not isinstance(src, dict):
+        return src
+    a = article(src["article"])
+    return f"{a['title']} ({a['author']}, {a['date']}): \u201c{src['quote']}\u201d"
+
+
+def _conditions_text(cond) -> str:
+    if not isinstance(cond, dict):
+        return cond
+    return "; ".join(f"{k}: {cond[k]}" for k in CONDITIONS if k in cond)
+
+
 def published_rows(study_id: str | None = None) -> list[dict]:
-    """The published figures as rows: study, number, figure id, what, value, unit, conditions, source, date,
-    note. All studies when `study_id` is None."""
+    """The published figures as rows: study, number, figure id, what, value, unit, kind, conditions (one text:
+    hardware; batch; precision; data), source (the article and its sentence), article, quote, url, date, note,
+    compare (the spec or None). All studies when `study_id` is None."""
     rows = []
     for s in all_studies():
         if study_id is not None and s["id"] != study_id:
             continue
         for f in s.get("published") or []:
+            src = f.get("source")
+            art = article(src["article"]) if isinstance(src, dict) else {}
             rows.append({"study": s["id"], "study_number": s.get("study"), "figure": f["id"], "what": f.get("what"),
-                         **{k: f.get(k) for k in PUBLISHED_FIELDS}, "note": f.get("note")})
+                         "value": f.get("value"), "unit": f.get("unit"), "kind": f.get("kind"),
+                         "conditions": _conditions_text(f.get("conditions")), "source": _source_text(src),
+                         "article": art.get("title"), "quote": src.get("quote") if isinstance(src, dict) else None,
+                         "url": art.get("url"), "date": f.get("date"), "note": f.get("note"),
+                         "compare": f.get("compare"), "why_not": f.get("why_not")})
     return rows
 
 
 def published_problems() -> list[str]:
-    """Entries lacking value, unit, conditions, source or date (a date is YYYY, YYYY-MM or YYYY-MM-DD)."""
+    """Entries lacking value, unit, kind, conditions, source or date; a kind not in KINDS; conditions without
+    hardware, batch, precision and data; a source not {article, quote} of a listed article; a date not YYYY,
+    YYYY-MM or YYYY-MM-DD; a compare spec whose column is not of the figure's kind."""
     out = []
-    for r in published_rows():
-        label = f"{r['study']}/{r['figure']}"
-        out += [f"{label}: no {k}" for k in PUBLISHED_FIELDS if r.get(k) in (None, "")]
-        if r.get("date") and not DATE.match(str(r["date"])):
-            out.append(f"{label}: date {r['date']!r} is not YYYY[-MM[-DD]]")
+    arts = _manifest().get("articles") or {}
+    for s in all_studies():
+        for f in s.get("published") or []:
+            label = f"{s['id']}/{f['id']}"
+            out += [f"{label}: no {k}" for k in (*PUBLISHED_FIELDS, "kind") if f.get(k) in (None, "")]
+            if f.get("kind") and f["kind"] not in KINDS:
+                out.append(f"{label}: kind {f['kind']!r} is not one of {', '.join(KINDS)}")
+            cond = f.get("conditions")
+            if not isinstance(cond, dict) or set(cond) != set(CONDITIONS) or any(not cond[k] for k in cond):
+                out.append(f"{label}: conditions must give exactly {', '.join(CONDITIONS)} (n/a where none applies), "
+                           f"got {cond!r}")
+            src = f.get("source")
+            if not isinstance(src, dict) or src.get("article") not in arts or not src.get("quote"):
+                out.append(f"{label}: source must be {{article: <one of {', '.join(arts)}>, quote: <the sentence>}}")
+            if f.get("date") and not DATE.match(str(f["date"])):
+                out.append(f"{label}: date {f['date']!r} is not YYYY[-MM[-DD]]")
+            spec = f.get("compare")
+            if spec:
+                got = column_kind(spec["column"], spec.get("where"))
+                if got != f.get("kind"):
+                    out.append(f"{label}: compare column {spec['column']} (where {spec.get('where')}) is "
+                               f"{got or 'of no kind'}, the figure is {f.get('kind')}")
     return out
 
 
@@ -294,10 +367,19 @@ def header_lines(study: dict) -> list[str]:
     return out
 
 
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
 def docs_section(study: dict) -> str:
     title = (f"Study {study['study']} ({study['year']}): {study['title']}" if study.get("study")
              else study["title"])
-    lines = [f"### {title}", "", f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
+    arts = [a["article"] for a in (f.get("source") for f in study.get("published") or []) if isinstance(a, dict)]
+    origin = []
+    if arts:
+        a = article(arts[0])
+        origin = [f"From {a['author']}, \"{a['title']}\" ({a['date']}{', ' + a['url'] if a.get('url') else ''}).", ""]
+    lines = [f"### {title}", "", *origin, f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
              f"Small, here ({study['small']['what']}):", "", "```", study["small"]["command"], "```", "",
              *(line for e in study["small"].get("also") or []
                for line in (f"and {e['what']}:", "", "```", e["command"], "```", "")),
@@ -308,10 +390,11 @@ def docs_section(study: dict) -> str:
     lines += ["Reports:", "", "```", study["report"]["small"], study["report"]["full"], "```", ""]
     rows = study.get("published") or []
     if rows:
-        lines += ["Published figures (`xbench.studies.published_rows`):", "",
-                  "| figure | value | unit | conditions | source | date |", "|---|---|---|---|---|---|"]
-        lines += [f"| {f['what']} | {f['value']} | {f['unit']} | {f['conditions']} | {f['source']} | {f['date']} |"
-                  for f in rows]
+        lines += ["Published figures (`xbench.studies.published_rows`; the report draws a measured figure only "
+                  "beside a published one of the same kind):", "",
+                  "| figure | value | unit | kind | conditions | source |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['what']} | {r['value']} | {r['unit']} | {r['kind']} | {_cell(r['conditions'])} | "
+                  f"{_cell(r['source'])} |" for r in published_rows(study["id"])]
         lines.append("")
     if study.get("not_recovered"):
         lines += ["Not recovered: " + "; ".join(study["not_recovered"]) + ".", ""]

@@ -1,24 +1,81 @@
 """Learning rate over training: linear warm-up, then constant, step, cosine or polynomial decay, and the
-linear scaling rule by global batch. Pure Python (no torch): compat checks a schedule before any work, and
-the MLPerf log and the record read its hyperparameters.
+rule that scales a recipe to another global batch. Pure Python (no torch): compat checks a schedule before
+any work, and the MLPerf log and the record read its hyperparameters.
 
-The learning rate at a step is `base_lr x factor(epoch)`, with `epoch = step / steps_per_epoch` (fractional)
-and `base_lr = optim.lr x global_batch / optim.lr_reference_batch` when the scaling rule is on. It is set on
-every parameter group as a Python float before each step (XLA turns such scalars into device data, not
-graph constants: a changing rate does not recompile the step).
+The learning rate at a step is `base_lr x factor(epoch)`, with `epoch = step / steps_per_epoch` (fractional).
+`base_lr` is optim.lr scaled to the run's global batch B:
+- `optim.lr_reference_batch` set (lr given per that batch): lr x B / reference (the linear rule);
+- else `optim.tuned_global_batch` B0 (the batch the recipe's lr and warm-up were tuned at) with
+  `optim.scaling_rule`: `linear` lr x B/B0, warm-up unchanged (Goyal et al. 2017); `sqrt` lr x sqrt(B/B0)
+  and warm-up epochs x sqrt(B/B0) (the square-root rule large-batch LARS/LAMB recipes start from); `none`
+  as given.
+A run more than FAR_FROM_TUNED x away from B0 (either way) is warned about, with the rule's numbers
+(`lr_batch_warning` in the hyperparameters, printed when the schedule is built; metrics/gates.py puts it on
+the record): a scaled recipe is a starting point, not a tuned one. The rate is set on every parameter group
+as a Python float before each step (XLA turns such scalars into device data, not graph constants: a
+changing rate does not recompile the step).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
+from types import SimpleNamespace
 
 SCHEDULES = ("constant", "step", "cosine", "poly")
+SCALING_RULES = ("none", "linear", "sqrt")
+FAR_FROM_TUNED = 4.0  # a global batch this many times the tuned one (or 1/this) is warned about
+
+
+def batch_ratio(optim, global_batch: int) -> float | None:
+    """B / B0 (the run's global batch over the recipe's tuned one); None for a recipe that names none."""
+    tuned = getattr(optim, "tuned_global_batch", None)
+    return global_batch / tuned if tuned else None
+
+
+def _rule(optim) -> str:
+    return getattr(optim, "scaling_rule", "none") or "none"
 
 
 def base_lr(optim, global_batch: int) -> float:
-    """optim.lr, scaled linearly by global batch / optim.lr_reference_batch when that is set."""
+    """optim.lr scaled to the global batch (module doc): per lr_reference_batch, else by scaling_rule."""
     ref = optim.lr_reference_batch
-    return optim.lr * global_batch / ref if ref else optim.lr
+    if ref:
+        return optim.lr * global_batch / ref
+    r, rule = batch_ratio(optim, global_batch), _rule(optim)
+    if r is None or rule == "none":
+        return optim.lr
+    return optim.lr * (r if rule == "linear" else math.sqrt(r))
+
+
+def warmup_epochs(optim, global_batch: int) -> float:
+    """The warm-up's length at this global batch: x sqrt(B/B0) under the sqrt rule, else as configured."""
+    w, r = optim.schedule.warmup_epochs, batch_ratio(optim, global_batch)
+    return w * math.sqrt(r) if r is not None and _rule(optim) == "sqrt" and not optim.lr_reference_batch else w
+
+
+def scaled_schedule(optim, global_batch: int):
+    """optim.schedule with the warm-up of this global batch (the same object when unchanged)."""
+    s, w = optim.schedule, warmup_epochs(optim, global_batch)
+    if w == s.warmup_epochs:
+        return s
+    if dataclasses.is_dataclass(s):
+        return dataclasses.replace(s, warmup_epochs=w)
+    return SimpleNamespace(**{**{k: s[k] for k in s}, "warmup_epochs": w})  # a DictConfig or mapping
+
+
+def batch_warning(optim, global_batch: int) -> str | None:
+    """The warning for a run far from the batch its recipe was tuned at, with the rule's numbers; else None."""
+    r = batch_ratio(optim, global_batch)
+    if r is None or 1 / FAR_FROM_TUNED <= r <= FAR_FROM_TUNED:
+        return None
+    rule = "lr_reference_batch (linear)" if optim.lr_reference_batch else _rule(optim)
+    return (f"global batch {global_batch} is {r:.3g}x the batch this recipe was tuned at "
+            f"(optim.tuned_global_batch={optim.tuned_global_batch}); scaling rule {rule}: lr {optim.lr:g} -> "
+            f"{base_lr(optim, global_batch):.4g}, warm-up {optim.schedule.warmup_epochs:g} -> "
+            f"{warmup_epochs(optim, global_batch):.3g} epochs. Untested so far from the tuned batch: the target "
+            "may not be reached; retune optim.lr and optim.schedule.warmup_epochs for this batch")
 
 
 def decay_epochs(schedule, max_epochs: float) -> float:
@@ -60,8 +117,11 @@ class Schedule:
     """lr(step) for one run: the optimizer's base rate (scaled by global batch) times the schedule's factor."""
 
     def __init__(self, optim, global_batch: int, steps_per_epoch: int, max_epochs: float):
-        self.optim, self.schedule = optim, optim.schedule
+        self.optim, self.schedule = optim, scaled_schedule(optim, global_batch)
         self.base = base_lr(optim, global_batch)
+        self.warning = batch_warning(optim, global_batch)
+        if self.warning:  # on the console now; the record carries it too (hyperparameters, metrics/gates.py)
+            print(f"xbench: warning: {self.warning}", file=sys.stderr, flush=True)
         self.end_factor = end_factor(self.schedule, self.base)
         self.steps_per_epoch, self.max_epochs = steps_per_epoch, max_epochs
 
@@ -82,7 +142,7 @@ class Schedule:
 
 def rules(optim, max_epochs: float) -> list[str]:
     """Why this schedule cannot run for `max_epochs` epochs (compat, before any work)."""
-    s, out = optim.schedule, []
+    s, out = optim.schedule, _scaling_rules(optim)
     if s.name not in SCHEDULES:
         return [f"optim.schedule.name={s.name!r} is unknown; allowed: {', '.join(SCHEDULES)}"]
     if s.warmup_epochs < 0:
@@ -121,11 +181,34 @@ def rules(optim, max_epochs: float) -> list[str]:
     return out
 
 
+def _scaling_rules(optim) -> list[str]:
+    rule, tuned, out = _rule(optim), getattr(optim, "tuned_global_batch", None), []
+    if rule not in SCALING_RULES:
+        return [f"optim.scaling_rule={rule!r} is unknown; allowed: {', '.join(SCALING_RULES)}"]
+    if tuned is not None and tuned < 1:
+        out.append(f"optim.tuned_global_batch must be >= 1 or null, got {tuned}")
+    if rule != "none" and tuned is None:
+        out.append(f"optim.scaling_rule={rule} scales from optim.tuned_global_batch, which is not set")
+    if rule == "sqrt" and optim.lr_reference_batch:
+        out.append("optim.scaling_rule=sqrt with optim.lr_reference_batch (the linear rule's reference): give "
+                   "optim.lr at optim.tuned_global_batch and optim.lr_reference_batch=null")
+    return out
+
+
 def hyperparameters(optim, global_batch: int, steps_per_epoch: int, max_epochs: float) -> dict:
-    """The schedule as plain figures (for the record and, under MLPerf's keys, the MLPerf log)."""
-    s = optim.schedule
+    """The schedule as plain figures (for the record and, under MLPerf's keys, the MLPerf log): the rate and
+    warm-up at this global batch, and how they were scaled from the recipe's."""
+    s = scaled_schedule(optim, global_batch)
     out = {"lr_base": base_lr(optim, global_batch), "lr_schedule": s.name, "lr_warmup_epochs": s.warmup_epochs,
            "lr_warmup_steps": round(s.warmup_epochs * steps_per_epoch)}
+    r = batch_ratio(optim, global_batch)
+    if r is not None:
+        out.update(lr_recipe=optim.lr, lr_tuned_global_batch=optim.tuned_global_batch, lr_batch_ratio=r,
+                   lr_scaling_rule="linear" if optim.lr_reference_batch else _rule(optim),
+                   lr_warmup_epochs_recipe=optim.schedule.warmup_epochs)
+        warning = batch_warning(optim, global_batch)
+        if warning:
+            out["lr_batch_warning"] = warning
     if s.name == "step":
         out.update(lr_milestones_epochs=list(s.milestones_epochs), lr_gamma=s.gamma)
     if s.name in ("cosine", "poly"):
