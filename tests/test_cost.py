@@ -194,3 +194,45 @@ def test_cost_cli_baseline_is_repriced_with_its_currency(tmp_path, capsys):
     rows = {r["run_id"]: r for r in (json.loads(line) for line in capsys.readouterr().out.splitlines())}
     assert rows["fast"]["normalised_cost"] == pytest.approx(0.5)  # same price, twice the throughput
     assert rows["fast"]["normalised_time"] == pytest.approx(0.5)
+
+
+def test_cost_refuses_an_alias_bomb_a_huge_or_deep_platform_file(tmp_path):
+    """A platform YAML is bounded in bytes, nesting and size with its aliases expanded (9 aliases of 9
+    aliases ... is 490 million values from 1 kB): refused at once, not expanded by OmegaConf."""
+    bomb = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
+        f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    (tmp_path / "bomb.yaml").write_text(bomb + "name: bomb\n")
+    with pytest.raises(SystemExit, match="490329066 values once its aliases are expanded, more than 100000"):
+        load_platform(str(tmp_path / "bomb.yaml"))
+    (tmp_path / "deep.yaml").write_text("name: deep\nx: " + "[" * 100 + "]" * 100 + "\n")
+    with pytest.raises(SystemExit, match="nested more than 32 levels"):
+        load_platform(str(tmp_path / "deep.yaml"))
+    (tmp_path / "big.yaml").write_text("name: big\n" + "#" * (2 << 20))
+    with pytest.raises(SystemExit, match="more than 1048576 bytes"):
+        load_platform(str(tmp_path / "big.yaml"))
+    (tmp_path / "ok.yaml").write_text("name: lab\nminimum_charge_s: &p 1.5\nprice:\n  - {name: machine, amount: *p}\n")
+    assert load_platform(str(tmp_path / "ok.yaml"))["price"][0]["amount"] == 1.5  # an alias or two is fine
+
+
+def test_cost_refuses_boolean_throughput_and_infinite_prices(tmp_path, capsys):
+    from xbench.cost import main
+    from xbench.metrics.cost import not_numbers
+
+    for rid, tp in (("bool", True), ("text", "fast"), ("fine", 100.0)):
+        rec = RunRecord(run_id=rid, config={"bench": {"mode": "throughput"}, "platform": load_platform("aws_p3_2xlarge")})
+        rec.measurements = {"throughput_samples_per_s": tp, "window_s_total": 1.0, "target_reached": True}
+        rec.finish("ok")
+        write_record(tmp_path, rec)
+    assert main([str(tmp_path), "--platform", "aws_p3_2xlarge", "--json"]) == 0
+    out = capsys.readouterr()
+    assert [json.loads(line)["run_id"] for line in out.out.splitlines()] == ["fine"]
+    assert "throughput_samples_per_s=True is not a finite number" in out.err
+    assert "throughput_samples_per_s='fast' is not a finite number" in out.err
+    assert not_numbers({"target_reached": True, "window_s": [1.0, 2.0], "step_time_source": "host"}) == []
+    assert main([str(tmp_path), "--platform", "aws_p3_2xlarge", "--price", "inf"]) == 2
+    assert "amount=inf must be a finite number" in capsys.readouterr().err
+    lab = dict(load_platform("aws_p3_2xlarge"), minimum_charge_s=float("inf"))
+    assert problems(lab) == ["platform 'aws_p3_2xlarge': minimum_charge_s=inf must be a finite number"]
+    lab["minimum_charge_s"] = 60.0
+    lab["price"] = [dict(lab["price"][0], amount=True)]
+    assert "amount=True must be a finite number" in problems(lab)[0]

@@ -111,3 +111,68 @@ def test_run_energy_counts_each_counter_once_and_every_sample():
     assert two["energy_j"] == 64.0 and two["energy_j_per_sample"] == pytest.approx(64.0 / 400)
     unmetered = {k: v for k, v in rank(0, 1.0, "nvml").items() if not k.startswith("energy")}
     assert "energy_j_per_sample" not in aggregate([rank(0, 1.0, "nvml"), unmetered])  # one rank had no counter
+
+
+# ---- a finite blow-up is a divergence (bench/loop.py rule 9) ------------------------------------------
+
+def _hooks(losses, factor=1000.0):
+    from xbench.bench import loop
+
+    it = iter(losses)
+    return loop.Hooks(step=lambda x, y: next(it), next_batch=lambda: (None, None), sync=lambda: None,
+                      read_losses=lambda ls: [float(v) for v in ls], watch=loop.LossWatch(factor))
+
+
+def test_a_finite_blow_up_diverges_at_its_step_and_a_steady_loss_does_not():
+    from xbench.bench import loop
+    from xbench.rank import Diverged
+
+    h = _hooks([2.3, 2.2, 2.1, 2.0] + [1.9] * 10)
+    loop.warmup(h, 2, 4, 2, 10.0)
+    assert len(loop.timed_window(h, 5).losses) == 5 and h.watch.first == 2.3  # no blow-up: nothing raised
+    h = _hooks([2.3, 2.2, 2.1, 2.0, 1.9, 5.0, 4e20, 3.0, 3.0])
+    loop.warmup(h, 2, 4, 2, 10.0)
+    with pytest.raises(Diverged) as e:
+        loop.timed_window(h, 5)
+    assert (e.value.step, e.value.loss, e.value.phase) == (6, 4e20, "timed")  # counted over all steps
+    assert "loss became 4e+20" in str(e.value)
+    h = _hooks([2.3, 2.2, 2.1, 2.0, 1.9, 5.0], factor=2.0)  # the factor is the knob's
+    with pytest.raises(Diverged):
+        loop.warmup(h, 6, 6, 2, 10.0)
+
+
+def test_other_ranks_diverge_at_the_same_window_when_one_blew_up():
+    from xbench.bench import loop
+    from xbench.rank import Diverged
+
+    h = _hooks([2.3, 2.2, 2.1])
+    h.agree = lambda ok: False  # another rank said it blew up: this one's losses are fine
+    with pytest.raises(Diverged) as e:
+        loop.timed_window(h, 3)
+    assert e.value.step == 0 and e.value.loss == 2.3
+
+
+def test_accuracy_below_chance_after_an_epoch_is_a_divergence():
+    import pickle
+
+    from xbench.bench import loop
+
+    assert loop.chance_level("top1", 10) == 0.1 and loop.chance_level("top5", 10) == 0.5
+    assert loop.chance_level("perplexity", 10) is None
+    e = pickle.loads(pickle.dumps(loop.BelowChance(120, 0.01, 0.1, "top1")))  # crosses from rank processes
+    assert isinstance(e, loop.Diverged) and "top1 0.01 is below half of chance (0.1)" in str(e) and e.step == 120
+
+
+@pytest.mark.slow
+def test_find_max_batch_stops_at_its_time_bound(tmp_path):
+    """bench.max_batch_search_s: the first trial runs, no trial starts after the bound; the record says so."""
+    import xbench
+    from tests.conftest import FAST
+
+    rec = xbench.run([*FAST, f"store.root={tmp_path}", "bench.mode=find_max_batch", "model=mlp",
+                      "model.options.hidden=8", "data=digits", "data.batch_size=4", "bench.max_batch_search_s=0.001"])
+    m = rec.measurements
+    assert rec.status == "ok" and len(m["batch_search_trials"]) == 1, rec.reason
+    assert m["batch_search_time_bound_reached"] and not m["batch_search_limit_reached"]
+    assert m["max_batch_size_per_device"] == 4
+    assert any("bench.max_batch_search_s=0.001" in w for w in rec.warnings)

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from xbench.analysis.baseline import same_work
 from xbench.analysis.frame import read
 from xbench.config import PlatformConfig
-from xbench.metrics.cost import currency, problems
+from xbench.metrics.cost import currency, not_numbers, problems
 from xbench.metrics.derived import derive
 from xbench.records.store import find_run, read_record
 
@@ -34,13 +34,62 @@ if not CONF.is_dir():  # editable install: the checkout's top-level conf/
     CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
+# A platform YAML is a page of prices: bounded in bytes, nesting and in its size once aliases are expanded
+# (a few aliases nested can stand for a billion nodes: the "billion laughs").
+MAX_PLATFORM_BYTES = 1 << 20
+MAX_PLATFORM_NODES = 100_000
+MAX_PLATFORM_DEPTH = 32
+
+
+def _expanded_nodes(x, memo: dict, depth: int = 0) -> int:
+    """Nodes of a safe-loaded YAML tree with every alias expanded (aliases share one object: memo by id)."""
+    if depth > MAX_PLATFORM_DEPTH:
+        raise ValueError(f"nested more than {MAX_PLATFORM_DEPTH} levels")
+    if not isinstance(x, (dict, list)):
+        return 1
+    if id(x) not in memo:
+        children = list(x.values()) + list(x.keys()) if isinstance(x, dict) else x
+        memo[id(x)] = 1 + sum(_expanded_nodes(c, memo, depth + 1) for c in children)
+    return memo[id(x)]
+
+
+def read_platform_yaml(path: Path):
+    """The YAML at `path` as plain data (SafeLoader), refused (ValueError) past the size limits above."""
+    import yaml
+
+    if not path.is_file():
+        raise ValueError("not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_PLATFORM_BYTES + 1)
+    if len(data) > MAX_PLATFORM_BYTES:
+        raise ValueError(f"more than {MAX_PLATFORM_BYTES} bytes")
+    try:
+        tree = yaml.safe_load(data)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"not valid YAML: {e}") from None
+    nodes = _expanded_nodes(tree, {})
+    if nodes > MAX_PLATFORM_NODES:
+        raise ValueError(f"{nodes} values once its aliases are expanded, more than {MAX_PLATFORM_NODES} allowed "
+                         "(an alias bomb?)")
+    if not isinstance(tree, dict):
+        raise ValueError("not a mapping of platform keys")
+    return tree
+
+
 def load_platform(name: str) -> dict:
-    """conf/platform/NAME.yaml (or a path to a YAML) merged onto the schema, as a plain dict."""
+    """conf/platform/NAME.yaml (or a path to a YAML) merged onto the schema, as a plain dict. A file past the
+    size limits (bytes, nesting, aliases expanded) is refused before OmegaConf sees it."""
     path = Path(name) if name.endswith(".yaml") else CONF / "platform" / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in (CONF / "platform").glob("*.yaml"))
         raise SystemExit(f"xbench.cost: no platform {name!r}; known: {', '.join(known)}")
-    merged = OmegaConf.merge(OmegaConf.structured(PlatformConfig), OmegaConf.load(path))
+    try:
+        tree = read_platform_yaml(path)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"xbench.cost: platform file {path}: {e}") from None
+    merged = OmegaConf.merge(OmegaConf.structured(PlatformConfig), tree)
     return OmegaConf.to_container(merged, resolve=True)
 
 
@@ -110,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         if rec.status != "ok":
             continue
         r = rec.to_dict()
+        if bad := not_numbers(r.get("measurements") or {}):  # a boolean or text throughput is not priced
+            print(f"xbench.cost: WARNING skipping record {getattr(rec, 'source', None) or rec.run_id}: "
+                  f"{'; '.join(bad)}", file=sys.stderr)
+            continue
         try:
             against = baseline if base_rec is not None and same_work(rec, base_rec) else None
             rows.append({"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],

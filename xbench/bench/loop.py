@@ -29,6 +29,11 @@ Rules
 8. A window is stalled when its outlier steps (over `stall_factor` x the window's median step) cost
    more than `stall_fraction` of its wall time (a process stopped, swapped or descheduled for
    seconds); outliers are counted in every window. What is done about a stall is the mode's.
+9. A finite blow-up is a divergence, not a measurement: once warm-up or a window has closed and its
+   losses are read, a loss above `bench.diverge_loss_factor` x the run's first loss (4e20 after 2.3)
+   raises Diverged, on every rank at the same point (the ranks agree first). NaN and inf are the
+   modes' check (worker.check_finite). Training to a target also diverges when an accuracy is below
+   half of chance (1/num_classes; top-5: 5/num_classes) after a full epoch (BelowChance).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xbench.rank import StopFlag, StopRequested
+from xbench.rank import Diverged, StopFlag, StopRequested
 
 perf_counter = time.perf_counter
 
@@ -59,6 +64,61 @@ class Hooks:
     # Multi-rank runs: True only when every rank says True (ranks must leave warm-up at the same step,
     # or their collectives fall out of step and hang).
     agree: Callable[[bool], bool] = lambda ok: ok
+    watch: LossWatch | None = None  # rule 9; None: no check for finite blow-ups
+
+
+@dataclass
+class LossWatch:
+    """Rule 9: the run's first positive finite loss, and the steps seen so far (warm-up, then timed)."""
+
+    factor: float = 1000.0
+    first: float | None = None
+    seen: int = 0
+
+    def blown(self, losses: list[float]) -> tuple[int, float] | None:
+        """(step, loss) of the first loss above factor x the first one, or None; counts the steps."""
+        hit = None
+        for i, v in enumerate(losses):
+            if not math.isfinite(v):
+                continue
+            if self.first is None and v > 0:
+                self.first = v
+            elif self.first is not None and v > self.factor * self.first and hit is None:
+                hit = (self.seen + i, v)
+        self.seen += len(losses)
+        return hit
+
+
+def check_blowup(h: Hooks, losses: list[float], phase: str) -> None:
+    """Rule 9 after losses are read: every rank raises Diverged at the same point when any rank blew up."""
+    if h.watch is None:
+        return
+    hit = h.watch.blown(losses)
+    if not h.agree(hit is None):
+        finite = [v for v in losses if math.isfinite(v)]
+        step, loss = hit or (h.watch.seen - len(losses), max(finite, default=float("nan")))
+        raise Diverged(step, loss, phase)
+
+
+ACCURACIES = {"top1": 1, "accuracy": 1, "top5": 5, "mlm_accuracy": 1}  # metric -> classes a guess covers
+
+
+def chance_level(metric: str, num_classes: int) -> float | None:
+    """What guessing scores on `metric` over `num_classes` classes; None for a metric that is not an accuracy."""
+    k = ACCURACIES.get(metric)
+    return min(1.0, k / num_classes) if k and num_classes > 0 else None
+
+
+class BelowChance(Diverged):
+    """Rule 9 for train_to_target: an accuracy below half of chance after a full epoch."""
+
+    def __init__(self, step: int, value: float, chance: float, metric: str = "top1"):
+        Exception.__init__(self, f"{metric} {value:.4g} is below half of chance ({chance:.4g}) after a full epoch, "
+                                 f"at step {step}: the training diverged")
+        self.step, self.loss, self.phase, self.chance, self.metric = step, value, "train", chance, metric
+
+    def __reduce__(self):  # picklable: it crosses from a launched process to the parent
+        return BelowChance, (self.step, self.loss, self.chance, self.metric)
 
 
 @dataclass
@@ -117,9 +177,13 @@ def warmup(h: Hooks, min_steps: int, max_steps: int, stable_steps: int, cv_tol: 
             recent = times[-stable_steps:]
             flat = counts[-1] == counts[-stable_steps - 1]  # None == None on runtimes that never compile
             if h.agree(flat and cv(recent) <= cv_tol):
-                return WarmupResult(n, perf_counter() - start, times[0], times, h.read_losses(losses),
+                losses = h.read_losses(losses)
+                check_blowup(h, losses, "warmup")
+                return WarmupResult(n, perf_counter() - start, times[0], times, losses,
                                     counts[-1], True)
-    return WarmupResult(len(times), perf_counter() - start, times[0], times, h.read_losses(losses),
+    losses = h.read_losses(losses)
+    check_blowup(h, losses, "warmup")
+    return WarmupResult(len(times), perf_counter() - start, times[0], times, losses,
                         counts[-1], False)
 
 
@@ -203,7 +267,9 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
     else:
         step_times = [stamps[0] - t0] + [b - a for a, b in zip(stamps, stamps[1:])]
         source = "host"
-    return WindowResult(steps, t1 - t0, step_times, source, h.read_losses(losses),
+    losses = h.read_losses(losses)
+    check_blowup(h, losses, "timed")
+    return WindowResult(steps, t1 - t0, step_times, source, losses,
                         _delta(h.compile_count(), c0), wait)
 
 

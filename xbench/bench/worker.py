@@ -234,6 +234,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
         read_losses=runtime.read_losses,
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
         on_step=on_step, stop=stop or StopFlag(), agree=strategy.agree(runtime.device),
+        watch=loop.LossWatch(cfg.bench.diverge_loss_factor),  # loop.py rule 9: finite blow-ups
     )
     # Memory peaks start at the first timed window (bench/meters/memory.py), not here: warm-up's
     # cuDNN autotuning workspaces and compile-time buffers are not the steady step's.

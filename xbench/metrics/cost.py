@@ -15,6 +15,7 @@ docs/cost_and_targets.md walks through the model with worked examples.
 from __future__ import annotations
 
 import math
+import re
 
 HOURS_PER_MONTH = 730.0
 UNIT_S = {"millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0, "month": HOURS_PER_MONTH * 3600}
@@ -37,9 +38,42 @@ def _utilisation(platform: dict) -> float:
     return float(platform.get("utilisation") or 1.0)
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# Measurements a price is applied to (a throughput, a time, an epoch count): names that say a quantity
+_PRICED = re.compile(r"(throughput|_s$|_s_|_per_s|^epochs|samples)")
+
+
+def not_numbers(measurements: dict) -> list[str]:
+    """Measurements a price would be applied to that are not finite numbers (`true`, "fast", inf), named;
+    empty: fine. A list (per window, per rank) is checked element by element."""
+    out = []
+    for k, v in measurements.items():
+        if v is None or not _PRICED.search(k) or isinstance(v, (dict, str)) and k.endswith("_source"):
+            continue
+        for x in v if isinstance(v, list) else [v]:
+            if x is not None and not _number(x):
+                out.append(f"{k}={v!r} is not a finite number")
+                break
+    return out
+
+
 def problems(platform: dict) -> list[str]:
     """What is wrong with a platform's price (empty: fine). Used by compat before any device work."""
     out = []
+    name = platform.get("name", "?")
+    for key in ("utilisation", "commitment_months", "minimum_charge_s"):
+        if platform.get(key) is not None and not _number(platform[key]):
+            out.append(f"platform {name!r}: {key}={platform[key]!r} must be a finite number")
+    for c in platform.get("price") or []:
+        for key in ("amount", "count", "discount", "minimum_charge_s"):
+            if c.get(key) is not None and not _number(c[key]):
+                out.append(f"platform {name!r} price component {c.get('name', '?')!r}: {key}={c[key]!r} must be a "
+                           "finite number")
+    if out:
+        return out
     comps = platform.get("price") or []
     name = platform.get("name", "?")
     u = platform.get("utilisation", 1.0)

@@ -41,8 +41,13 @@ def _cleanup() -> None:
         torch.cuda.empty_cache()
 
 
+class _OutOfTime(Exception):
+    """bench.max_batch_search_s has passed: no new trial starts; the trials so far are the result."""
+
+
 def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
-    """Run the search; return the measurements for the record (the trials included)."""
+    """Run the search; return the measurements for the record (the trials included). No trial starts
+    after `bench.max_batch_search_s` (`batch_search_time_bound_reached`)."""
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     limit, rtol = cfg.bench.max_batch_limit, cfg.bench.max_batch_rtol
     trials: list[dict] = []
@@ -51,6 +56,8 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
 
     def trial(bs: int) -> bool:
         t0 = time.perf_counter()
+        if trials and t0 - t_start >= cfg.bench.max_batch_search_s:  # the first trial always runs
+            raise _OutOfTime
         row: dict = {"batch_size": bs}
         try:
             work = ThroughputWork(cfg, facts, batch_size=bs, plan=_trial_plan(cfg), show_progress=False)
@@ -76,6 +83,7 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
 
     guard = host_memory_guard() if dev == "cpu" else contextlib.nullcontext()
     lo = hi = None  # largest batch that fitted, smallest that did not
+    out_of_time = False
     try:
         with guard:
             bs = max(1, min(cfg.data.batch_size, limit))
@@ -100,6 +108,8 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
                     lo = mid
                 else:
                     hi = mid
+    except _OutOfTime:
+        out_of_time = True
     except StopRequested as e:  # interrupted: the trials so far are the partial result
         e.partial.update(phase="find_max_batch", batch_search_trials=trials)
         raise
@@ -108,7 +118,8 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
         "min_failing_batch_size_per_device": hi,
         "batch_search_start": cfg.data.batch_size,
         "batch_search_limit": limit,
-        "batch_search_limit_reached": hi is None,
+        "batch_search_limit_reached": hi is None and not out_of_time,
+        "batch_search_time_bound_reached": out_of_time,
         "batch_search_trials": trials,
         "batch_search_s": time.perf_counter() - t_start,
         "host_vm_at_start_gib": at_start["host_vm_gib"],
@@ -137,4 +148,7 @@ class FindMaxBatch(Mode):
             run.record.finish("oom", f"no batch size fits: batch {search['min_failing_batch_size_per_device']} "
                               "ran out of memory")
         else:
+            if search["batch_search_time_bound_reached"]:
+                run.record.warnings.append(f"find_max_batch stopped at bench.max_batch_search_s={run.cfg.bench.max_batch_search_s:g}: "
+                                           "the largest batch that fitted so far, not the largest that fits")
             run.record.finish("ok")

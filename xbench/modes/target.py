@@ -278,6 +278,9 @@ class TargetTraining:
                 p.reached[tg.label(t)] = point
         if self.curve_out is not None:
             self.curve_out.write(point)
+        chance = loop.chance_level(goal.metric, self.cfg.data.num_classes)  # loop.py rule 9: a finite blow-up
+        if chance is not None and epoch_f >= 1 and value < chance / 2:
+            raise loop.BelowChance(p.step, value, chance, goal.metric)
         if goal.checkpoint_every_evals and p.evals % goal.checkpoint_every_evals == 0:
             self.save()
         return bool(self.targets) and tg.label(self.targets[-1]) in p.reached
