@@ -26,6 +26,7 @@ from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, refusals
 from xbench.launch.isolation import isolated
+from xbench.models import patterns
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 from xbench.version import __version__
@@ -92,6 +93,13 @@ def cli() -> None:
     if "--version" in sys.argv[1:]:  # xbench's own version (Hydra's flag would print Hydra's)
         print(version())
         return
+    try:  # -m 'model=timm/convnext_*': the family's matching names, listed before anything runs
+        sys.argv[1:], listed = patterns.expand(sys.argv[1:])
+    except ValueError as e:
+        say(f"xbench: {e}")
+        raise SystemExit(2) from None
+    for line in listed:
+        say(f"xbench: {line}")
     register_model_choices(sys.argv[1:])  # model=torchvision/NAME and the like: the open zoo
     # The console is an output too: secret values never reach it (Hydra echoes overrides when it launches
     # a sweep and in compose errors).

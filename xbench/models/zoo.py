@@ -33,14 +33,47 @@ from xbench.data.synthetic import make_batch
 from xbench.models import ModelEntry
 
 
-def resolve(name: str) -> ModelEntry:
-    """The entry of `<family>/<name>`; KeyError with one line (close matches, or the extra to install)."""
+def _family(name: str) -> tuple[str, str]:
     family, _, arch = name.partition("/")
     if family not in FAMILIES:
         near = difflib.get_close_matches(family, FAMILIES, n=1)
         raise KeyError(f"model {name!r}: unknown zoo family {family!r}; " + (f"did you mean {near[0]}/{arch}? "
                        if near else "") + f"families: {', '.join(f'{f}/<name>' for f in FAMILIES)}")
+    return family, arch
+
+
+def resolve(name: str) -> ModelEntry:
+    """The entry of `<family>/<name>`; KeyError with one line (close matches, or the extra to install)."""
+    family, arch = _family(name)
+    if any(c in arch for c in "*?["):  # models/patterns.py expands these on the command line, into a sweep
+        raise KeyError(f"model {name!r} is a pattern, not a model: sweep it from the command line "
+                       f"(xbench -m 'model={name}'), or name one model")
     return _resolve(family, arch)
+
+
+def known_names(family: str, name: str | None = None) -> list[str]:
+    """Every name the family knows (what `<family>/<name>` may be); KeyError for an unknown family or a
+    family whose library is not installed."""
+    _family(f"{family}/" if name is None else name)
+    _needs(name or family, FAMILY_PACKAGES[family])
+    return KNOWN[family]()
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision
+
+    return torchvision.models.list_models(module=torchvision.models)  # classification models only
+
+
+def _timm_names() -> list[str]:
+    import timm
+
+    return timm.list_models()
+
+
+def _hf_names() -> list[str]:
+    classes, default = _hf_heads()
+    return list(dict.fromkeys([*default, *classes]))  # model types, then architecture classes
 
 
 @functools.cache
@@ -106,7 +139,7 @@ def _torchvision(name: str, arch: str) -> ModelEntry:
     _needs(name, "torchvision")
     import torchvision
 
-    known = torchvision.models.list_models(module=torchvision.models)  # classification models only
+    known = _torchvision_names()
     if arch not in known:
         raise _unknown(name, arch, known, "torchvision classification models")
 
@@ -127,7 +160,7 @@ def _timm(name: str, arch: str) -> ModelEntry:
     _needs(name, "timm")
     import timm
 
-    known = timm.list_models()
+    known = _timm_names()
     if arch not in known:
         raise _unknown(name, arch, known, "timm models")
 
@@ -251,3 +284,8 @@ class HFLogits(nn.Module):
 
 
 FAMILIES = {"torchvision": _torchvision, "timm": _timm, "hf": _hf}
+FAMILY_PACKAGES = {"torchvision": "torchvision", "timm": "timm", "hf": "transformers"}
+KNOWN = {"torchvision": _torchvision_names, "timm": _timm_names, "hf": _hf_names}
+# Where each family's names come from (what a pattern is matched against).
+FAMILY_LISTS = {"torchvision": "torchvision.models.list_models(module=torchvision.models)",
+                "timm": "timm.list_models()", "hf": "transformers' model types and LM/classification head classes"}
