@@ -1,5 +1,5 @@
-"""The wheel, as a new user gets it: built from this checkout, installed into a fresh virtual environment
-with only its declared dependencies (resolved against requirements/dev.lock as constraints, from uv's
+"""The wheel, as a new user gets it: built once from this checkout (its licence and metadata checked), then
+installed into a fresh virtual environment with only its declared dependencies (resolved against requirements/dev.lock as constraints, from uv's
 cache when it is warm), then run from an unrelated folder: a throughput run, a train-to-target run and
 a report (first without the report extra: one line saying what to install; then with it).
 
@@ -14,19 +14,54 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FAST, REPO, cli_env
 
-pytestmark = pytest.mark.slow
 UV = shutil.which("uv")
+needs_uv = pytest.mark.skipif(UV is None, reason="uv is not installed (these tests build the wheel with it)")
 
 
-@pytest.mark.skipif(UV is None, reason="uv is not installed (this test builds and installs the wheel with it)")
-def test_wheel_in_a_fresh_venv_runs_every_mode_and_the_report_from_anywhere(tmp_path):
-    dist, venv, elsewhere = tmp_path / "dist", tmp_path / "venv", tmp_path / "elsewhere"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from this checkout, once for the module (~2 s)."""
+    dist = tmp_path_factory.mktemp("dist")
+    p = subprocess.run([UV, "build", "--wheel", "--out-dir", str(dist), str(REPO)], cwd=dist, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [whl] = dist.glob("xbench-*.whl")
+    return whl
+
+
+@needs_uv
+def test_wheel_carries_the_licence_and_the_metadata_an_index_shows(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        [info] = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+        licence = z.read(f"{info}/licenses/LICENSE").decode()
+        meta = Parser().parsestr(z.read(f"{info}/METADATA").decode())
+    assert "Apache License" in licence and "Version 2.0, January 2004" in licence
+    assert (REPO / "LICENSE").read_text() == licence  # the repository's file, not another text
+    assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
+    classifiers = meta.get_all("Classifier")
+    for c in ("Topic :: System :: Benchmark", "Programming Language :: Python :: 3", "Operating System :: POSIX :: Linux"):
+        assert c in classifiers, classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression, not a classifier
+    assert meta["Requires-Python"] == ">=3.10" and meta["Author"]
+    # the long description is the README: how a CPU-only machine gets torch's CPU build, what [all] pulls
+    readme = meta.get_payload()
+    assert "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "pip install 'xbench[all]'" in readme
+
+
+@pytest.mark.slow
+@needs_uv
+def test_wheel_in_a_fresh_venv_runs_every_mode_and_the_report_from_anywhere(tmp_path, wheel):
+    venv, elsewhere = tmp_path / "venv", tmp_path / "elsewhere"
     elsewhere.mkdir()
     store = elsewhere / "results"
     env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -41,8 +76,6 @@ def test_wheel_in_a_fresh_venv_runs_every_mode_and_the_report_from_anywhere(tmp_
         return p
 
     lock = REPO / "requirements" / "dev.lock"
-    step("build", [UV, "build", "--wheel", "--out-dir", dist, REPO], cwd=tmp_path)
-    [wheel] = dist.glob("xbench-*.whl")
     step("venv", [UV, "venv", "-q", venv, "--python", sys.executable], cwd=tmp_path)
     py, xbench = venv / "bin" / "python", venv / "bin" / "xbench"
     step("install", [UV, "pip", "install", "-q", "--python", py, f"{wheel}[data]", "-c", lock], cwd=tmp_path)
