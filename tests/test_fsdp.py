@@ -15,7 +15,7 @@ LLM = ("+workload=llama_tiny_tokens", "platform=cpu", "precision=amp_bf16", "par
 def _check(cfg, **facts):
     from xbench import compat
 
-    return compat.check(cfg, HostFacts(logical_cores=2, torch_version="2.9.0", **facts))
+    return compat.check(cfg, HostFacts(torch_xla=True, logical_cores=2, torch_version="2.9.0", **facts))
 
 
 def _fsdp_cfg(*overrides: str) -> XBenchConfig:
@@ -81,3 +81,36 @@ def test_fsdp_halves_parameter_gradient_and_optimizer_memory_against_ddp(store):
     assert ratio == pytest.approx(0.5, rel=0.10)
     for k in ("params", "grads", "optimizer"):
         assert recs["fsdp"]["ranks"][1][f"memory_{k}_gib"] < recs["ddp"]["ranks"][1][f"memory_{k}_gib"]
+
+
+@pytest.mark.parametrize("overrides,words", [
+    (["parallel.options.fsdp_size=3"], "fsdp_size=3 does not divide parallel.world_size=2"),
+    (["+parallel.options.shard_size=2"], "parallel.options.shard_size is not an option of parallel=xla_fsdp"),
+    (["runtime=eager"], "use runtime=xla or runtime=xla_compile"),
+])
+def test_bad_xla_fsdp_configs_are_refused_before_work(overrides, words):
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+
+    cfg = OmegaConf.to_object(compose([*LLM, "parallel=xla_fsdp", "logger=none", *overrides]))
+    reasons = _check(cfg)
+    assert any(words in r for r in reasons), reasons
+
+
+@pytest.mark.slow
+def test_xla_fsdp_shards_parameters_over_2_cpu_devices_with_no_timed_compiles(store):
+    """SPMD on 2 XLA:CPU devices: every parameter of the tiny decoder split along dim 0 over the fsdp axis,
+    the batch over both mesh axes; a device holds half of the parameters and of AdamW's state; it trains,
+    and after warm-up nothing compiles again."""
+    p = run_cli(*FAST, *LLM, "parallel=xla_fsdp", "precision=fp32", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [r] = records(store)
+    m = r["measurements"]
+    assert r["status"] == "ok" and m["devices"] == 2 and m["loss_first"] != m["loss_last"]
+    assert m["xla_spmd_mesh_shape"] == [1, 2] and m["xla_spmd_axis_names"] == ["data", "fsdp"]
+    assert m["xla_fsdp_sharded_params"] == m["xla_fsdp_params"] == 21
+    assert m["xla_fsdp_param_sharding"] == m["xla_spmd_input_sharding"] == "{devices=[2,1]0,1}"
+    full = m["params_count"] * 4 / 2**30
+    assert m["memory_params_gib"] == pytest.approx(full / 2) and m["memory_optimizer_gib"] == pytest.approx(full)
+    assert m["compiles_timed"] == 0

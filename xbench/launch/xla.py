@@ -134,8 +134,8 @@ def _run_mp(cfg, work, stop) -> LaunchResult | None:
 def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
     """Progress is drawn by the launched process itself (`on_step` cannot cross into it); every XLA
     run is in a fresh process anyway."""
-    if cfg.parallel.name == "xla_spmd":
+    if cfg.parallel.name in ("xla_spmd", "xla_fsdp"):  # one SPMD process; xla_fsdp also shards the parameters
         return _run_spmd(cfg, work, stop)
     if cfg.parallel.name == "xla_mp":
         return _run_mp(cfg, work, stop)
-    raise ValueError(f"launcher xla runs parallel=xla_spmd or xla_mp, not {cfg.parallel.name!r}")
+    raise ValueError(f"launcher xla runs parallel=xla_spmd, xla_fsdp or xla_mp, not {cfg.parallel.name!r}")

@@ -34,6 +34,8 @@ STRATEGIES: dict[str, StrategyInfo] = {
                                  devices_in_process=True),
     "xla_spmd": StrategyInfo("xla_spmd", "xla", False, "xbench.parallel.xla_spmd:XlaSpmd",
                              devices_in_process=True, requires=("torch_xla",)),
+    "xla_fsdp": StrategyInfo("xla_fsdp", "xla", False, "xbench.parallel.xla_fsdp:XlaFsdp",
+                             devices_in_process=True, requires=("torch_xla",)),
     "xla_mp": StrategyInfo("xla_mp", "xla", True, "xbench.parallel.xla_mp:XlaMultiProcess",
                            requires=("torch_xla",)),
     "accelerate": StrategyInfo("accelerate", "torchrun", True, "xbench.parallel.accelerate:AccelerateDDP",

@@ -63,9 +63,9 @@ def xla_environment(cfg, tpu_chips: int | None = None) -> dict[str, str]:
     device, and for SPMD exactly `parallel.world_size` devices (PJRT reads the count once, at start)."""
     env = {"PJRT_DEVICE": default_pjrt_device(tpu_chips, cfg.platform.device)}
     n = str(cfg.parallel.world_size)
-    if cfg.parallel.name == "xla_spmd" and env["PJRT_DEVICE"] == "CPU":
+    if cfg.parallel.name in ("xla_spmd", "xla_fsdp") and env["PJRT_DEVICE"] == "CPU":
         env["CPU_NUM_DEVICES"] = n
-    if cfg.parallel.name in ("xla_spmd", "xla_mp") and env["PJRT_DEVICE"] == "CUDA":
+    if cfg.parallel.name in ("xla_spmd", "xla_fsdp", "xla_mp") and env["PJRT_DEVICE"] == "CUDA":
         env["GPU_NUM_DEVICES"] = n
         if "CUDA_VISIBLE_DEVICES" not in os.environ:  # the mesh spans exactly the GPUs asked for
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(cfg.parallel.world_size)))

@@ -21,6 +21,7 @@ Figures:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import threading
@@ -64,6 +65,26 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def xla_cuda_amp(precision, device, hw: str | None = None, amp=None):
+    """amp_fp16 on XLA:CUDA as torch-xla documents it up to 2.8 (its AMP guide, "AMP for XLA:GPU"):
+    `torch_xla.amp.autocast(device, dtype=torch.float16)` around the forward pass and
+    `torch_xla.amp.GradScaler` scaling the loss (torch's own CUDA scaler does not see XLA tensors). torch-xla
+    2.9 removed both with XLA:CUDA (pytorch/xla#9608): compat refuses that pairing before any work, and this
+    says so if it is bypassed. Any other precision or device comes back as it is. `hw`/`amp`: the device's
+    kind and the torch_xla.amp module (xm.xla_device_hw and the import, unless given)."""
+    hw = hw or xm.xla_device_hw(device)
+    if precision.name != "amp_fp16" or hw not in ("CUDA", "GPU"):
+        return precision
+    if amp is None:
+        import torch_xla.amp as amp
+    if not hasattr(amp, "GradScaler"):
+        raise RuntimeError(f"precision amp_fp16 on XLA:{hw} needs torch_xla.amp.GradScaler, which torch-xla "
+                           f"{torch_xla.__version__} does not have (removed in 2.9, pytorch/xla#9608): install "
+                           "torch-xla 2.8 with its CUDA plugin")
+    return dataclasses.replace(precision, autocast_fn=lambda: amp.autocast(device, dtype=torch.float16),
+                               scaler=amp.GradScaler())
+
+
 class XlaRuntime(Runtime):
     name = "xla"
     drives_xla = True
@@ -94,6 +115,9 @@ class XlaRuntime(Runtime):
     @staticmethod
     def _device(device_type: str, local_rank: int) -> torch.device:
         return torch_xla.device()
+
+    def adapt_precision(self, precision):
+        return xla_cuda_amp(precision, self.device)
 
     def _build(self, model, optimizer, task, precision, options=None):
         """The traced step (no sync): what torch_xla.compile or the lazy loop runs."""
@@ -214,11 +238,38 @@ def data_mesh():
     return xs.Mesh(np.arange(n), (n,), ("data",))
 
 
+def fsdp_mesh(fsdp: int):
+    """A 2-D mesh (data, fsdp) over every XLA device: groups of `fsdp` devices that shard the parameters
+    (parallel=xla_fsdp), replicated over the `data` axis; batches split over both axes (BATCH_AXES)."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    n = xr.global_runtime_device_count()
+    return xs.Mesh(np.arange(n), (n // fsdp, fsdp), ("data", "fsdp"))
+
+
+BATCH_AXES = {1: "data", 2: ("data", "fsdp")}  # the mesh axes a batch's dim 0 is split over, by mesh rank
+
+
+def shard_parameters(model, mesh, axis: str = "fsdp") -> int:
+    """Annotate each parameter whose dim 0 divides over `axis` as split along it (the rest replicated):
+    XLA then keeps 1/n of each on a device and gathers it where the program needs it. -> how many."""
+    import torch_xla.distributed.spmd as xs
+
+    size, count = dict(zip(mesh.axis_names, mesh.mesh_shape, strict=True))[axis], 0
+    for p in model.parameters():
+        if p.dim() >= 1 and p.shape[0] % size == 0:
+            xs.mark_sharding(p, mesh, (axis,) + (None,) * (p.dim() - 1))
+            count += 1
+    return count
+
+
 def shard_batch(t: torch.Tensor, mesh) -> torch.Tensor:
     """Annotate `t` as split along dim 0 over the mesh (the other dims replicated); returns `t`."""
     import torch_xla.distributed.spmd as xs
 
-    xs.mark_sharding(t, mesh, ("data",) + (None,) * (t.dim() - 1))
+    xs.mark_sharding(t, mesh, (BATCH_AXES[len(mesh.mesh_shape)],) + (None,) * (t.dim() - 1))
     return t
 
 
@@ -234,14 +285,15 @@ def batch_sharding(mesh):
             if t.dim() == 0:
                 return None
             if t.dim() not in self.by_rank:
-                self.by_rank[t.dim()] = xs.ShardingSpec(self.mesh, ("data",) + (None,) * (t.dim() - 1))
+                self.by_rank[t.dim()] = xs.ShardingSpec(self.mesh, (axis,) + (None,) * (t.dim() - 1))
             return self.by_rank[t.dim()].xla_spec(t)
 
         def can_apply(self, t):
             return t.dim() >= 1
 
-    spec = BatchSharding(mesh, ("data",))
-    spec.by_rank = {1: xs.ShardingSpec(mesh, ("data",))}
+    axis = BATCH_AXES[len(mesh.mesh_shape)]
+    spec = BatchSharding(mesh, (axis,))
+    spec.by_rank = {1: xs.ShardingSpec(mesh, (axis,))}
     return spec
 
 
@@ -281,6 +333,34 @@ class DeviceFeed:
 def sharding_spec(t: torch.Tensor) -> str:
     """XLA's sharding annotation of a tensor ('' when replicated / unannotated): evidence for the record."""
     return torch_xla._XLAC._get_xla_sharding_spec(t)
+
+
+def device_nbytes(t: torch.Tensor) -> int:
+    """Bytes one device holds of `t`: under SPMD its shard (the first device's index ranges, read from the
+    runtime without a transfer), else the whole tensor."""
+    if not sharding_spec(t):
+        return t.numel() * t.element_size()
+    [[(_, index), *_]] = torch_xla._XLAC._get_local_shard_replica_and_indices([t])
+    n = 1
+    for sl, dim in zip(index, t.shape, strict=True):
+        n *= len(range(*sl.indices(dim)))
+    return n * t.element_size()
+
+
+def device_state_memory(model, optimizer=None) -> dict:
+    """Parameters, gradients (where they exist) and optimizer state one XLA device holds, in GiB."""
+    params = list(model.parameters())
+    read = {"params": sum(device_nbytes(p) for p in params)}
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        read["grads"] = sum(device_nbytes(g) for g in grads)
+    if optimizer is not None:
+        opt = getattr(optimizer, "optimizer", optimizer)
+        read["optimizer"] = sum(device_nbytes(v) for st in opt.state.values() for v in st.values()
+                                if isinstance(v, torch.Tensor) and v.numel() > 1)
+    out = {f"memory_{k}_gib": v / 2**30 for k, v in read.items()}
+    out["memory_states_gib"] = sum(read.values()) / 2**30
+    return out
 
 
 def optimizer_step(optimizer) -> None:

@@ -1,0 +1,68 @@
+"""Fully sharded data parallelism with torch-xla SPMD: one process, one program, a 2-D (data, fsdp) mesh.
+
+As parallel=xla_spmd (the launcher switches the process to SPMD with `parallel.world_size` devices), but
+the parameters are annotated too: each one whose dim 0 divides is split along it over the mesh's `fsdp`
+axis (runtimes/xla.py `shard_parameters`), so a device keeps 1/fsdp of it, and of its gradient and
+optimizer state (XLA propagates the sharding to what is computed from it); XLA's SPMD partitioner
+inserts the all-gathers before use and the reduce-scatters of the gradients. Batches are split over
+both axes (every device gets its own samples). `parallel.options.fsdp_size` (null: every device)
+shards within groups of that many devices and replicates over `world_size / fsdp_size` groups (the mesh
+must divide the devices). On a TPU slice and on XLA:CPU devices here alike.
+
+All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
+"""
+
+from __future__ import annotations
+
+from xbench.parallel.xla_spmd import XlaSpmd
+from xbench.runtimes import xla as rx
+
+OPTIONS = {"fsdp_size": (None, "null (shard over every device) | a divisor of parallel.world_size")}
+
+
+def options(parallel) -> dict:
+    return {k: dict(parallel.options or {}).get(k, d) for k, (d, _) in OPTIONS.items()}
+
+
+class XlaFsdp(XlaSpmd):
+    name = "xla_fsdp"
+
+    @classmethod
+    def rules(cls, cfg, facts, dev):
+        out = super().rules(cfg, facts, dev)
+        p = cfg.parallel
+        for k in dict(p.options or {}):
+            if k not in OPTIONS:
+                out.append(f"parallel.options.{k} is not an option of parallel={p.name}; allowed: {', '.join(OPTIONS)}")
+        f = options(p)["fsdp_size"]
+        if f is not None and (not isinstance(f, int) or isinstance(f, bool) or f < 1 or p.world_size % f):
+            out.append(f"parallel.options.fsdp_size={f!r} does not divide parallel.world_size={p.world_size}: the "
+                       f"mesh is (world_size / fsdp_size) data x fsdp_size devices; allowed: "
+                       f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null")
+        if not out:
+            from xbench.parallel.fsdp import fit_reasons
+
+            out += fit_reasons(cfg, facts, dev, f or p.world_size, p.name)
+        return out
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.sharded, self.total, self.optimizer = 0, 0, None
+
+    def wrap(self, model, device):
+        if device.type != "xla":
+            raise RuntimeError(f"parallel=xla_fsdp runs on XLA devices (runtime=xla / xla_compile), not {device}")
+        f = options(self.cfg)["fsdp_size"] or self.ctx.devices_per_rank
+        self.mesh = rx.fsdp_mesh(f)
+        self.sharded, self.total = rx.shard_parameters(model, self.mesh), sum(1 for _ in model.parameters())
+        return model
+
+    def wrap_optimizer(self, optimizer):
+        self.optimizer = optimizer  # its state is sharded like the parameters: read per device at the end
+        return optimizer
+
+    def rank_figures(self, model) -> dict:
+        return {**super().rank_figures(model), "xla_fsdp_sharded_params": self.sharded,
+                "xla_fsdp_params": self.total,
+                "xla_fsdp_param_sharding": rx.sharding_spec(next(iter(model.parameters()))),
+                **rx.device_state_memory(model, self.optimizer)}
