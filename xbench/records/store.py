@@ -20,7 +20,6 @@ import math
 import os
 import re
 import secrets
-import stat
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from xbench.records import safe_io
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact
 
@@ -88,35 +88,11 @@ def _json_safe(x):
     return x
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (os.umask would, for a moment, for every thread)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
 def atomic_write_text(path: Path, text: str) -> None:
-    """Temporary file in the same folder, fsync, rename: a reader sees the old file or the new one.
-    The file gets the permissions any file would (0666 less the umask), not mkstemp's 0600, so the
-    user's group reads the store as the umask says."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Temporary file of an unpredictable name in the same folder, fsync, rename: a reader sees the old file
+    or the new one; never written through a planted link (records/safe_io.py). The file gets the
+    permissions any file would (0666 less the umask), so the user's group reads the store as it says."""
+    safe_io.atomic_write(path, text)
 
 
 def record_text(record: RunRecord) -> str:
@@ -154,36 +130,41 @@ def _finite_float(text: str) -> float:
 def read_record_dict(path: str | os.PathLike) -> dict:
     """A record file's JSON object, read only if it is a regular file of sane size (a FIFO, a device,
     a folder or a huge file is refused without blocking or filling memory); NaN/Infinity are refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
-                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
-            raise ValueError(f"{kind}, not a record file")
-        if st.st_size > MAX_RECORD_BYTES:
-            raise ValueError(f"{st.st_size} bytes, more than a record holds ({MAX_RECORD_BYTES} at most)")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_RECORD_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"more than a record holds ({MAX_RECORD_BYTES} bytes at most)")
-    try:
-        d = json.loads(data.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply to be a record") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    data = safe_io.read_limited(path, MAX_RECORD_BYTES, "record")
+    d = safe_io.load_json(data, MAX_RECORD_BYTES, parse_constant=_reject_constant, parse_float=_finite_float)
     if not isinstance(d, dict):
         raise ValueError(f"a record is a JSON object; this file holds a {type(d).__name__}")
     return d
 
 
 def read_record(path: str | os.PathLike) -> RunRecord:
+    """The record at `path`. A `running` record whose run folder's lock no process holds is a run that was
+    killed outright (SIGKILL, power loss): it is marked `stale` (not a field) and its reason says so, so a
+    listing never shows it as a live run."""
     rec = RunRecord.from_dict(read_record_dict(path))
     rec.source = str(path)  # not a field: where it was read from, for messages that name the file
+    rec.stale = rec.status == "running" and not lock_held(Path(path).parent)
+    if rec.stale and not rec.reason:
+        rec.reason = ("stale: no process holds this run's lock (the run was killed: SIGKILL, power loss or a "
+                      "crash before it could write its status)")
     return rec
+
+
+def lock_held(folder: str | os.PathLike) -> bool:
+    """Whether a live process holds the run folder's lock (RunLock). No lock file: not held."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the shared lock taken just now
 
 
 def iter_record_paths(root: str | os.PathLike) -> Iterator[Path]:
@@ -209,16 +190,17 @@ class RunLock:
     def acquire(self) -> RunLock:
         import fcntl
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Held read-only: a store that turns read-only under a running run can still be remounted so.
-        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o666 & ~_umask())
+        safe_io.make_folder(self.path.parent)  # a run folder that is a planted link is refused
+        # Opened without following a link (a planted .lock is refused, never truncated). Held read-only: a
+        # store that turns read-only under a running run can still be remounted so.
+        fd = safe_io.open_fd(self.path, os.O_RDONLY | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise RunLocked(f"run folder {self.path.parent} is in use by another process (pid {holder})") from None
-        with contextlib.suppress(OSError), open(self.path, "w") as f:  # who holds it, for the message above
+        with contextlib.suppress(OSError), safe_io.open_truncate(self.path) as f:  # who holds it, for the message
             f.write(f"{os.getpid()}\n")
         self.fd = fd
         return self
