@@ -104,25 +104,95 @@ def test_command_composes_to_the_study(study_id, which):
     got = _facts(entry["command"])
     assert got, entry["command"]
     assert studies.mismatches(got, entry["expect"]) == [], entry["command"]
+    idle = entry.get("idle_devices", 0)  # a study's own under-use (study 3's LeaderGPU: 1 of 2 GPUs), stated
     for f, (job, _) in zip(got, _points(entry["command"])):
-        assert f["devices_used"] == f["devices_billed"] is not None, (
-            f"{' '.join(job)}: drives {f['devices_used']} {f['billed_unit']}s, billed for {f['devices_billed']}")
+        assert f["devices_billed"] is not None and f["devices_used"] + idle == f["devices_billed"], (
+            f"{' '.join(job)}: drives {f['devices_used']} {f['billed_unit']}s (+{idle} idle), billed for {f['devices_billed']}")
         assert f["price_per_hour"], f"{' '.join(job)}: unpriced (every study command carries a price)"
     if which not in {e["id"] for e in studies.small_entries(studies.get(study_id))}:
         assert {f["platform"] for f in got} == {entry["platform"]}
 
 
+XLA_CUDA_PAIR = "2.8.0"  # the last torch / torch-xla release with XLA:CUDA (and its fp16 AMP): study 4's GPU host
+
+
 @pytest.mark.parametrize("study_id,which", COMPAT)
 def test_full_scale_command_passes_compat_on_its_platform(study_id, which, monkeypatch):
+    """On a simulated host of the command's platform; an XLA:CUDA command (PJRT_DEVICE=CUDA) on one set up as
+    torch-xla's docs require for it: torch 2.8 + torch-xla 2.8 + its CUDA plugin (2.9 removed XLA:CUDA)."""
     entry = _entry(study_id, which)
     cmd = studies.parse(entry["command"])
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     for key, value in cmd.env.items():
         monkeypatch.setenv(key, value)
+    xla_cuda = cmd.env.get("PJRT_DEVICE") == "CUDA"
+    if xla_cuda:
+        monkeypatch.setattr(compat, "_version", lambda dist: XLA_CUDA_PAIR if dist == "torch-xla" else None)
     for job, cfg in _points(entry["command"]):
         obj = OmegaConf.to_object(cfg)
-        facts = HostFacts(**studies.simulated_host(OmegaConf.to_container(cfg.platform, resolve=True)))
+        host = studies.simulated_host(OmegaConf.to_container(cfg.platform, resolve=True))
+        facts = HostFacts(**{**host, "torch_version": XLA_CUDA_PAIR} if xla_cuda else host)
         assert compat.check(obj, facts) == [], " ".join(job)
+
+
+def test_study_4_runs_fp16_on_xla_cuda_where_torch_xla_has_it(monkeypatch):
+    """XLA on 8 V100 in amp_fp16, as the study: accepted with torch-xla 2.8 (torch_xla.amp's fp16 autocast and
+    GradScaler on XLA:GPU), refused with the reason on 2.9, which removed them; amp_fp16 on XLA:CPU stays refused."""
+    monkeypatch.setenv("PJRT_DEVICE", "CUDA")
+    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
+               if c.parallel.name == "xla_spmd")
+    assert cfg.precision.name == "amp_fp16" and cfg.platform.accelerator == "V100" and cfg.platform.memory_gib == 16
+    host = studies.simulated_host(load_platform("gce_n1_standard_64_8xv100"))
+    for release, refused in (("2.8.0", False), ("2.9.0", True)):
+        monkeypatch.setattr(compat, "_version", lambda dist, r=release: r if dist == "torch-xla" else None)
+        reasons = [r for r in compat.check(cfg, HostFacts(**{**host, "torch_version": release}))
+                   if "amp_fp16" in r]
+        assert bool(reasons) == refused, reasons
+    assert "pytorch/xla#9608" in reasons[0] and "torch-xla 2.8" in reasons[0]
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert any("amp_fp16" in r and "needs a CUDA GPU" in r for r in compat.check(cfg, HostFacts(**host)))
+
+
+def test_xla_cuda_fp16_trains_under_torch_xlas_autocast_and_scaler():
+    """The runtime's XLA:CUDA fp16 policy (runtimes/xla.py xla_cuda_amp) as torch-xla <= 2.8 documents it: the
+    step runs under `torch_xla.amp.autocast(device, dtype=torch.float16)` and scales through
+    `torch_xla.amp.GradScaler`. No XLA:CUDA here, so `torch_xla.amp` is a stand-in with that documented API
+    (autocast records its arguments; GradScaler is torch's GradScaler, as torch-xla's subclasses it) and the
+    step runs on the CPU; the XLA:CPU device's own policy is unchanged."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+
+    from xbench.precision import resolve
+    from xbench.runtimes.xla import xla_cuda_amp
+    from xbench.training.step import make_train_step
+
+    entered = []
+
+    class Scaler(torch.amp.GradScaler):
+        def __init__(self):
+            super().__init__("cpu", init_scale=8.0)
+            self.scaled = 0
+
+        def scale(self, outputs):
+            self.scaled += 1
+            return super().scale(outputs)
+
+    def autocast(device, dtype):
+        entered.append((device, dtype))
+        return contextlib.nullcontext()
+
+    base = resolve("amp_fp16", "xla")
+    assert xla_cuda_amp(base, "xla:0", hw="CPU", amp=SimpleNamespace(autocast=autocast, GradScaler=Scaler)) is base
+    p = xla_cuda_amp(base, "xla:0", hw="CUDA", amp=SimpleNamespace(autocast=autocast, GradScaler=Scaler))
+    assert isinstance(p.scaler, Scaler) and p.compute_dtype == "fp16"
+    model = torch.nn.Linear(4, 2)
+    step = make_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), "classify", p)
+    step(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    assert entered == [("xla:0", torch.float16)] and p.scaler.scaled == 1
+    with pytest.raises(RuntimeError, match="pytorch/xla#9608"):
+        xla_cuda_amp(base, "xla:0", hw="CUDA", amp=SimpleNamespace(autocast=autocast))  # torch-xla 2.9's amp
 
 
 @pytest.mark.parametrize("study_id", [s["id"] for s in STUDIES])
@@ -292,7 +362,7 @@ def test_xla_spmd_on_pjrt_cuda_spans_world_size_gpus(monkeypatch):
     from xbench.launch.xla import xla_env
 
     monkeypatch.setenv("PJRT_DEVICE", "CUDA")
-    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_gpus")["command"])
+    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
                if c.parallel.name == "xla_spmd")
     assert xla_env(cfg).get("GPU_NUM_DEVICES") == "8"
 
@@ -301,9 +371,9 @@ def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
     from xbench.launch.xla import xla_env
 
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
-    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_gpus")["command"])
+    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
                if c.parallel.name == "xla_spmd")
-    facts = HostFacts(**studies.simulated_host(load_platform("aws_p4d_24xlarge")))
+    facts = HostFacts(**studies.simulated_host(load_platform("gce_n1_standard_64_8xv100")))
     assert compat.check(cfg, facts) or xla_env(cfg)["PJRT_DEVICE"] == "CUDA"
 
 

@@ -241,6 +241,23 @@ def platform_is_here(cfg, facts):
     return out
 
 
+XLA_CUDA_AMP_LAST = (2, 8)  # torch-xla 2.9 removed XLA:CUDA, its fp16 autocast and GradScaler (pytorch/xla#9608)
+
+
+def xla_cuda_amp_problem(xla_version: str | None) -> str | None:
+    """amp_fp16 on XLA:CUDA is torch_xla.amp.autocast (fp16) with torch_xla.amp.GradScaler, which torch-xla
+    provides up to 2.8: the problem with the installed version, or None."""
+    if not xla_version:
+        return None  # reported by the runtime's own rules (torch-xla missing)
+    release = tuple(int(x) for x in xla_version.split("+")[0].split(".")[:2])
+    if release <= XLA_CUDA_AMP_LAST:
+        return None
+    return (f"precision amp_fp16 on XLA:CUDA needs torch_xla.amp.autocast (fp16) and torch_xla.amp.GradScaler, "
+            f"which torch-xla provides up to 2.8; torch-xla {xla_version} here removed XLA:CUDA with them "
+            "(pytorch/xla#9608). Install torch 2.8 + torch-xla 2.8 + torch_xla_cuda_plugin 2.8, or run XLA "
+            "with amp_bf16 on a TPU")
+
+
 @rule
 def precision_fits_device(cfg, facts):
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
@@ -248,6 +265,10 @@ def precision_fits_device(cfg, facts):
     if name == "tf32" and dev != "cuda":
         return [f"precision tf32 needs a CUDA GPU (tensor cores); this run is on {dev}. "
                 "Use fp32, amp_bf16 or bf16"]
+    xla_cuda = dev == "xla" and runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device) == "CUDA"
+    if name == "amp_fp16" and xla_cuda:
+        problem = xla_cuda_amp_problem(_version("torch-xla"))
+        return [problem] if problem else []
     if name == "amp_fp16" and dev != "cuda":
         return [f"precision amp_fp16 (fp16 autocast with a gradient scaler) needs a CUDA GPU; this run is "
                 f"on {dev}. Use amp_bf16 or bf16 there"]

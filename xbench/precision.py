@@ -4,7 +4,7 @@
 |-----------|-----------------------------------------------------------------|--------------|
 | fp32      | everything fp32; TF32 matmuls explicitly off on CUDA            | anywhere     |
 | tf32      | fp32 parameters, TF32 tensor-core matmuls/convolutions          | CUDA only    |
-| amp_fp16  | autocast to fp16 + a dynamic gradient scaler                    | CUDA only    |
+| amp_fp16  | autocast to fp16 + a dynamic gradient scaler                    | CUDA (+ XLA:CUDA, torch-xla <= 2.8) |
 | amp_bf16  | autocast to bf16, fp32 master parameters                        | CUDA/CPU/XLA |
 | bf16      | parameters and activations in bf16 (the XLA/TPU recipes)        | anywhere     |
 
@@ -31,10 +31,14 @@ class Precision:
     scaler: object | None  # torch.amp.GradScaler for amp_fp16
     compute_dtype: str  # the dtype whose peak FLOP/s applies (fp32, tf32, bf16, fp16)
     tf32_api: str | None = None  # how TF32 was set on CUDA (set_tf32); None off CUDA
+    # A runtime's own autocast context (XLA:CUDA fp16: torch_xla.amp.autocast; runtimes/xla.py), else torch's.
+    autocast_fn: object | None = None
 
     def autocast(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
+        if self.autocast_fn is not None:
+            return self.autocast_fn()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
 

@@ -121,7 +121,7 @@ def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Wor
     format, wrapped by the strategy) -> optimizer. FLOPs are measured on the meta device first."""
     strategy = parallel.create(cfg.parallel, ctx)
     runtime = runtimes.create(cfg.runtime, device_type(cfg.platform.device, cfg.runtime.name, facts), ctx.local_rank)
-    precision = resolve(cfg.precision.name, runtime.device.type)
+    precision = runtime.adapt_precision(resolve(cfg.precision.name, runtime.device.type))
     spec = InputSpec.from_data(cfg.data)
     entry = models.get(cfg.model.name)
     flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))

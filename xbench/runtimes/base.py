@@ -107,6 +107,10 @@ class Runtime:
         """What the runtime's figures say made the measurement less than steady (after the windows)."""
         return []
 
+    def adapt_precision(self, precision):
+        """The precision policy as this runtime runs it (XLA:CUDA fp16 takes torch-xla's autocast and scaler)."""
+        return precision
+
     def memory(self) -> dict:
         """Device memory figures the runtime alone can read (XLA's). CUDA's peaks are read over every GPU
         the rank drives (bench/memory.py device_peaks); on the CPU the device's memory is the host's
