@@ -80,7 +80,8 @@ def main(argv=None) -> int:
     if args.published:
         for s in chosen:
             for r in studies.published_rows(s["id"]):
-                print(f"{r['study']}/{r['figure']}: {r['value']} {r['unit']} ({r['conditions']}; {r['source']}, {r['date']})")
+                print(f"{r['study']}/{r['figure']} [{r['kind']}]: {r['value']} {r['unit']} ({r['conditions']}; "
+                      f"{r['source']})")
         return 0
     for s in chosen:
         _print(s)
