@@ -120,7 +120,7 @@ def test_numbers_on_the_console_are_read_by_people():
                     derived={"achieved_tflops": 0.0001234, "usd_per_million_samples": 1234.5678})
     text = summary(rec, "results/r1/record.json")
     assert "throughput                     24,150 samples/s" in text
-    assert "0.002652 s" in text and "1,235 USD per 1M samples" in text and "12 / 1.500 steps / s" in text
+    assert "2.652 ms" in text and "1,235 USD per 1M samples" in text and "12 steps in 1.500 s" in text
     assert not re.search(r"\de[+-]\d", text)
 
 

@@ -19,10 +19,10 @@ def test_offline_run_holds_config_series_summary_group_and_tags(store):
     art = rec["artifacts"]
     assert art["wandb_mode"] == "offline"
     run = read_offline_run(art["wandb_offline_dir"])
-    assert run["name"] == rec["run_id"]
-    assert run["group"] == "cnn_small-synthetic_cifar10"
+    assert run["name"] == "cnn_small local eager fp32 single b64"  # what ran; the id is in the config
+    assert run["group"] == "cnn_small-synthetic_cifar10" and run["job_type"] == "throughput"
     assert {"platform:local", "runtime:eager", "precision:fp32", "parallel:single", "model:cnn_small",
-            "nightly"} <= set(run["tags"])
+            "mode:throughput", "nightly"} <= set(run["tags"])
     cfg = run["config"]
     assert cfg["data"]["batch_size"] == 64 and cfg["model"]["name"] == "cnn_small"
     # Hardware, versions and the environment; the key the report's bars group by.
@@ -40,8 +40,13 @@ def test_offline_run_holds_config_series_summary_group_and_tags(store):
     stamps = [h["_timestamp"] for h in windows]
     for i in (1, 2):
         assert stamps[i] - stamps[i - 1] >= 0.95 * m["window_s"][i] - 0.01
-    # ... and the per-step series after it, against its own `step`.
+    # ... each with its steps just before it (warm-up's with the first), against their own `step`.
     steps = [h for h in run["history"] if "loss" in h]
+    assert art["wandb_steps_logged_live"] == len(rec["series"]["step"])
+    rows = [h.get("window", "step") for h in run["history"] if "loss" in h or "window" in h]
+    per_window = m["timed_steps_per_window"]
+    assert [rows[:rows.index(w)].count("step") for w in (0, 1, 2)] == \
+        [m["warmup_steps"] + per_window * (w + 1) for w in (0, 1, 2)]  # window w's row after its own steps
     assert [h["step"] for h in steps] == rec["series"]["step"]
     assert [h["loss"] for h in steps] == pytest.approx(rec["series"]["loss"])
     assert [h["step_time_s"] for h in steps] == pytest.approx(rec["series"]["step_time_s"])
@@ -69,3 +74,34 @@ def test_wandb_failure_never_loses_the_local_record(store, tmp_path):
     assert rec["status"] == "ok" and rec["measurements"]["throughput_samples_per_s"] > 0
     assert "wandb_error" in rec["artifacts"]
     assert "W&B" in p.stderr and "local record is complete" in p.stderr
+
+
+def test_sweep_points_share_a_group_and_carry_mode_preset_and_study(store, tmp_path):
+    """One group per Hydra sweep (its folder), job_type per mode, tags for the preset and the study it reruns."""
+    # study 1's preset (its sweep: batch 4 and 8), on a tiny model
+    args = ["+experiment=tpu_vs_gpu", *[a for a in FAST if not a.startswith("logger=")], "logger=wandb",
+            "model=mlp", "data=synthetic_mnist"]
+    p = run_cli("-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", *args, store=store, env=cli_env(WANDB_MODE="offline"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = [read_offline_run(r["artifacts"]["wandb_offline_dir"]) for r in records(store)]
+    assert sorted(r["name"] for r in runs) == [f"mlp local_as_gce_n1_standard_2 eager fp32 single b{b}" for b in (4, 8)]
+    assert {r["group"] for r in runs} == {f"sweep {tmp_path / 'sweep'}"}
+    assert all(r["job_type"] == "throughput" for r in runs)
+    assert all({"preset:tpu_vs_gpu", "study:1", "mode:throughput"} <= set(r["tags"]) for r in runs)
+    assert p.stderr.count("wandb sync") == 2  # one line per point, none twice
+
+
+def test_wandb_missing_is_said_once(monkeypatch, tmp_path):
+    """W&B not installed (its import fails, as in an environment without the extra): one console line."""
+    import sys
+
+    from xbench.records.record import RunRecord
+    from xbench.sinks.wandb import WandbSink
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    said: list[str] = []
+    sink = WandbSink({"mode": "offline"}, say=said.append)
+    rec = RunRecord("r1", status="ok", config={"model": {"name": "mlp"}, "data": {"name": "d", "batch_size": 2}})
+    assert sink.start(rec, tmp_path) is False
+    assert sink.publish(rec, tmp_path) == {"wandb_mode": "unavailable", "wandb_error": "wandb not installed"}
+    assert len(said) == 1 and said[0].startswith("W&B: skipped")

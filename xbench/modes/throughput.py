@@ -93,13 +93,18 @@ def window_log(run_dir: str, ctx: RankContext):
         return None
     out = CurveWriter(Path(run_dir) / WINDOWS_FILE, append=True, wait_s=2.0)
 
-    def live(i: int, w, samples: int) -> None:
+    def live(i: int, w, samples: int, first_step: int | None = None, wu=None) -> None:
         st = sorted(w.step_times_s)
-        out.write({"window": i, "window_s": w.wall_s, "window_steps": w.steps,
-                   # every rank runs the same batch: the run's samples over rank 0's clock
-                   "window_throughput_samples_per_s": samples * ctx.world_size / w.wall_s,
-                   "window_step_time_s_median": st[len(st) // 2] if st else None,
-                   "window_loss_last": w.losses[-1] if w.losses else None})
+        row = {"window": i, "window_s": w.wall_s, "window_steps": w.steps,
+               # every rank runs the same batch: the run's samples over rank 0's clock
+               "window_throughput_samples_per_s": samples * ctx.world_size / w.wall_s,
+               "window_step_time_s_median": st[len(st) // 2] if st else None,
+               "window_loss_last": w.losses[-1] if w.losses else None}
+        if first_step is not None:  # W&B's per-step history as it happens: this window's steps (warm-up's first)
+            pre = (list(wu.step_times_s), list(wu.losses)) if wu is not None else ([], [])
+            row.update(steps_first=first_step - len(pre[0]), steps_timed_from=first_step,
+                       steps_time_s=pre[0] + list(w.step_times_s), steps_loss=pre[1] + list(w.losses))
+        out.write(row)
     return live
 
 
@@ -124,6 +129,8 @@ def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int
     warnings += _oversubscribed(p, dev, before, ctx.local_world_size)
     step_s = loop.steady_step_s(wu, plan.warmup_stable_steps)
     steps, sized_by = loop.window_steps(p.hooks, step_s, plan.min_window_s, plan.steps, plan.max_window_steps)
+    if p.hooks.on_step:  # the bar's total, now that the windows are sized (outside any window)
+        p.hooks.on_step("timed", -1, window_steps=steps, windows=plan.repeats)
     sizing = {"timed_steps_per_window": steps, "window_sized_by": sized_by, "window_min_s": plan.min_window_s,
               "window_steps_floor": plan.steps, "warmup_step_s_steady": step_s}
     if sized_by == "cap":
@@ -200,7 +207,8 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
                 windows.append(w)
                 stalls.append(st)
                 if live is not None:
-                    live(len(windows) - 1, w, p.samples_per_step * w.steps)
+                    first = wu.steps + sum(x.steps for x in windows[:-1])  # the series' index of its first step
+                    live(len(windows) - 1, w, p.samples_per_step * w.steps, first, wu if len(windows) == 1 else None)
                 if w.compiles_during:
                     warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
         except StopRequested as e:  # interrupted: keep what was measured before the signal

@@ -19,7 +19,7 @@ def _wandb_cli() -> list[str]:
 
 
 def read_offline_run(path: str | Path) -> dict:
-    """-> {"config", "group", "tags", "name", "history": [rows], "summary": {...}, "exit_code",
+    """-> {"config", "group", "tags", "name", "job_type", "history": [rows], "summary": {...}, "exit_code",
     "preempting" (the run was marked preempted: an interrupted record), "artifacts": [{name, type, paths}],
     "system_samples" (W&B's own system metrics records)}"""
     path = Path(path)
@@ -28,7 +28,7 @@ def read_offline_run(path: str | Path) -> dict:
         raise FileNotFoundError(f"no .wandb file under {path}")
     out = subprocess.run(_wandb_cli() + ["leet", "inspect", "--json", str(files[-1])],
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None,
+    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None, "job_type": None,
                  "exit_code": None, "preempting": False, "artifacts": [], "system_samples": 0}
     for line in out.splitlines():
         if not line.startswith("{"):
@@ -38,7 +38,8 @@ def read_offline_run(path: str | Path) -> dict:
         if kind == "run":
             r = rec["run"]
             run["config"].update((r.get("config") or {}).get("update", {}))
-            run.update(group=r.get("run_group"), tags=r.get("tags", []), name=r.get("display_name"))
+            run.update(group=r.get("run_group"), tags=r.get("tags", []), name=r.get("display_name"),
+                       job_type=r.get("job_type"))
         elif kind == "config":
             run["config"].update(rec["config"].get("update", {}))
         elif kind == "history":

@@ -15,30 +15,61 @@ from xbench.records.record import RunRecord
 class Progress:
     """`on_step(phase, i, **info)` for the loops; one bar per phase. tqdm redraws at most every 0.2 s.
 
-    Warm-up and timed steps count steps. Training to a target passes where it is: `epoch` (0-based) of
-    `epochs`, `batch` (steps done in the epoch) of `batches`, and the latest evaluation (`metric`,
-    `value`; None before the first): the bar then reads `epoch 2/10: 37/56 step [.., top1 0.9412]`.
+    Warm-up counts its steps up to `warmup_max` and closes at the length it really ran (it ends early once
+    the step times are stable). The timed bar's total is `timed_total` when the windows are sized in steps;
+    windows sized by time are sized after warm-up, and the mode then says so once, outside any window:
+    `on_step("timed", -1, window_steps=N, windows=R)` sets the total to N x R. A window measured again (a
+    stall) adds its steps to the total as it starts, so the bar never passes 100% nor turns into a counter.
+    Training to a target passes where it is: `epoch` (0-based) of `epochs`, `batch` (steps done in the epoch)
+    of `batches`, and the latest evaluation (`metric`, `value`; None before the first): the bar then reads
+    `epoch 2/10: 37/56 step [.., top1 0.9412]`.
     """
 
-    def __init__(self, warmup_max: int, timed_total: int, enabled: bool = True):
+    def __init__(self, warmup_max: int, timed_total: int | None, enabled: bool = True):
         self.totals = {"warmup": warmup_max, "timed": timed_total}
         self.enabled = enabled
         self.bars: dict[str, tqdm] = {}
         self.epoch: int | None = None
+        self.window_steps: int | None = timed_total  # steps per window, once known
+        self.windows_seen = 0
+
+    def _bar(self, phase: str, total: int | None, desc: str) -> tqdm:
+        for other, bar in self.bars.items():
+            self._finish(other, bar)
+        bar = self.bars[phase] = tqdm(total=total, desc=desc, unit="step", file=sys.stderr,
+                                      disable=not self.enabled, mininterval=0.2, leave=True, dynamic_ncols=True)
+        return bar
+
+    def _finish(self, phase: str, bar: tqdm) -> None:
+        """Close a bar at the length it ran (warm-up ends early on evidence: shown complete)."""
+        if bar.disable:
+            bar.close()
+            return
+        if phase == "warmup" and bar.total and bar.n < bar.total:
+            bar.total = bar.n
+            bar.refresh()
+        bar.close()
 
     def __call__(self, phase: str, i: int, **info) -> None:
+        if "window_steps" in info:  # the timed windows are sized: N steps x R windows
+            self.window_steps = int(info["window_steps"])
+            self.windows_seen = 0
+            self._bar("timed", self.window_steps * int(info.get("windows") or 1), "timed steps")
+            return
         bar = self.bars.get(phase)
         epoch = info.get("epoch")
         if bar is None:
-            for other in self.bars.values():
-                other.close()
             desc = {"warmup": "warm-up (until stable)", "timed": "timed steps"}.get(phase, phase)
             if "batches" in info:
                 self.epoch, desc = epoch, f"epoch {epoch + 1}/{info.get('epochs', '?')}"
-            bar = self.bars[phase] = tqdm(total=info.get("batches", self.totals.get(phase)), desc=desc,
-                                          unit="step", file=sys.stderr, disable=not self.enabled,
-                                          mininterval=0.2, leave=True, dynamic_ncols=True)
+            bar = self._bar(phase, info.get("batches", self.totals.get(phase)), desc)
         if "batches" not in info:
+            if phase == "timed" and i == 0:  # a window starts: one more than planned grows the total
+                self.windows_seen += 1
+                if bar.total is not None and self.window_steps and bar.n + self.window_steps > bar.total:
+                    bar.total = bar.n + self.window_steps
+            if bar.total is not None and bar.n >= bar.total:  # more steps than said: the total follows
+                bar.total = bar.n + 1
             bar.update(1)
             return
         if epoch != self.epoch:  # a new epoch: the bar restarts at its first step
@@ -51,10 +82,7 @@ class Progress:
 
     def close(self) -> None:
         for phase, bar in self.bars.items():
-            if phase == "warmup" and self.enabled and bar.total and bar.n < bar.total:
-                bar.total = bar.n  # warm-up ended early on evidence: show it as complete
-                bar.refresh()
-            bar.close()
+            self._finish(phase, bar)
         self.bars.clear()
         self.epoch = None
 
@@ -81,38 +109,154 @@ def _fmt(v, digits=4):
     return human(v, digits)
 
 
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def seconds(v) -> str:
+    """A duration in the unit it reads best in: 850 us, 21.17 ms, 2.415 s, 3.5 min, 1.25 h."""
+    if not _num(v):
+        return str(v)
+    a = abs(v)
+    if 0 < a < 1e-3:
+        return f"{human(v * 1e6)} us"
+    if 0 < a < 1:
+        return f"{human(v * 1e3)} ms"
+    if a < 180:
+        return f"{human(v)} s"
+    return f"{human(v / 60, 3)} min" if a < 3 * 3600 else f"{human(v / 3600, 3)} h"
+
+
+def percent(v) -> str:
+    return f"{human(v * 100, 3)}%" if _num(v) else str(v)
+
+
+def scaled(v, unit: str) -> str:
+    """A count with a metric prefix where it is large: 11.69 M, 24.3 GFLOP, 3.846 GFLOP/s."""
+    if not _num(v):
+        return str(v)
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= factor:
+            return f"{human(v / factor)} {prefix}{unit}".rstrip()
+    return f"{human(v)} {unit}".rstrip()
+
+
+def _throughput(v: dict) -> str | None:
+    tp = v.get("throughput_samples_per_s")
+    if not _num(tp):
+        return None
+    steps = tp / v["global_batch_size"] if _num(v.get("global_batch_size")) and v["global_batch_size"] else None
+    return f"{human(tp)} samples/s" + (f" ({human(steps, 3)} steps/s)" if steps else "")
+
+
+def _pair(a: str, b: str, fmt, sep: str = " / ", suffix: str = ""):
+    """Two figures on one line ("x / y"), either alone when the other is missing."""
+    def row(v: dict) -> str | None:
+        shown = [fmt(v[k]) for k in (a, b) if v.get(k) is not None]
+        return sep.join(shown) + suffix if shown else None
+    return row
+
+
+def _one(key: str, fmt):
+    return lambda v: None if v.get(key) is None else fmt(v[key])
+
+
+def _warmup(v: dict) -> str | None:
+    n, t = v.get("warmup_steps"), v.get("warmup_s")
+    if n is None and t is None:
+        return None
+    return " in ".join(x for x in (f"{n} steps" if n is not None else None, seconds(t) if t is not None else None)
+                       if x)
+
+
+def _flops_rate(v: dict) -> str | None:
+    t = v.get("achieved_tflops")
+    return None if not _num(t) else scaled(t * 1e12, "FLOP/s")
+
+
+def _target(v: dict) -> str | None:
+    reached, status = v.get("target_reached"), v.get("target_status")
+    if reached is None and status is None:
+        return None
+    word = "yes" if reached else "no"
+    return f"{word} ({status})" if status and status != "reached" else word
+
+
+def _flops_per_sample(v: dict) -> str | None:
+    fwd, train = v.get("flops_per_sample_forward"), v.get("flops_per_sample_train")
+    parts = [f"{scaled(x, 'FLOP')} {what}" for x, what in ((fwd, "forward"), (train, "training step")) if _num(x)]
+    return ", ".join(parts) or None
+
+
+def _training(v: dict) -> str | None:
+    t, n = v.get("train_time_s"), v.get("epochs_done")
+    if t is None and n is None:
+        return None
+    return " over ".join(x for x in (seconds(t) if t is not None else None,
+                                     f"{human(n)} epochs" if n is not None else None) if x)
+
+
+def _memory(used: str, total: str):
+    def row(v: dict) -> str | None:
+        if v.get(used) is None:
+            return None
+        return f"{human(v[used])} GiB" + (f" of {human(v[total])} GiB" if _num(v.get(total)) else "")
+    return row
+
+
+def _cost(key: str, what: str = ""):
+    """A cost in the platform's currency (the figures are named after it: `summary` reads them as `cost_*`)."""
+    return lambda v: None if v.get(key) is None else f"{human(v[key])} {v['currency']}{what}"
+
+
+def _costs(train: str, wall: str):
+    def row(v: dict) -> str | None:
+        shown = [f"{human(v[k])} {v['currency']}" for k in (train, wall) if v.get(k) is not None]
+        return " / ".join(shown) or None
+    return row
+
+
+# (label, how the line reads from the figures): a row whose figures are all missing is left out.
 SUMMARY_ROWS = (
-    ("throughput", "throughput_samples_per_s", "samples/s"),
-    ("per device", "throughput_per_device_samples_per_s", "samples/s"),
-    ("step time (median)", "step_time_s_median", "s"),
-    ("step time p10 / p90", ("step_time_s_p10", "step_time_s_p90"), "s"),
-    ("step time CV", "step_time_cv", ""),
-    ("waiting for data", "data_wait_fraction", "of the timed window"),
-    ("warm-up", ("warmup_steps", "warmup_s"), "steps / s"),
-    ("first step", "first_step_s", "s"),
-    ("compilations warm-up / timed", ("compiles_warmup", "compiles_timed"), ""),
-    ("threads intra / inter-op", ("threads_intra", "threads_interop"), ""),
-    ("achieved", "achieved_tflops", "TFLOP/s"),
-    ("MFU", "mfu", ""),
-    ("cost", "{cur}_per_million_samples", "{CUR} per 1M samples"),
-    ("loss first / last", ("loss_first", "loss_last"), ""),
-    ("target reached", ("target_reached", "target_status"), ""),
-    ("epochs to target", "epochs_to_target", ""),
-    ("time to target train / wall", ("train_time_to_target_s", "wall_time_to_target_s"), "s"),
-    ("start-up / evaluation", ("startup_s", "eval_time_s"), "s"),
-    ("cost to target train / wall", ("train_cost_to_target_{cur}", "cost_to_target_{cur}"), "{CUR}"),
-    ("final metric", ("goal_metric", "metric_final"), ""),
-    ("training time / epochs (all)", ("train_time_s", "epochs_done"), "s / epochs"),
-    ("training cost (all)", "train_cost_{cur}", "{CUR}"),
-    ("resumes", "resumes", ""),
+    ("throughput", _throughput),
+    ("per device", _one("throughput_per_device_samples_per_s", lambda x: f"{human(x)} samples/s")),
+    ("tokens", _one("tokens_per_s", lambda x: f"{human(x)} tokens/s")),
+    ("step time (median)", _one("step_time_s_median", seconds)),
+    ("step time p10 / p90", _pair("step_time_s_p10", "step_time_s_p90", seconds)),
+    ("step time spread (CV)", _one("step_time_cv", percent)),
+    ("waiting for data", _one("data_wait_fraction", lambda x: f"{percent(x)} of the timed window")),
+    ("warm-up", _warmup),
+    ("first step", _one("first_step_s", seconds)),
+    ("compilations", _pair("compiles_warmup", "compiles_timed", str, sep=" in warm-up, ", suffix=" timed")),
+    ("threads", _pair("threads_intra", "threads_interop", str, sep=" intra-op, ", suffix=" inter-op")),
+    ("parameters", _one("params_count", lambda x: scaled(x, ""))),
+    ("FLOPs per sample", _flops_per_sample),
+    ("achieved", _flops_rate),
+    ("MFU", _one("mfu", percent)),
+    ("cost", _cost("cost_per_million_samples", " per 1M samples")),
+    ("loss first / last", _pair("loss_first", "loss_last", human)),
+    ("target reached", _target),
+    ("epochs to target", _one("epochs_to_target", human)),
+    ("time to target", _pair("train_time_to_target_s", "wall_time_to_target_s", seconds, sep=" training, ",
+                             suffix=" wall")),
+    ("start-up / evaluation", _pair("startup_s", "eval_time_s", seconds)),
+    ("cost to target train / wall", _costs("cost_train_to_target", "cost_to_target")),
+    ("final metric", _pair("goal_metric", "metric_final", str, sep=" ")),
+    ("training (all)", _training),
+    ("training cost (all)", _cost("cost_train")),
+    ("resumes", _one("resumes", human)),
     # runs that did not end ok, and the batch search
-    ("largest batch that fits", "max_batch_size_per_device", "per device"),
-    ("smallest that does not fit", "min_failing_batch_size_per_device", "per device"),
-    ("throughput before the stop", "throughput_samples_per_s_partial", "samples/s"),
-    ("diverged at step", "diverged_at_step", ""),
-    ("host RSS peak / available", ("host_peak_rss_gib", "host_available_gib"), "GiB"),
-    ("device memory peak / total", ("device_peak_allocated_gib", "device_total_gib"), "GiB"),
+    ("largest batch that fits", _one("max_batch_size_per_device", lambda x: f"{human(x)} per device")),
+    ("smallest that does not fit", _one("min_failing_batch_size_per_device", lambda x: f"{human(x)} per device")),
+    ("throughput before the stop", _one("throughput_samples_per_s_partial", lambda x: f"{human(x)} samples/s")),
+    ("diverged at step", _one("diverged_at_step", human)),
+    ("host RSS peak", _memory("host_peak_rss_gib", "host_available_gib")),
+    ("device memory peak", _memory("device_peak_allocated_gib", "device_total_gib")),
 )
+
+# The cost figures are named after the platform's currency (metrics/derived.py): read under one name here.
+COST_KEYS = {"cost_per_million_samples": "{cur}_per_million_samples", "cost_train": "train_cost_{cur}",
+             "cost_train_to_target": "train_cost_to_target_{cur}", "cost_to_target": "cost_to_target_{cur}"}
 
 
 def summary(record: RunRecord, path) -> str:
@@ -126,13 +270,11 @@ def summary(record: RunRecord, path) -> str:
     lines = [head, what]
     values = {**record.measurements, **record.derived}
     cur = currency(c.get("platform") or {}).lower()  # cost figures are named after it (metrics/derived.py)
-    for label, keys, unit in SUMMARY_ROWS:
-        keys = tuple(k.format(cur=cur) for k in (keys if isinstance(keys, tuple) else (keys,)))
-        unit = unit.format(CUR=cur.upper())
-        if all(values.get(k) is None for k in keys):
-            continue
-        shown = " / ".join(_fmt(values.get(k)) for k in keys)
-        lines.append(f"  {label:<30} {shown} {unit}".rstrip())
+    values.update(currency=cur.upper(), **{alias: values.get(key.format(cur=cur)) for alias, key in COST_KEYS.items()})
+    for label, row in SUMMARY_ROWS:
+        shown = row(values)
+        if shown is not None:
+            lines.append(f"  {label:<30} {shown}".rstrip())
     if values.get("batch_search_limit_reached"):  # the search stopped at its limit, not at a failure
         lines.append(f"  {'smallest that does not fit':<30} none up to bench.max_batch_limit="
                      f"{values.get('batch_search_limit')}")

@@ -39,6 +39,7 @@ from xbench.wandb_env import has_credentials
 SETTINGS = {"console": "off", "x_disable_stats": True}
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
+GROUP_MAX = 128
 # W&B hosts that did not answer in this process (base URL -> what happened): not tried again.
 _UNREACHABLE: dict[str, str] = {}
 
@@ -70,10 +71,55 @@ def resolve_mode(mode: str) -> str:
     return mode
 
 
-def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
+def run_name(record: RunRecord) -> str:
+    """What the run is, as its W&B name: model, platform, runtime, precision, strategy and batch per device
+    (`resnet50 aws_p3_8xlarge compile amp_fp16 ddp x4 b64`); the run id stays in the config and summary."""
     c = record.config
-    group = wcfg.get("group") or record.experiment or f"{c['model']['name']}-{c['data']['name']}"
+    names = [str((c.get(k) or {}).get("name")) for k in ("model", "platform", "runtime", "precision", "parallel")]
+    world = (c.get("parallel") or {}).get("world_size") or 1
+    return " ".join(names) + (f" x{world}" if world > 1 else "") + f" b{(c.get('data') or {}).get('batch_size')}"
+
+
+def sweep_group() -> str | None:
+    """The Hydra sweep this run is a point of, by its folder (hydra.sweep.dir: one per `-m` command, shared by
+    its points, also in SLURM jobs); None outside a sweep."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return f"sweep {HydraConfig.get().sweep.dir}"[-GROUP_MAX:]  # W&B takes up to 128 characters
+    except Exception:  # Hydra absent (the Python API) or its internals differ: no sweep group
+        return None
+    return None
+
+
+def study_of(preset: str | None) -> str | None:
+    """The study (1-5) a preset reruns, from studies.yaml; None for the presets that are not studies."""
+    if not preset:
+        return None
+    try:
+        from xbench import studies
+
+        return next((str(s["study"]) for s in studies.all_studies() if s.get("preset") == preset and s.get("study")),
+                    None)
+    except Exception:  # the manifest is the analysis side's: a tag is never worth failing a run
+        return None
+
+
+def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
+    """The W&B group (logger.group, else the sweep's folder, else the preset, else model-data) and the tags: each
+    config choice, the preset and its study, the mode, and the user's (logger.tags, the config's tags)."""
+    c = record.config
+    group = (wcfg.get("group") or sweep_group() or record.experiment
+             or f"{c['model']['name']}-{c['data']['name']}")
     tags = [f"{k}:{c[k]['name']}" for k in ("platform", "runtime", "precision", "parallel", "model", "data")]
+    tags.append(f"mode:{(c.get('bench') or {}).get('mode', 'throughput')}")
+    if record.experiment:
+        tags.append(f"preset:{record.experiment}")
+        study = study_of(record.experiment)
+        if study:
+            tags.append(f"study:{study}")
     tags += list(wcfg.get("tags") or []) + list(c.get("tags") or [])
     return group, tags
 
@@ -186,6 +232,9 @@ class WandbSink:
         self.mode_used: str | None = None
         self.logged_evals: set[int] = set()  # curve points already logged live
         self.windows_logged = 0  # timed windows logged as they closed (throughput)
+        self.steps_logged = 0  # per-step rows logged live (throughput): the series' steps below this index
+        self.per_sample: int | None = None  # the global batch, for each step's throughput
+        self.tried = False  # a run was opened, or W&B was found off or missing (said once)
         self.live_error: str | None = None
 
     def start(self, record: RunRecord, run_dir: Path) -> bool:
@@ -211,11 +260,20 @@ class WandbSink:
             self.say(f"W&B: live logging stopped ({self.live_error}); the rest is logged at the end")
 
     def log_window(self, point: dict) -> None:
-        """One timed window once it has closed (rank 0's line: window index, its throughput, step time, loss)."""
+        """One timed window once it has closed (rank 0's line: window index, its throughput, step time, loss),
+        after its steps (and, with the first window, warm-up's) as per-step history rows."""
         if self.run is None or self.live_error is not None:
             return
         try:
-            self.run.log(curve_row(point))
+            first, timed_from = point.get("steps_first"), point.get("steps_timed_from")
+            tp, wall, n = (point.get(k) for k in ("window_throughput_samples_per_s", "window_s", "window_steps"))
+            if self.per_sample is None and tp and wall and n:  # the global batch: the window's samples per step
+                self.per_sample = round(tp * wall / n)
+            if first is not None:
+                for k, (t, loss) in enumerate(zip(point.get("steps_time_s") or [], point.get("steps_loss") or [])):
+                    self.run.log(self._step_row(first + k, loss, t, timed=first + k >= timed_from))
+                self.steps_logged = max(self.steps_logged, first + len(point.get("steps_time_s") or []))
+            self.run.log(curve_row({k: v for k, v in point.items() if not k.startswith("steps_")}))
             self.windows_logged += 1
         except Exception as e:
             self.live_error = f"{type(e).__name__}: {e}"
@@ -232,6 +290,7 @@ class WandbSink:
 
     def _open(self, record: RunRecord, run_dir: Path):
         """A new W&B run for the record (None: W&B disabled or not installed, and said why)."""
+        self.tried = True
         mode = resolve_mode(self.wcfg.get("mode", "auto"))
         self.mode_used = mode
         if mode == "disabled":
@@ -251,7 +310,7 @@ class WandbSink:
         config = {**redact(record.config), "xbench_version": record.env.get("xbench_version"),
                   "comparison": comparison(record.config), "env": redact(env_summary(record.env))}
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
-                      group=group, tags=tags, name=record.run_id, config=config,
+                      group=group, tags=tags, name=run_name(record), config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
         run = self._init(wandb, mode, kwargs)
@@ -271,19 +330,31 @@ class WandbSink:
             for i in range(len(s.get("eval", []))):
                 self.log_point({k: v[i] for k, v in s.items() if isinstance(v, list) and i < len(v)})
             return
-        per_sample = record.measurements.get("global_batch_size")
-        for i, step in enumerate(s.get("step", [])):  # after the windows logged live: W&B's own step goes on
-            row = {"step": step, **{k: s[k][i] for k in ("loss", "step_time_s") if k in s}}
-            row["phase_timed"] = int(s["phase"][i] == "timed")
-            if per_sample and row.get("step_time_s"):
-                row["step_throughput_samples_per_s"] = per_sample / row["step_time_s"]
-            run.log(row)
+        self.per_sample = record.measurements.get("global_batch_size") or self.per_sample
+        for i, step in enumerate(s.get("step", [])):  # the steps not logged live, after those that were
+            if step < self.steps_logged:
+                continue
+            run.log(self._step_row(step, s["loss"][i] if "loss" in s else None,
+                                   s["step_time_s"][i] if "step_time_s" in s else None, s["phase"][i] == "timed"))
+
+    def _step_row(self, step: int, loss, step_time_s, timed: bool) -> dict:
+        row = {"step": step, "phase_timed": int(timed)}
+        if loss is not None:
+            row["loss"] = loss
+        if step_time_s is not None:
+            row["step_time_s"] = step_time_s
+            if self.per_sample and step_time_s > 0:
+                row["step_throughput_samples_per_s"] = self.per_sample / step_time_s
+        return row
 
     def _publish(self, record: RunRecord, run_dir: Path) -> dict:
         run = self.run
         if run is None:
             if self.live_error is not None:  # start() already failed and said so
                 return {"wandb_mode": self.mode_used, "wandb_error": self.live_error}
+            if self.tried and self.mode_used in ("disabled", "unavailable"):  # start() found W&B off, and said so
+                return {"wandb_mode": self.mode_used,
+                        **({"wandb_error": "wandb not installed"} if self.mode_used == "unavailable" else {})}
             try:
                 run = self.run = self._open(record, run_dir)
             except Exception as e:  # W&B trouble never fails a run
@@ -318,6 +389,8 @@ class WandbSink:
             out["wandb_points_logged_live"] = live
         if self.windows_logged:  # throughput: the windows logged as each closed
             out["wandb_windows_logged_live"] = self.windows_logged
+        if self.steps_logged:  # and the per-step rows with them
+            out["wandb_steps_logged_live"] = self.steps_logged
         offline = sorted(self.wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
