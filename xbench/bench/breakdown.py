@@ -14,6 +14,20 @@ tracing, launches) against device (the kernels). Measured after the timed window
   host = the steady step (from the timed windows, unprofiled) minus that. The profiler's own per-op
   cost lands partly in the ops' self time, so the host share is if anything understated.
 
+Phases (`phases`): the same profiled steps split into forward, backward and optimizer, by what torch's
+own annotations say, without touching the step: backward = autograd's `evaluate_function` events (on
+the calling thread for CPU tensors, on autograd's device threads for CUDA), optimizer = the optimizer's
+`Optimizer.step#...` and `Optimizer.zero_grad#...` ranges, forward = the step's span up to its last backward
+region less the backward and optimizer ranges in it (the model and the loss, their Python too), other =
+the rest of the step's span (after the last backward: the loss's detach, Python between the calls),
+per `ProfilerStep#N`. A backward region runs from a backward op to the last one with no other top-level
+op starting between (autograd's own time between nodes is backward's; a micro-batch's forward splits
+two regions under gradient accumulation). On a CPU these are wall times
+(the device is the host); on CUDA `*_s_per_step` is the GPU time of the kernels each phase's ops
+launched (their device_time_total) and `*_host_s_per_step` the phase's CPU span. Not split where the
+step is one graph: XLA (forward, backward and optimizer are fused into the graph one sync runs), or a
+step whose backward shows no autograd events (a CUDA graph replay): `phases_unavailable` says which.
+
 Profiled steps: `bench.breakdown_steps`, at most one per 10 timed steps of a window (every rank runs
 the same count: the window's count is agreed), at least one; 0 turns this off.
 """
@@ -83,6 +97,79 @@ def cuda_split(events, steps: int) -> dict:
             "sync_wait_s_per_step": wait_us / steps / 1e6}
 
 
+BACKWARD = "autograd::engine::evaluate_function:"
+OPTIMIZER = ("Optimizer.step#", "Optimizer.zero_grad#")
+STEP = "ProfilerStep"
+
+
+def _outermost(e, prefix) -> bool:
+    p = e.cpu_parent
+    while p is not None:
+        if p.name.startswith(prefix):
+            return False
+        p = p.cpu_parent
+    return True
+
+
+def phases(events, cuda: bool) -> dict:
+    """Forward, backward, optimizer and other time per step from torch.profiler's FunctionEvents of steps
+    profiled one `ProfilerStep` each (see the module doc); {"phases_unavailable": why} when the events
+    cannot be split."""
+    steps = [e for e in events if e.name.startswith(STEP) and e.cpu_children]
+    if not steps:
+        return {"phases_unavailable": "no ProfilerStep spans in the profile"}
+    cpu = [e for e in events if not e.name.startswith(STEP) and not e.is_async and e.device_type.name == "CPU"]
+    bwd = [e for e in cpu if e.name.startswith(BACKWARD) and _outermost(e, BACKWARD)]
+    opt = [e for e in cpu if e.name.startswith(OPTIMIZER) and _outermost(e, OPTIMIZER[0]) and _outermost(e, OPTIMIZER[1])]
+    if not bwd:
+        return {"phases_unavailable": "the profiled step shows no autograd backward ops (the step runs as one "
+                                      "graph: a CUDA graph replay or a fully compiled step)"}
+
+    def device_us(evs) -> float:
+        return sum(getattr(e, "device_time_total", 0.0) for e in evs)
+
+    host = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0, "other": 0.0}
+    dev = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    for st in steps:
+        a, b = st.time_range.start, st.time_range.end
+        s_bwd = sorted((e for e in bwd if a <= e.time_range.start <= b), key=lambda e: e.time_range.start)
+        s_opt = [e for e in opt if a <= e.time_range.start <= b]
+        marked = {id(e) for e in s_bwd + s_opt}
+        others = [e for e in st.cpu_children if id(e) not in marked]
+        # Backward regions: runs of backward ops with no other top-level op starting between them (the engine's
+        # time between its nodes is backward's; a micro-batch's forward between two backwards splits them).
+        regions: list[list[float]] = []
+        for e in s_bwd:
+            t0, t1 = e.time_range.start, e.time_range.end
+            if regions and not any(regions[-1][1] <= o.time_range.start < t0 for o in others):
+                regions[-1][1] = max(regions[-1][1], t1)
+            else:
+                regions.append([t0, t1])
+        if not regions:
+            continue
+        last = regions[-1][0]
+        bwd_us = sum(t1 - t0 for t0, t1 in regions)
+        opt_us = sum(e.time_range.elapsed_us() for e in s_opt)
+        # forward: the step up to its last backward, less the backwards and optimizer ranges before it
+        fwd_us = max(0.0, (last - a) - sum(t1 - t0 for t0, t1 in regions[:-1])
+                     - sum(e.time_range.elapsed_us() for e in s_opt if e.time_range.start < last))
+        for k, v in (("forward", fwd_us), ("backward", bwd_us), ("optimizer", opt_us)):
+            host[k] += v
+        host["other"] += max(0.0, st.time_range.elapsed_us() - fwd_us - bwd_us - opt_us)
+        for k, v in (("forward", [e for e in others if e.time_range.start < last]), ("backward", s_bwd),
+                     ("optimizer", s_opt)):
+            dev[k] += device_us(v)
+    n = len(steps)
+    if not cuda:
+        return {f"{k}_s_per_step": v / n / 1e6 for k, v in host.items()} | {
+            "phases_source": "torch.profiler per ProfilerStep: autograd evaluate_function regions (backward), Optimizer."
+                             "step/zero_grad (optimizer), the step up to its last backward less those (forward); wall"}
+    return {**{f"{k}_s_per_step": v / n / 1e6 for k, v in dev.items()},
+            **{f"{k}_host_s_per_step": v / n / 1e6 for k, v in host.items()},
+            "phases_source": "torch.profiler per ProfilerStep: GPU time of the kernels each phase's ops launched "
+                             "(*_s_per_step), the phase's CPU span (*_host_s_per_step)"}
+
+
 def profile_steps(configured: int, window_steps: int) -> int:
     return 0 if configured <= 0 else max(1, min(configured, window_steps // 10))
 
@@ -94,32 +181,44 @@ def xla_split(overhead: dict) -> dict:
     if trace is None or not execs:
         return {}
     return {"host_s_per_step": trace + (sync or 0.0), "device_s_per_step": total / execs,
-            "breakdown_source": "xla: trace + sync (host), ExecuteTime per execution (device)"}
+            "breakdown_source": "xla: trace + sync (host), ExecuteTime per execution (device)",
+            "phases_unavailable": "xla: forward, backward and optimizer are one graph (fused), executed as one"}
 
 
 def profiled_split(hooks, device_type: str, steps: int, steady_s: float) -> dict:
     """Host and device time per step from torch.profiler over `steps` steps (see the module doc)."""
+    import warnings
+
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # a CUDA build on a CPU host logs a GPU probe failure
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     cuda = device_type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    got: list = []
     hooks.sync()
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            hooks.step(*hooks.next_batch())
-        hooks.sync()
-    events = prof.events()
+    # One ProfilerStep per step (prof.step() after each) marks the steps for `phases`; the split below
+    # leaves those spans out, so the host/device figures are what they were without them.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+        with profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=steps, repeat=1),
+                     on_trace_ready=lambda prof: got.extend(prof.events())) as prof:
+            for i in range(steps):
+                hooks.step(*hooks.next_batch())
+                if i == steps - 1:
+                    hooks.sync()
+                prof.step()
+    split_of = phases(got, cuda)
+    events = [e for e in got if not e.name.startswith(STEP)]
     if cuda:
         source = ("torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
                   "the ops less sync waits (host)")
-        return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps}
+        return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps, **split_of}
     device = sum(e.self_cpu_time_total for e in events
                  if not e.cpu_children and e.name not in NO_COMPUTE) / steps / 1e6
     host = max(0.0, steady_s - device)
     source = "torch.profiler: self time of computing leaf ops (device), steady step minus that (host)"
     return {"host_s_per_step": host, "device_s_per_step": device, "breakdown_source": source,
-            "breakdown_steps": steps}
+            "breakdown_steps": steps, **split_of}
 
 
 def split(hooks, device_type: str, overhead: dict, configured: int, window_steps: int, steady_s: float) -> dict:

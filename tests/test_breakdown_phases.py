@@ -1,0 +1,77 @@
+"""The per-step split into forward, backward and optimizer (bench/breakdown.py `phases`), from torch.profiler's
+own annotations over profiled steps, without changing the step. A step whose forward, backward and optimizer
+each sleep a known, widely spaced time must have each sleep land in its own phase (sleeps are lower bounds,
+so a busy machine only adds to them)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from xbench.bench import breakdown, loop
+
+FWD_S, BWD_S, OPT_S = 0.1, 0.4, 0.8  # spaced so that a sleep counted in the wrong phase moves it past the next
+
+
+class _SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        time.sleep(BWD_S)
+        return g
+
+
+class _SlowModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        time.sleep(FWD_S)
+        return self.lin(_SlowBackward.apply(x))
+
+
+class _SlowSGD(torch.optim.SGD):
+    def step(self, closure=None):  # torch wraps every optimizer's step in an Optimizer.step#... range
+        time.sleep(OPT_S)
+        return super().step(closure)
+
+
+def _hooks(model, opt, backward=True):
+    x, y = torch.randn(8, 16, requires_grad=True), torch.randint(0, 4, (8,))
+
+    def step(a, b):
+        loss = torch.nn.functional.cross_entropy(model(a), b)
+        if backward:
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return loop.Hooks(step=step, next_batch=lambda: (x, y), sync=lambda: None)
+
+
+def test_each_phase_of_a_real_step_gets_its_own_time():
+    model = _SlowModel()
+    fig = breakdown.split(_hooks(model, _SlowSGD(model.parameters(), lr=0.1)), "cpu", {}, 1, 100, 1.0)
+    assert fig["breakdown_steps"] == 1 and "phases_unavailable" not in fig, fig
+    assert FWD_S <= fig["forward_s_per_step"] < BWD_S, fig
+    assert BWD_S <= fig["backward_s_per_step"] < OPT_S, fig
+    assert OPT_S <= fig["optimizer_s_per_step"] < OPT_S + BWD_S, fig
+    assert 0 <= fig["other_s_per_step"] < FWD_S, fig
+    assert "ProfilerStep" in fig["phases_source"]
+    # the host/device split is still there, and still leaves the ProfilerStep spans out
+    assert fig["device_s_per_step"] >= 0 and "host_s_per_step" in fig
+
+
+def test_a_step_without_backward_ops_and_xla_say_why_they_are_not_split():
+    model = torch.nn.Linear(16, 4)
+    fig = breakdown.split(_hooks(model, None, backward=False), "cpu", {}, 1, 100, 0.01)
+    assert "forward_s_per_step" not in fig and "no autograd backward ops" in fig["phases_unavailable"]
+    xla = breakdown.xla_split({"xla_trace_s_median": 0.004, "xla_sync_s_median": 0.001, "xla_executions": 5,
+                               "xla_execute_s_total": 0.1})
+    assert "forward_s_per_step" not in xla and "one graph" in xla["phases_unavailable"]
