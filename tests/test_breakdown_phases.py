@@ -75,3 +75,38 @@ def test_a_step_without_backward_ops_and_xla_say_why_they_are_not_split():
     xla = breakdown.xla_split({"xla_trace_s_median": 0.004, "xla_sync_s_median": 0.001, "xla_executions": 5,
                                "xla_execute_s_total": 0.1})
     assert "forward_s_per_step" not in xla and "one graph" in xla["phases_unavailable"]
+
+
+def test_cuda_phases_are_the_gpu_time_of_each_phases_kernels():
+    """No GPU here: a profile of one CUDA step built from torch's own FunctionEvent, as torch.profiler documents
+    it (kernels attached to the CPU op that launched them, device_time_total summing an op's and its children's;
+    backward's ops on autograd's device thread while the main thread waits)."""
+    from torch.autograd.profiler_util import FunctionEvent
+
+    made = []
+
+    def ev(name, start, end, thread=1, parent=None, kernel_us=0.0):
+        e = FunctionEvent(len(made), name, thread, start, end, use_device="cuda")
+        if kernel_us:
+            e.append_kernel(f"{name}_kernel", 0, kernel_us)
+        if parent is not None:
+            e.set_cpu_parent(parent)
+            parent.append_cpu_child(e)
+        made.append(e)
+        return e
+
+    step = ev("ProfilerStep#0", 0, 1000)
+    ev("aten::linear", 10, 100, parent=step, kernel_us=50)
+    ev("aten::cross_entropy_loss", 100, 150, parent=step, kernel_us=20)
+    ev("autograd::engine::evaluate_function: NllLossBackward0", 160, 200, thread=2, kernel_us=30)
+    ev("autograd::engine::evaluate_function: AddmmBackward0", 210, 450, thread=2, kernel_us=300)
+    opt = ev("Optimizer.step#SGD.step", 700, 800, parent=step)
+    ev("aten::_foreach_add_", 710, 790, parent=opt, kernel_us=40)
+    fig = breakdown.phases(made, cuda=True)
+    got = {k: round(v * 1e6, 6) for k, v in fig.items() if k.endswith("_per_step")}  # microseconds
+    assert got == {"forward_s_per_step": 70, "backward_s_per_step": 330,
+                   "optimizer_s_per_step": 40,  # the kernels of its child op count for it
+                   "forward_host_s_per_step": 160,  # the step's start to its backward region
+                   "backward_host_s_per_step": 290,  # one region, 160-450, the engine's gap included
+                   "optimizer_host_s_per_step": 100, "other_host_s_per_step": 450}
+    assert "GPU time" in fig["phases_source"]
