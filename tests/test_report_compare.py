@@ -219,7 +219,7 @@ def test_published_figures_are_drawn_beside_the_measured_ones(fixture_store):
     pub = t["published"]
     tpu = _row(pub, **{"published [unit]": 2796})
     assert tpu["measured here [unit]"] == 2500.0 and tpu["unit"] == "images/s" and tpu["date"] == "2018-04-26"
-    assert "platform=tpu_v2_8, global_batch_size=1024; 1 runs" in tpu["measured as"]
+    assert "platform=tpu_v2_8, global_batch_size=1024, data=imagenet; 1 runs" in tpu["measured as"]
     gpu = _row(pub, **{"published [unit]": 2839})  # no 4 x V100 run here: blank, not a guess
     assert gpu["measured here [unit]"] != gpu["measured here [unit]"]
     assert _row(t["throughput"], platform="tpu_v2_8")["throughput median [samples/s]"] == 2500.0

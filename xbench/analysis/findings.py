@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xbench.analysis.reprice import one_machine, repriced
 from xbench.analysis.rows import TP, Rows, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
@@ -114,9 +115,23 @@ def _versus(best: Config, second: Config, higher: bool, what: str, better: str) 
     ratio = best.value / second.value if higher else second.value / best.value
     o = overlap(best, second)
     if o:
-        return f"within noise of {second.label} ({fmt(second.value)}{what}; the intervals overlap)"
+        return f"but within noise of {second.label} ({fmt(second.value)}{what}; the intervals overlap): no winner"
     tail = "" if o is False else " (no spread measured on one side: not tested against noise)"
     return f"{ratio:.2f}x {better} the runner-up, {second.label} ({fmt(second.value)}{what}){tail}"
+
+
+TIE = 0.005  # values within half a percent read the same at the 3 digits shown ("1.00x"): a tie, no winner
+
+
+def _minimum_note(cs: list[Config], col: str) -> str:
+    """A sentence when the platform's minimum charge set the cost of the configurations named."""
+    hit = [c for c in cs if any(col in (r.get("minimum_charged") or "").split(", ") for r in c.rows)]
+    if not hit:
+        return ""
+    low = max((v for c in hit for v in c.rows.nums("minimum_charge_s")), default=0)
+    who = "each" if len(hit) == len(cs) else ", ".join(c.label for c in hit)
+    return (f" The platform's {low:g} s minimum charge set the cost of {who} (the runs were shorter): "
+            "the cost says nothing about the runs themselves.")
 
 
 def _best(found: list[Found], names: list[str], col: str, higher: bool, power: float | None,
@@ -125,11 +140,17 @@ def _best(found: list[Found], names: list[str], col: str, higher: bool, power: f
     if not cs:
         return None
     b = cs[0]
+    tied = [c for c in cs[1:] if abs(c.value - b.value) <= TIE * max(abs(b.value), abs(c.value))]
+    if tied:  # no winner: the figures are the same to the digits shown
+        who = ", ".join(c.label for c in [b, *tied[:-1]]) + f" and {tied[-1].label}"
+        text = (f"{question.capitalize()}: no winner: {who} tie at {prefix}{fmt(b.value)}{unit}{suffix}"
+                + (f"; the rest trail ({len(cs) - 1 - len(tied)} more)" if len(cs) > 1 + len(tied) else "") + ".")
+        return Finding(question, work, text + _minimum_note([b, *tied], col))
     runs = len(b.rows)
     text = (f"{question.capitalize()}: {b.label} at {prefix}{fmt(b.value)}{unit}{suffix} ({b.interval()}; "
             f"{runs} run{'s' if runs != 1 else ''})")
     text += ", " + _versus(b, cs[1], higher, unit, better) + "." if len(cs) > 1 else "; nothing else to compare it with."
-    return Finding(question, work, text)
+    return Finding(question, work, text + _minimum_note(cs[:2], col))
 
 
 MAX_SCALING = 4  # scaling findings: the workloads measured at the most device counts
@@ -201,19 +222,38 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
     """(the findings, a sentence about what was left out)."""
     rows = Rows.of(rows)
     out: list[Finding] = []
-    ok = rows.ok(None)
+    # A run that saw other processes on its cores measured the machine's load, not its configuration: it is
+    # not stated as a result (the tables keep it, flagged).
+    contended = Rows(r for r in rows.ok(None) if r.get("contended"))
+    ok = Rows(r for r in rows.ok(None) if not r.get("contended"))
     works = sorted(groups(ok, WORK), key=lambda x: -len(x[1]))
-    configs = [Found.of(keys, g) for keys, g in groups(ok, CONFIGURATION)]  # each spread once
-    by_work: dict[tuple, list[Found]] = {}
-    for f in configs:
-        by_work.setdefault(tuple(f.keys[x] for x in WORK), []).append(f)
-    for k, sub in works[:MAX_WORKS]:
+
+    def by_work_of(rs: Rows) -> dict[tuple, list[Found]]:
+        out: dict[tuple, list[Found]] = {}
+        for keys, g in groups(rs, CONFIGURATION):  # each spread once
+            out.setdefault(tuple(keys[x] for x in WORK), []).append(Found.of(keys, g))
+        return out
+
+    speed_rows, _ = one_machine(ok)  # one machine priced two ways is one configuration for its speed
+    by_work = by_work_of(speed_rows)
+    configs = [f for fs in by_work.values() for f in fs]
+    cheap_rows, same_machine = repriced(ok, cur)  # one machine priced two ways: its runs re-priced as one set
+    cheap = by_work_of(cheap_rows) if cur else {}
+    for k, _ in works[:MAX_WORKS]:
         w = _work(k)
-        found, names = by_work.get(tuple(k[x] for x in WORK), []), label_keys(sub)
+        wk = tuple(k[x] for x in WORK)
+        found = by_work.get(wk, [])
+        names = label_keys(Rows(r for f in found for r in f.rows))
         out += [f for f in (
             _best(found, names, TP, True, 1.0, "fastest", " samples/s", w, better="the throughput of"),
-            _best(found, names, f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples",
+            _best(cheap.get(wk, []), label_keys(Rows(r for f in cheap.get(wk, []) for r in f.rows)),
+                  f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples",
                   w, prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
+            _best(found, names, "projected_training_s", False, -1.0, "shortest projected whole training", " s", w,
+                  suffix=" (data.dataset_size x goal.projection_epochs samples at the measured samples/s; the "
+                  "projection table has its basis)", better="shorter than"),
+            _best(found, names, f"projected_training_cost_{cur}", False, -1.0, "cheapest projected whole training",
+                  "", w, prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
             _best(found, names, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w,
                   better="faster than"),
             _best(found, names, f"train_cost_to_target_{cur}", False, None, "cheapest to the target", "", w,
@@ -231,6 +271,12 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
                                    + f" ({len(cs)} configurations compared; the baseline table has each)."))
     scaled, more_scaling = _scaling(ok)
     out += scaled + _runtimes([f for f in configs if f.rows.ok()])
+    out += [Finding("one machine, several prices", None, n) for n in same_machine]
+    if contended:
+        worst = max(contended.nums("other_cpu_cores_during"), default=None)
+        out.append(Finding("contention", None, f"{len(contended)} ok runs were contended (other processes used the "
+                           "machine during their timed windows" + (f", up to {worst:.2g} cores" if worst else "")
+                           + "): they measured the load, so no finding above uses them; the tables flag them."))
     bad = [r.get("status") for r in rows if r.get("status") != "ok"]
     if bad:
         counts = {s: bad.count(s) for s in sorted(set(bad), key=str)}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from xbench.analysis import wandb_source
 from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
-from xbench.metrics import utilisation
+from xbench.metrics import targets, utilisation
 from xbench.metrics.stats import ci95, log_moments
 from xbench.records.record import RunRecord
 from xbench.records.store import scan_records
@@ -155,6 +155,9 @@ def flatten(rec: RunRecord) -> dict:
         "cpu_model": ((rec.env or {}).get("cpu") or {}).get("model"),
         "device_kind": device_kind(platform, ((rec.env or {}).get("cpu") or {}).get("model")),
         "hostname": (rec.env or {}).get("hostname"),
+        "provider": platform.get("provider"),
+        "dataset_size": data.get("dataset_size"),  # the projection's basis (metrics/derived.py's cost)
+        "projection_epochs": (c.get("goal") or {}).get("projection_epochs"),
         **detail_columns(c),
     }
     for src in (m, rec.derived or {}):
@@ -176,7 +179,42 @@ def flatten(rec: RunRecord) -> dict:
     row["curve"] = _curve(rec)
     row["target"] = _target(rec)
     row.update(_price_and_gpus(rec))
+    row.update(_minimum_charged(platform, row))
     return row
+
+
+# Each billed cost figure and the duration it bills (metrics/derived.py): a duration below the platform's
+# minimum charge makes the cost the minimum, whatever the run did.
+BILLED = (("train_cost_to_target_{cur}", "train_time_to_target_s"), ("cost_to_target_{cur}", "wall_time_to_target_s"),
+          ("train_cost_{cur}", "train_time_s"), ("run_cost_{cur}", "wall_s_total"),
+          ("window_cost_{cur}", "window_s_total"), ("projected_training_cost_{cur}", "projected_training_s"))
+
+
+def minimum_charge_s(platform: dict) -> float:
+    """The longest minimum charge among the platform's usage components billed by time (0: none)."""
+    out = 0.0
+    for c in platform.get("price") or []:
+        if not isinstance(c, dict) or c.get("kind", "usage") != "usage" or c.get("unit") == "month" \
+                or (c.get("billing") or platform.get("billing")) == "month_amortised":
+            continue
+        v = c.get("minimum_charge_s")
+        v = platform.get("minimum_charge_s") if v is None else v
+        out = max(out, float(v or 0.0))
+    return out
+
+
+def _minimum_charged(platform: dict, row: dict) -> dict:
+    """`minimum_charge_s` and `minimum_charged`: the cost figures of this row that the minimum charge set
+    (their duration was shorter), comma-separated; None when none."""
+    low = minimum_charge_s(platform) if platform.get("price") else 0.0
+    if not low:
+        return {}
+    cur = str(row.get("price_currency") or "usd").lower()
+    pairs = [(c.format(cur=cur), d) for c, d in BILLED]
+    for t in targets.targets_in(row):
+        pairs += [(targets.column(c, t), targets.column(d, t)) for c, d in pairs[:2]]
+    hit = [c for c, d in pairs if row.get(c) is not None and isinstance(row.get(d), (int, float)) and row[d] < low]
+    return {"minimum_charge_s": low, "minimum_charged": ", ".join(hit) or None}
 
 
 def _price_and_gpus(rec: RunRecord) -> dict:

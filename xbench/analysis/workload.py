@@ -41,6 +41,10 @@ BASELINE = WORK
 
 # Config fields that change what one sample costs (data) or how it is computed (runtime).
 DATA_SHAPE = ("image_size", "channels", "seq_len", "vocab_size", "num_features", "num_classes")
+# The shape fields that apply to each data modality (config.DataConfig): an image has no seq_len; a record
+# without a modality (an older one) keeps every field it has.
+MODALITY_SHAPE = {"image": ("image_size", "channels", "num_classes"), "tokens": ("seq_len", "vocab_size", "num_classes"),
+                  "features": ("num_features", "num_classes")}
 RUNTIME_OPTIONS = ("backend", "mode", "target", "fullgraph", "dynamic")
 
 assert set(WORK) <= set(WORKLOAD) <= set(CONFIGURATION) and set(PLACEMENT) <= set(CONFIGURATION)
@@ -57,7 +61,7 @@ def detail_columns(config: dict) -> dict:
     if model.get("channels_last"):
         options["channels_last"] = True
     return {"model_options": _text(options),
-            "data_shape": _text({k: data[k] for k in DATA_SHAPE if k in data}),
+            "data_shape": _text({k: data[k] for k in MODALITY_SHAPE.get(data.get("modality"), DATA_SHAPE) if k in data}),
             "runtime_options": _text({k: runtime[k] for k in RUNTIME_OPTIONS if k in runtime})}
 
 

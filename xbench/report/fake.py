@@ -26,18 +26,25 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
                 status: str = "ok", reason: str | None = None, experiment: str | None = "FAKE",
                 measurements: dict | None = None, series: dict | None = None,
                 warnings: list[str] | None = None, mode: str = "throughput", currency: str = "USD",
-                ranks: list[dict] | None = None, price_as_of: str | None = None) -> RunRecord:
+                ranks: list[dict] | None = None, price_as_of: str | None = None,
+                projection_epochs: float | None = None, hostname: str | None = None,
+                provider: str | None = None, minimum_charge_s: float | None = None,
+                data_config: dict | None = None) -> RunRecord:
     """One record as the CLI would write it, with the given (fake) figures."""
     price = [{"name": platform, "amount": usd_per_hour, "currency": currency, "unit": "hour", "per": "machine",
               "count": 1}] if usd_per_hour else []
     config = {
-        "model": {"name": model}, "data": {"name": data, "batch_size": batch_size, "dataset_size": 60000},
+        "model": {"name": model},
+        "data": {"name": data, "batch_size": batch_size, "dataset_size": 60000, **(data_config or {})},
         "platform": {"name": platform, "pricing_model": pricing_model, "price": price,
+                     **({"provider": provider} if provider else {}),
+                     **({"minimum_charge_s": minimum_charge_s} if minimum_charge_s else {}),
                      "peak_tflops": {"fp32": peak_tflops_fp32} if peak_tflops_fp32 else {},
                      **({"price_as_of": price_as_of} if price_as_of else {})},
         "runtime": {"name": runtime}, "precision": {"name": precision},
         "parallel": {"name": parallel, "world_size": devices},
         "bench": {"mode": mode, "threads": threads}, "experiment": experiment,
+        **({"goal": {"projection_epochs": projection_epochs}} if projection_epochs else {}),
     }
     m: dict = {}
     if status == "ok" and throughput is not None:
@@ -51,7 +58,8 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
              "noisy": False}
     m.update(measurements or {})
     rec = RunRecord(run_id=run_id, experiment=experiment, config=config, measurements=m,
-                    series=series or {}, warnings=[FAKE_WARNING, *(warnings or [])], ranks=ranks or [])
+                    series=series or {}, warnings=[FAKE_WARNING, *(warnings or [])], ranks=ranks or [],
+                    env={"hostname": hostname} if hostname else {})
     rec.derived = derive(m, config) if status == "ok" else {}
     rec.finish(status, reason)
     return rec

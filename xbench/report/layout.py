@@ -37,6 +37,7 @@ LABEL_CHARS = 46  # a bar's label is cut to this (the tables have it whole)
 FIG_MAX_W, FIG_MAX_H = 16.0, 24.0  # inches (at 100 dpi: 1600 x 2400 px)
 DPI = 100
 MARKERS = "osD^v<>PX*h"
+DASHES = ("-", "--", "-.", ":")
 GREY = "0.72"
 STYLE = {"axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
          "font.size": FONT, "axes.titlesize": FONT + 1, "axes.labelsize": FONT, "legend.fontsize": FONT,
@@ -57,6 +58,35 @@ def nice(v: float | None) -> str:
 def short(text: str, n: int = LABEL_CHARS) -> str:
     """A label cut to `n` characters, drawn as plain text (escape.plot_text)."""
     return plot_text(text if len(text) <= n else text[: n - 1] + "…")
+
+
+SEP = " / "  # between the keys of a configuration's label (analysis/workload.configuration_label)
+
+
+def fit_label(text: str, n: int = LABEL_CHARS) -> str:
+    """A label of `n` characters at most that keeps every key it names: the longest key is cut in its
+    middle (its start and its end stay) until the label fits, never the label's end (where the key that
+    tells two bars apart often is)."""
+    parts = text.split(SEP)
+    room = n - len(SEP) * (len(parts) - 1)
+    if len(text) <= n or room < 6 * len(parts):
+        return short(text, n)
+    while sum(map(len, parts)) > room:
+        i = max(range(len(parts)), key=lambda j: len(parts[j]))
+        p = parts[i]
+        keep = max(5, len(p) - (sum(map(len, parts)) - room)) - 1  # characters kept besides the "…"
+        parts[i] = p[: (keep + 1) // 2] + "…" + p[len(p) - keep // 2:]
+        if len(parts[i]) >= len(p):
+            break
+    return plot_text(SEP.join(parts))
+
+
+def fit_labels(labels: list[str], n: int = LABEL_CHARS) -> list[str]:
+    """fit_label for each; if two different labels would read the same, the labels are kept whole."""
+    fitted = [fit_label(x, n) for x in labels]
+    if len(set(fitted)) < len(set(labels)):
+        return [plot_text(x) for x in labels]
+    return fitted
 
 
 def palette():
@@ -162,7 +192,9 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
     """Horizontal bars, one facet per work stacked in one column; error bars where a bar has a spread;
     each bar's value at its end; `ref` draws a dashed reference line (the baseline's 1.0)."""
     facets = facets[:MAX_FACETS]
-    labels = [short(b.label) for f in facets for b in f.bars]
+    fitted = fit_labels([b.label for f in facets for b in f.bars])
+    names = dict(zip((b.label for f in facets for b in f.bars), fitted))
+    labels = list(fitted)
     left = max((len(s) for s in labels), default=8) * CHAR_IN + 0.35
     plot_w = 5.2
     hue_names = list(hues or {})
@@ -198,7 +230,7 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
             end = max(b.value, b.high or 0)
             ax.text(_times(end, 1.08) if flog else min(end + hi * 0.015, BIGGEST), yy, value_text(b.value),
                     va="center", ha="left", fontsize=FONT - 0.5)
-        ticks, ys_all = [short(b.label) for b in rows], list(ys)
+        ticks, ys_all = [names[b.label] for b in rows], list(ys)
         if f.left_out:
             ticks.insert(f.split, f"… {f.left_out} more (in the tables) …")
             ys_all.insert(f.split, f.split)
@@ -248,10 +280,15 @@ def line_figure(panels: list[Panel], title: str, xlabel: str, note: str = "", lo
             rank[ln.label] = max(rank.get(ln.label, -math.inf), ln.rank)
     coloured = sorted(sorted(rank, key=lambda n: -rank[n])[:LEGEND_MAX])
     styles = dict(zip(coloured, palette()))
+    # Curves that coincide stay visible: each label its own dash, and hollow markers that shrink label by label
+    # (the first drawn largest, so identical points show as rings inside rings).
+    dashes = {n: (DASHES[i % len(DASHES)], 7.5 - 1.2 * (i % 4), 2 + i) for i, n in enumerate(coloured)}
+    shown = fit_labels(coloured)
+    short_of = dict(zip(coloured, shown))
     grey = len(rank) - len(coloured)
     grey_label = f"{grey} more (grey)"
     refs = list(dict.fromkeys(k for p in panels for k in (*(p.hlines or {}), *(p.ref_points or {}))))
-    legend_labels = [short(n) for n in coloured] + ([grey_label] if grey else []) + refs
+    legend_labels = shown + ([grey_label] if grey else []) + refs
     ncols = min(ncols, len(panels)) or 1
     nrows = math.ceil(len(panels) / ncols)
     pw, left, gap_w = 4.4, 0.9, 0.85
@@ -268,16 +305,19 @@ def line_figure(panels: list[Panel], title: str, xlabel: str, note: str = "", lo
             handles.setdefault(grey_label, ax.plot(ln.xs, ln.ys, color=GREY, lw=0.7, zorder=1)[0])
         for ln in (ln for ln in p.lines if ln.label in styles):
             color, marker = styles[ln.label]
-            handles.setdefault(short(ln.label), ax.plot(ln.xs, ln.ys, marker=marker, ms=4, color=color, lw=1.4,
-                                                        zorder=3)[0])
+            ls, ms, z = dashes[ln.label]
+            handles.setdefault(short_of[ln.label], ax.plot(ln.xs, ln.ys, marker=marker, ms=ms, mfc="none", mew=1.2,
+                                                           color=color, lw=1.4, ls=ls, zorder=3 + z)[0])
             pts = [(x, y, lo, hi) for x, y, lo, hi in zip(ln.xs, ln.ys, ln.lows or [], ln.highs or [])
                    if lo is not None and hi is not None]
             if pts:
                 ax.errorbar([q[0] for q in pts], [q[1] for q in pts],
                             yerr=[[max(q[1] - q[2], 0) for q in pts], [max(q[3] - q[1], 0) for q in pts]],
                             fmt="none", ecolor=color, elinewidth=0.8, capsize=2, zorder=2)
-        for name, yv in (p.hlines or {}).items():
-            handles.setdefault(name, ax.axhline(yv, color="black", ls="--", lw=1))
+        for j, (name, yv) in enumerate((p.hlines or {}).items()):  # one line per target, each its own dash
+            handles.setdefault(name, ax.axhline(yv, color=("black", "0.45", "0.25", "0.6")[j % 4],
+                                                ls=((0, (5, 3)), (0, (1.5, 2)), (0, (6, 2, 1, 2)), (0, (3, 1)))[j % 4],
+                                                lw=1))
         for name, pts in (p.ref_points or {}).items():
             handles.setdefault(name, ax.plot([q[0] for q in pts], [q[1] for q in pts], color="black", ls="--",
                                              lw=1)[0])
@@ -286,7 +326,7 @@ def line_figure(panels: list[Panel], title: str, xlabel: str, note: str = "", lo
         xs = sorted({x for ln in p.lines for x in ln.xs if x is not None})
         if xs and len(xs) <= 8:
             ax.set_xticks(xs)
-            ax.set_xticklabels([f"{x:g}" for x in xs])
+            ax.set_xticklabels([nice(x) for x in xs])  # 3 significant digits, not a time's six
             ax.minorticks_off()
         else:
             ax.xaxis.set_major_locator(MaxNLocator(6))
@@ -297,7 +337,7 @@ def line_figure(panels: list[Panel], title: str, xlabel: str, note: str = "", lo
         ax.set_title("\n".join(tl), loc="left")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(p.ylabel)
-    order = [short(n) for n in coloured] + [grey_label] + refs
+    order = shown + [grey_label] + refs
     cv.legend(fig, [handles[k] for k in order if k in handles], [k for k in order if k in handles])
     return fig
 

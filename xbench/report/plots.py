@@ -11,17 +11,21 @@ come from xbench.analysis. matplotlib runs headless (Agg).
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from xbench.analysis.overhead import compile_columns
 from xbench.analysis.published import published_beside_measured
+from xbench.analysis.reprice import one_machine, repriced
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
 from xbench.analysis.workload import SCALING, WORK
+from xbench.metrics import targets
 from xbench.report import layout
 from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
 from xbench.report.rows import (
@@ -51,19 +55,35 @@ def _work_title(k: dict) -> str:
     return f"{k['model']} on {k['data']}" + (f" ({details})" if details else "")
 
 
+# While a plot is drawn (_draw): the works it had data for and the ones its figure drew (by WORK key), so the
+# works one figure has no room for go on a next page (<name>_2.png, ...) and plots/<name>.json says what was drawn.
+_WORKS: dict[tuple, str] = {}
+_DRAWN: dict[tuple, str] = {}
+MAX_PAGES = 4  # figures a plot kind may take (4 x layout.MAX_FACETS facets); beyond, the works are named
+
+
+def _work_key(r: dict) -> tuple:
+    return tuple(r.get(k) for k in WORK)
+
+
 def workloads(rows: Rows, facets_per_work: int = 1) -> tuple[list[tuple[str, Rows]], str]:
     """(title, rows) per work (model and data, with their options), the most-run first when there are more
     than a figure draws (layout.MAX_FACETS facets, `facets_per_work` each), and a sentence naming the ones
-    left out (empty when none)."""
+    left out (empty when none; the report draws them on the plot's next page)."""
     found = [(_work_title(k), sub) for k, sub in groups(rows, WORK)]
     fit = max(1, layout.MAX_FACETS // facets_per_work)
+    for t, sub in found:
+        _WORKS[_work_key(sub[0])] = t
+    if len(found) > fit:
+        found.sort(key=lambda x: -len(x[1]))
+    for t, sub in found[:fit]:
+        _DRAWN[_work_key(sub[0])] = t
     if len(found) <= fit:
         return found, ""
-    found.sort(key=lambda x: -len(x[1]))
     rest = found[fit:]
     names = ", ".join(t for t, _ in rest[:4]) + (", ..." if len(rest) > 4 else "")
-    return found[:fit], (f"{len(rest)} more works not drawn ({names}): narrow the report with "
-                                       "--filter model=...")
+    return found[:fit], (f"{len(rest)} more works not drawn here ({names}): the next page of this plot draws "
+                         "them (or narrow the report with --filter model=...).")
 
 
 _SPREAD: dict[tuple, tuple] = {}  # while a PlotJob draws: a group's spread, by its run ids (several plots ask)
@@ -105,7 +125,7 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
     if not ok:
         raise NoData(f"no ok record has {col}")
     wl, left_out = workloads(ok, facets_per_work)
-    facets, found_all, summarised = [], [], 0
+    facets, found_all, summarised, minimum_set = [], [], 0, 0
     cap = layout.bar_cap(len(wl) * facets_per_work)
     for title, sub in wl:
         names = bar_keys(sub, ctx, drop=(hue, best_of, *drop))
@@ -121,7 +141,10 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
             else:
                 a, b = tp_interval(g, power)
                 lo, hi = (v * a, v * b) if a is not None else (None, None)
-            bars.append(Bar(bar_label(keys, names), v, lo, hi, str(keys[hue]) if hue else None, len(g)))
+            floor = any(col in (r.get("minimum_charged") or "").split(", ") for r in g)
+            minimum_set += floor
+            bars.append(Bar(bar_label(keys, names) + (" (minimum charge)" if floor else ""), v, lo, hi,
+                            str(keys[hue]) if hue else None, len(g)))
         f = summarise(bars, higher_is_better, cap)
         f.title = title
         summarised += f.left_out
@@ -130,7 +153,10 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
              SPREAD_NOTE if power is not None else "Error bars: min-max over repeated runs.",
              f"Best {best_of.replace('_', ' ')} of each bar." if best_of else "",
              f"{summarised} bars left out (the best and the worst of each work are drawn; the tables list all)."
-             if summarised else "", left_out]
+             if summarised else "",
+             f"'(minimum charge)': the run was shorter than the platform's minimum charge "
+             f"({max(ok.nums('minimum_charge_s'), default=0):g} s), so the cost is that minimum, whatever the run did."
+             if minimum_set else "", left_out]
     return facets, _note(*notes), ok
 
 
@@ -140,9 +166,10 @@ def hue_colors(names) -> dict:
 
 @plot("throughput")
 def throughput(rows: Rows, ctx: Context):
+    rows, same_machine = one_machine(rows)  # one machine priced two ways: one configuration, its runs repeats
     facets, note, _ = figure_bars(rows, ctx, TP, True)
     return hbar_figure(facets, "Throughput per configuration (median, higher is better)", "throughput [samples/s]",
-                       note)
+                       _note(note, *same_machine))
 
 
 def _lines_by_batch(sub: Rows, names: list[str], col: str = TP) -> list[Line]:
@@ -167,6 +194,7 @@ def _lines_by_batch(sub: Rows, names: list[str], col: str = TP) -> list[Line]:
 
 @plot("throughput_vs_batch")
 def throughput_vs_batch(rows: Rows, ctx: Context):
+    rows, same_machine = one_machine(rows)  # not two lines of one machine read as a price effect
     ok = rows.ok()
     wl, left_out = workloads(ok)
     if all(len(set(sub.col("global_batch_size"))) < 2 for _, sub in wl):
@@ -176,7 +204,7 @@ def throughput_vs_batch(rows: Rows, ctx: Context):
     span = [x for p in panels for ln in p.lines for x in ln.xs]
     return line_figure(panels, "Throughput vs global batch size (median per point)", "global batch size [samples]",
                        _note(constant_caption(ok), "Each point: one configuration (median over its runs).",
-                             SPREAD_NOTE, left_out), log_x=bool(span) and max(span) / min(span) >= 8)
+                             SPREAD_NOTE, *same_machine, left_out), log_x=bool(span) and max(span) / min(span) >= 8)
 
 
 @plot("samples_per_dollar")
@@ -185,12 +213,13 @@ def samples_per_dollar(rows: Rows, ctx: Context):
     if cur is None:
         raise NoData("no record has a price")
     col = f"samples_per_s_per_{cur}_per_hour"
+    rows, same_machine = repriced(rows, cur)  # one machine priced two ways: the same runs at each price
     hue = "pricing_model" if len(set(rows.ok(col).col("pricing_model"))) > 1 else None
     facets, note, ok = figure_bars(rows, ctx, col, True, hue=hue, best_of="global_batch_size",
                                    drop=("batch_size_per_device",))
     C = cur.upper()
     return hbar_figure(facets, f"Throughput per price: samples/s per {C}/hour (best batch size of each; on-demand "
-                       "vs spot vs reserved)", f"samples/s per {C}/hour", _note(note, _fx_note(ctx)),
+                       "vs spot vs reserved)", f"samples/s per {C}/hour", _note(note, *same_machine, _fx_note(ctx)),
                        hues=hue_colors({b.hue for f in facets for b in f.bars}) if hue else None)
 
 
@@ -199,9 +228,10 @@ def cost_per_million(rows: Rows, ctx: Context):
     cur = currency(rows)
     if cur is None:
         raise NoData("no record has a price")
+    rows, same_machine = repriced(rows, cur)
     facets, note, _ = figure_bars(rows, ctx, f"{cur}_per_million_samples", False, power=-1.0)
     return hbar_figure(facets, f"Cost per million samples trained [{cur.upper()}] (lower is better)",
-                       f"{cur.upper()} per 1M samples", _note(note, _fx_note(ctx)))
+                       f"{cur.upper()} per 1M samples", _note(note, *same_machine, _fx_note(ctx)))
 
 
 def _fx_note(ctx: Context) -> str:
@@ -213,19 +243,35 @@ def _fx_note(ctx: Context) -> str:
 
 @plot("cost_to_target")
 def cost_to_target(rows: Rows, ctx: Context):
-    """The cost to the target; for runs of a fixed number of epochs (no target), the whole training's."""
+    """The cost to each target, one facet per work and target, labelled (a run with goal.targets has figures per
+    target: the study's chart is the cost to its first); for runs of a fixed number of epochs (no target), the
+    whole training's."""
     cur = currency(rows) or "usd"
     names = (f"train_cost_to_target_{cur}", f"cost_to_target_{cur}", f"train_cost_{cur}")
     col = next((c for c in names if rows.ok(c)), None)
     if col is None:
         raise NoData(f"no ok record has {' / '.join(names)}")
-    facets, note, _ = figure_bars(rows, ctx, col, False, power=None)
+    C = cur.upper()
     if col == names[2]:  # runs of a fixed number of epochs: the whole training's cost
-        title = f"Cost of the whole training [{cur.upper()}] (training time billed; lower is better)"
-        return hbar_figure(facets, title, f"training cost [{cur.upper()}]", _note(note, _fx_note(ctx)))
+        facets, note, _ = figure_bars(rows, ctx, col, False, power=None)
+        title = f"Cost of the whole training [{C}] (training time billed; lower is better)"
+        return hbar_figure(facets, title, f"training cost [{C}]", _note(note, _fx_note(ctx)))
     what = "training time billed, the studies' figure" if col.startswith("train_") else "wall time billed"
-    return hbar_figure(facets, f"Cost to reach the quality target [{cur.upper()}] ({what}; lower is better)",
-                       f"cost to target [{cur.upper()}]", _note(note, _fx_note(ctx)))
+    metric = " / ".join(sorted({str(m) for m in rows.col("goal_metric") if m})) or "metric"
+    several = [t for t in targets.targets_in(rows.columns()) if rows.ok(targets.column(col, t))]
+    facets, notes = [], []
+    for i, t in enumerate(several or [None]):
+        c = col if t is None else targets.column(col, t)
+        fs, note, _ = figure_bars(rows, ctx, c, False, power=None, facets_per_work=len(several) or 1)
+        goal = (f"to {metric} {t:g} (target {i + 1} of {len(several)})" if t is not None else
+                "to " + metric + " " + " / ".join(f"{x:g}" for x in sorted(set(rows.ok(col).nums("target")))))
+        for f in fs:
+            f.title = f"{goal}: {f.title}"  # the target first: a long work title is cut at its end
+        facets += fs
+        notes.append(note)
+    missed = "A run that did not reach a target has no bar for it (the to_target table says why)." if several else ""
+    return hbar_figure(facets, f"Cost to reach each quality target [{C}] ({what}; lower is better)",
+                       f"cost to target [{C}]", _note(notes[0], missed, _fx_note(ctx)))
 
 
 def _accuracy(rows: Rows, ctx: Context, x: str, xlabel: str, title: str):
@@ -243,9 +289,10 @@ def _accuracy(rows: Rows, ctx: Context, x: str, xlabel: str, title: str):
                 pts = [(p[x], p["metric"]) for p in r["curve"] if p.get(x) is not None]
                 lines.append(Line(bar_label(keys, names), [p[0] for p in pts], [p[1] for p in pts],
                                   rank=max(p[1] for p in pts)))
-        targets = sorted(set(sub.nums("target")))
+        # Every target of the runs (goal.targets: each has its figures), not only the last one they stop at.
+        goals = sorted(set(sub.nums("target")) | set(targets.targets_in(sub.columns())))
         metric = " / ".join(sorted({str(m) for m in sub.col("goal_metric") if m})) or "accuracy"
-        panels.append(Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in targets}))
+        panels.append(Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in goals}))
     drawn = sum(min(len(p.lines), layout.LEGEND_MAX + layout.MAX_GREY_LINES) for p in panels)
     total = sum(len(p.lines) for p in panels)
     return line_figure(panels, title, xlabel, _note(constant_caption(rows), "Each line: one run.",
@@ -466,12 +513,41 @@ def save(fig, out_dir: Path, name: str, svg: bool = False) -> tuple[Path, Path |
 _JOB: tuple = ()  # (rows, ctx, out_dir, svg) of the plots being drawn: forked processes inherit it
 
 
-def _draw(name: str) -> tuple[str, tuple | str]:
+def _page(rows: Rows, ctx: Context, keys: set[tuple]) -> tuple[Rows, Context]:
+    """The rows (and the baseline-normalised rows) of the works `keys` only: a plot's next page."""
+    sub = Rows(r for r in rows if _work_key(r) in keys)
+    n = ctx.normalised
+    return sub, replace(ctx, normalised=None if n is None else Rows(r for r in n if _work_key(r) in keys))
+
+
+def draw_pages(name: str, rows: Rows, ctx: Context, out_dir: Path, svg: bool = False) -> list[tuple[str, tuple]]:
+    """Plot `name` as one figure, and as next pages (<name>_2, ...) for the works a figure had no room for;
+    writes plots/<name>.json: the works it had data for and the ones drawn (python -m xbench.studies
+    --check-report fails on a plot that drew fewer)."""
+    _WORKS.clear()
+    _DRAWN.clear()
+    out = [(name, save(PLOTS[name](rows, ctx), out_dir, name, svg))]
+    have = dict(_WORKS)
+    while len(out) < MAX_PAGES and set(have) - set(_DRAWN):
+        page = f"{name}_{len(out) + 1}"
+        try:  # the works left, on a page of their own (workloads() adds the ones it draws to _DRAWN)
+            fig = PLOTS[name](*_page(rows, ctx, set(have) - set(_DRAWN)))
+        except (NoData, ValueError):
+            break
+        out.append((page, save(fig, out_dir, page, svg)))
+    if have:
+        summary = {"plot": name, "pages": [n for n, _ in out], "works_with_data": sorted(have.values()),
+                   "works_drawn": sorted(v for k, v in have.items() if k in _DRAWN)}
+        (out_dir / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return out
+
+
+def _draw(name: str) -> tuple[str, list | str]:
     rows, ctx, out_dir, svg = _JOB
     with plt.rc_context(layout.STYLE), warnings.catch_warnings():
         warnings.filterwarnings("ignore", "overflow", RuntimeWarning)  # a 1e308 figure: its axis is clamped
         try:
-            return name, save(PLOTS[name](rows, ctx), out_dir, name, svg)
+            return name, draw_pages(name, rows, ctx, out_dir, svg)
         except (NoData, ValueError) as e:  # ValueError: a query the rows cannot answer (the tables say so too)
             return name, str(e)
 
@@ -511,7 +587,7 @@ class PlotJob:
                 self.pool.terminate()
             _JOB = ()
             _SPREAD.clear()
-        made = {n: r for n, r in done if isinstance(r, tuple)}
+        made = {page: paths for _, r in done if isinstance(r, list) for page, paths in r}
         return made, {n: r for n, r in done if isinstance(r, str)}
 
 

@@ -21,6 +21,7 @@ from xbench.analysis.findings import Finding, findings
 from xbench.analysis.overhead import compile_columns, versus_eager
 from xbench.analysis.published import published_beside_measured
 from xbench.analysis.quality import quality_parity
+from xbench.analysis.reprice import repriced
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import ci_text, noisy, ratio, spread, verdict
@@ -114,6 +115,7 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
     if cur is None:
         raise NoData("no record has a price (platforms without `price:` have no cost figures)")
     C, per = cur.upper(), f"samples_per_s_per_{cur}_per_hour"
+    rows, same_machine = repriced(rows, cur)  # one machine priced two ways: the same runs at each price
     priced = Rows(r for r in rows if r.get(per) is not None or r.get("status") != "ok")
     several = len({r.get("price_currency") for r in priced if r.get("price_currency")}) > 1
     show = varying_keys(priced) or ["platform"]
@@ -131,13 +133,15 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
             f"throughput per price [samples/s per {C}/hour]": ok.median(per),
             f"cost [{C} per 1M samples]": ok.median(f"{cur}_per_million_samples"),
             "priced in": join_unique(sub.col("price_currency")) if several else None,
+            "priced from": join_unique(sub.col("repriced_from")),
             "noisy": noisy(sub),
             "reason": reasons(sub),
         })
     return Table("cost", f"Throughput per {C} and cost per million samples", frame(out),
                  note=constant_caption(priced) + f" Prices are the platform's {C}/hour for the whole "
                  "machine (all price components) as recorded with each run"
-                 + (f"; prices in other currencies are converted to {C} (the exchange rates table)." if several else "."))
+                 + (f"; prices in other currencies are converted to {C} (the exchange rates table)." if several else ".")
+                 + "".join(" " + x for x in same_machine))
 
 
 @table("to_target")
@@ -164,10 +168,56 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
             if t is not None and "target status" in row:  # this target's own: reached, or why not
                 row["target status"] = join_unique("reached" if r.get(f"target_reached_{targets.label(t)}")
                                                    else r.get("target_status") for r in sub)
+            set_by_min = minimum_charged(sub, [c for c, label in cols if "cost" in c], t)
+            if set_by_min:
+                row["costs set by the minimum charge"] = set_by_min
             row["reason"] = reasons(sub)
             out.append(row)
     return Table("to_target", "Time, epochs and cost to the quality target (median over runs; a run with several "
                  "targets gives a row for each)", frame(out), note=constant_caption(sub_rows))
+
+
+def minimum_charged(sub: Rows, cols: list[str], target: float | None = None) -> str | None:
+    """'training cost to target, wall cost to target (60 s minimum)' for the cost figures (of `target`) that a
+    platform's minimum charge set in any of the runs (frame.py's `minimum_charged`); None when none."""
+    hit = []
+    for c in cols:
+        name = c if target is None else targets.column(c, target)
+        if any(name in (r.get("minimum_charged") or "").split(", ") for r in sub):
+            hit.append(dict(TO_TARGET).get(c.rsplit("_", 1)[0] + "_{cur}", c).replace(" [{CUR}]", ""))
+    low = max(sub.nums("minimum_charge_s"), default=None)
+    return f"{', '.join(hit)} ({low:g} s minimum)" if hit else None
+
+
+@table("projection")
+def projection_table(rows: Rows, ctx: Context) -> Table:
+    """The whole training projected from the measured throughput: data.dataset_size x goal.projection_epochs
+    samples at the run's samples/s, billed as one job (metrics/derived.py), with its basis in words."""
+    cur = currency(rows) or "usd"
+    C = cur.upper()
+    ok = rows.ok("projected_training_s")
+    if not ok:
+        raise NoData("no record has a projected training (needs data.dataset_size and goal.projection_epochs)")
+    show = varying_keys(ok) or ["platform"]
+    out = []
+    for keys, sub in groups(ok):
+        tp, size, epochs = sub.median(TP), sub.median("dataset_size"), sub.median("projection_epochs")
+        per_hour, cost = sub.median(f"{cur}_per_hour"), sub.median(f"projected_training_cost_{cur}")
+        secs = sub.median("projected_training_s")
+        basis = (f"{size * epochs:,.0f} samples ({epochs:g} epochs of {size:,.0f}) at the measured {tp:,.4g} samples/s"
+                 if None not in (tp, size, epochs) else "")
+        if per_hour is not None and cost is not None:
+            basis += f", priced at {C} {per_hour:.4g}/h for the whole machine"
+            basis += " (the minimum charge set it)" if minimum_charged(sub, [f"projected_training_cost_{cur}"]) else ""
+        out.append({**key_cols(keys, show), "runs": len(sub), "throughput median [samples/s]": tp,
+                    "epoch [samples]": size, "training [epochs]": epochs, "projected training [h]": secs / 3600,
+                    f"projected training cost [{C}]": cost, "projection's basis": basis,
+                    "noisy": noisy(sub)})
+    return Table("projection", "Whole training projected from the measured throughput (time and cost)", frame(out),
+                 note=constant_caption(ok) + " A projection, not a measurement: the samples of the whole training "
+                 "(data.dataset_size x goal.projection_epochs) at the median measured samples/s, billed as one job "
+                 "(rounding and minimum charge applied); evaluation, start-up and data loading beyond the timed "
+                 "windows are left out.")
 
 
 @table("scaling")

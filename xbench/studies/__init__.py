@@ -14,6 +14,7 @@ tests compose every command and compare. `python -m xbench.studies` prints the c
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -327,7 +328,8 @@ def published_problems() -> list[str]:
 
 def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
     """The figure kinds the study's small report must show (`small.figures`: table:<name> or plot:<name>)
-    that `report_dir` (a `python -m xbench.report` output) lacks."""
+    that `report_dir` (a `python -m xbench.report` output) lacks, or draws for fewer works than it has data for
+    (plots/<name>.json, which the report writes beside each plot of works)."""
     where = {"table": ("tables", ".csv"), "plot": ("plots", ".png")}
     out = []
     for fig in study["small"].get("figures") or []:
@@ -335,6 +337,10 @@ def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
         folder, ext = where[kind]
         if not (Path(report_dir) / folder / f"{name}{ext}").is_file():
             out.append(fig)
+        elif kind == "plot" and (drawn := Path(report_dir) / folder / f"{name}.json").is_file():
+            d = json.loads(drawn.read_text())
+            if len(set(d["works_drawn"])) < len(set(d["works_with_data"])):
+                out.append(f"{fig} (draws {len(set(d['works_drawn']))} of {len(set(d['works_with_data']))} works)")
     return out
 
 

@@ -1,0 +1,79 @@
+"""One machine priced several ways: its runs re-priced as one set, never two sets of runs compared.
+
+A platform with `provider: local` is THIS machine priced as a cloud instance (conf/platform/local_as_*.yaml):
+study 1 prices the same machine on demand and under a 1-year commitment. Its runs under the two prices were
+measured at different times, under different load; comparing the two sets' cost figures would show that
+load difference as a price effect. So the rate figures of such a group (samples/s per price, cost per million
+samples) are recomputed from ALL its runs at each price: every price gets the same runs (median and spread),
+and the bars differ by the price alone.
+
+A group is the runs of one configuration, less its platform, pricing model and experiment, on one machine
+(`hostname`, accelerator and CPU model), whose platforms are `provider: local` and more than one. Time-billed costs
+(to a target, a whole training) keep their own runs: their billing rules need the platform file.
+"""
+
+from __future__ import annotations
+
+from xbench.analysis.rows import TP, Rows, groups
+from xbench.analysis.workload import CONFIGURATION
+
+# One machine: its host name and what it computes on (device_kind falls back to the platform's name).
+MACHINE = ("hostname", "accelerator", "cpu_model")
+SAME = tuple(k for k in CONFIGURATION if k not in ("platform", "pricing_model", "experiment")) + MACHINE
+
+
+def _rate_columns(cur: str) -> tuple[str, str, str]:
+    return f"{cur}_per_hour", f"samples_per_s_per_{cur}_per_hour", f"{cur}_per_million_samples"
+
+
+def repriced(rows: Rows, cur: str | None) -> tuple[Rows, list[str]]:
+    """(rows with each same-machine group's rate figures recomputed from all its runs at each of its prices,
+    one sentence per group naming it). Rows outside such groups come back as they are; a re-priced row says
+    `repriced_from` and has run id `<run>@<platform>`."""
+    rows = Rows.of(rows)
+    if cur is None:
+        return rows, []
+    per_hour, per_price, per_million = _rate_columns(cur)
+    local = Rows(r for r in rows if r.get("status") == "ok" and r.get("provider") == "local" and r.get("hostname")
+                 and r.get(per_hour) and r.get(TP))
+    out, notes, done = [], {}, set()
+    for _, g in groups(local, SAME):
+        prices = {k["platform"]: p for k, p in groups(g, ["platform"])}
+        if len(prices) < 2:
+            continue
+        names = ", ".join(map(str, prices))
+        source = f"the same {len(g)} runs of one machine ({g[0]['hostname']}) priced as {names}"
+        for plat, p in prices.items():
+            price, pm = p.median(per_hour), p[0].get("pricing_model")
+            for r in g:
+                tp = r[TP]
+                out.append({**r, "run_id": f"{r['run_id']}@{plat}", "platform": plat, "pricing_model": pm,
+                            per_hour: price, per_price: tp / price, per_million: price / 3600 / tp * 1e6,
+                            "repriced_from": source})
+        done.update(id(r) for r in g)
+        notes[names] = notes.get(names, 0) + len(g)
+    if not out:
+        return rows, []
+    kept = Rows(r for r in rows if id(r) not in done)
+    return Rows([*kept, *out]), [
+        f"{names}: one machine priced {names.count(',') + 1} ways; its cost per sample is its {n} runs re-priced at "
+        "each price, so the prices alone differ (its runs under the different names differ only by when they ran)."
+        for names, n in notes.items()]
+
+
+def one_machine(rows: Rows) -> tuple[Rows, list[str]]:
+    """(rows in which the runs of one machine under several local prices count as one configuration, a sentence
+    per machine): for throughput, where the price plays no part, the names are one platform
+    (`a = b (one machine)`), so two sets of runs taken at different times are repeats, not two results."""
+    rows = Rows.of(rows)
+    local = [r for r in rows if r.get("provider") == "local" and r.get("hostname")]
+    names: dict[tuple, set] = {}
+    for r in local:
+        names.setdefault(tuple(r.get(k) for k in MACHINE), set()).add(r.get("platform"))
+    joined = {k: " = ".join(sorted(map(str, v))) + " (one machine)" for k, v in names.items() if len(v) > 1}
+    if not joined:
+        return rows, []
+    out = Rows({**r, "platform": joined[k], "pricing_model": None} if r.get("provider") == "local"
+               and (k := tuple(r.get(m) for m in MACHINE)) in joined else r for r in rows)
+    return out, [f"{j.removesuffix(' (one machine)')}: one machine under several prices; its throughput is drawn "
+                 "as one configuration (the runs under each name are repeats of it)." for j in joined.values()]
