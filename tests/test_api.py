@@ -55,7 +55,10 @@ def test_the_api_refuses_what_the_cli_refuses_and_redacts_its_messages():
         xbench.run(["optim.lr=nan"])
     with pytest.raises(ValueError, match="'bench.step' is not a config key"):  # +key the schema lacks
         xbench.run(["+bench.step=5"])
-    with pytest.raises(ValueError, match="these overrides would be ignored: model=mlp"):
+    from xbench.runner import Refused
+
+    with pytest.warns(UserWarning, match="these overrides are ignored: model=mlp"), \
+            pytest.raises(Refused, match="resume='somerun'"):
         xbench.run(["resume=somerun", "model=mlp"])
     with pytest.raises(ValueError) as e:
         xbench.run(["+logger.wandb.api_key=hunter2-api", "bench.steps=hunter2-api"])

@@ -84,8 +84,9 @@ def test_failing_point_does_not_stop_a_sweep(store):
     assert by_bs[8]["status"] == "ok"  # ... after running every point
 
 
-def test_out_of_range_knobs_and_ignored_resume_overrides_are_refused_before_anything(store):
-    """Exit 2, every problem at once with its range, nothing written (no record, no Hydra folder)."""
+def test_out_of_range_knobs_are_refused_before_anything_and_ignored_resume_overrides_named(store):
+    """Exit 2, every problem at once with its range, nothing written (no record, no Hydra folder); what
+    resume= ignores is said."""
     p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", "model=resnet5", store=store)
     assert p.returncode == 1 and "did you mean model=resnet50" in p.stderr, p.stderr[-2000:]
     p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", store=store)
@@ -93,5 +94,5 @@ def test_out_of_range_knobs_and_ignored_resume_overrides_are_refused_before_anyt
     assert "optim.lr=nan is out of range; allowed: (0, 1e6]" in p.stderr
     assert "bench.noisy_cv=-1.0 is out of range; allowed: (0, 100]" in p.stderr
     p = run_cli("resume=somerun", "model=mlp", store=store)
-    assert p.returncode == 2 and "these overrides would be ignored: model=mlp" in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 2 and "these overrides are ignored: model=mlp" in p.stderr, p.stderr[-2000:]
     assert not records(store)

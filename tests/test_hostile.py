@@ -442,3 +442,53 @@ def test_wider_names_in_the_environment_and_values_learned_from_them(monkeypatch
     R.remember(R.argv_secret_values(["x", "data.path=https://ghp_tok12345678@github.com/d",
                                      "+model.options.header=Bearer bearer-tok-999"]))
     assert R.redact_text("cloning ghp_tok12345678 / bearer-tok-999") == "cloning <redacted> / <redacted>"
+
+
+# ---- Hydra's files: bounded, born redacted, out of the way (xbench/hydra_guard.py) --------------------------
+
+def test_sweep_points_are_counted_without_composing_and_the_command_line_wins():
+    from xbench.hydra_guard import sweep_size
+
+    assert sweep_size({}, ["data.batch_size=8,16", "runtime=eager,compile,xla", "bench.steps=5"]) == 6
+    assert sweep_size({}, ["bench.seed=range(0,2000)", "data.batch_size=range(1,3000)"]) == 2000 * 2999
+    assert sweep_size({"workload": "a,b,c"}, ["model=mlp"]) == 3
+    assert sweep_size({"workload": "a,b,c"}, ["workload=a"]) == 1  # a fixed value replaces the preset's sweep
+    assert sweep_size({}, []) == 1
+
+
+def test_hydras_sweep_file_is_born_redacted(tmp_path):
+    """multirun.yaml is written by Hydra's basic sweeper through the module's OmegaConf.save: after the
+    guard, what reaches the disk is already redacted (a SIGKILL before the first point leaves no secret)."""
+    from hydra._internal.core_plugins import basic_sweeper
+    from omegaconf import OmegaConf
+
+    from xbench.hydra_guard import redact_sweep_file_at_write
+
+    R.remember(["sweep-secret-77"])
+    cfg = OmegaConf.create({"hydra": {"overrides": {"task": ["+db_password=sweep-secret-77", "x=1"]}},
+                            "logger": {"wandb": {"api_key": "k-123456789"}}, "note": "uses sweep-secret-77"})
+    redact_sweep_file_at_write()
+    redact_sweep_file_at_write()  # idempotent
+    basic_sweeper.OmegaConf.save(cfg, tmp_path / "multirun.yaml")
+    text = (tmp_path / "multirun.yaml").read_text()
+    assert "sweep-secret-77" not in text and "k-123456789" not in text
+    assert "+db_password=<redacted>" in text and "x=1" in text
+    assert basic_sweeper.OmegaConf.create({"a": 1}).a == 1  # everything else is OmegaConf's own
+
+
+def test_a_store_that_cannot_hold_hydras_folder_is_exit_74_and_empty_folders_go(tmp_path, capsys):
+    from xbench.hydra_guard import make_folder, remove_empty
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit) as e:
+        make_folder(str(tmp_path / "afile" / "store" / ".hydra" / "multirun-x"), "Hydra's sweep folder")
+    assert e.value.code == 74
+    assert "cannot create Hydra's sweep folder" in capsys.readouterr().err
+    store = tmp_path / "store"
+    run = store / ".hydra" / "run-x"
+    assert make_folder(str(run / "0"), "x") and not make_folder(str(run / "0"), "x")  # made, then already there
+    (run / "1").mkdir()
+    (store / "kept").mkdir()
+    (store / "kept" / "record.json").write_text("{}")
+    remove_empty(run, store)
+    assert not (store / ".hydra").exists() and (store / "kept" / "record.json").exists()

@@ -6,8 +6,8 @@ non-zero when it did not succeed; a `--multirun` sweep goes on to the next point
 the end if any point failed; a stop signal ends the sweep.
 
 Exit status: 0 ok; 1 a run did not succeed, or Hydra refused the command line (also `+key=v` with a key
-the schema lacks); 2 refused before it started (a knob out of its range, a bad `resume=`, `baseline=` or run name,
-overrides `resume=` would ignore: nothing written); 74 the store could not take the record (it went to a fallback folder the console names);
+the schema lacks); 2 refused before it started (a knob out of its range, a bad `resume=`, `baseline=` or run name:
+nothing written); 74 the store could not take the record (it went to a fallback folder the console names);
 130 stopped by a signal (the record says what was measured); 128+N a second signal N (exited at once).
 """
 
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, redact_hydra_files, say
-from xbench.hints import added_key_problems, compose_hints, refusals
+from xbench.hints import added_key_problems, compose_hints, refusals, resume_ignored
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
 from xbench.records.redact import RedactingStream, argv_secret_values
@@ -59,7 +59,10 @@ def main(dcfg: DictConfig) -> None:
         _PRELOADED.append(True)
         if not isolated(dcfg):  # points sharing this process: an XLA one needs torch_xla before any backward
             preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
-    problems = refusals(dcfg, list(HydraConfig.get().overrides.task))
+    overrides = list(HydraConfig.get().overrides.task)
+    for line in resume_ignored(overrides):
+        say(f"xbench: WARNING {line}")
+    problems = refusals(dcfg, overrides)
     if problems:  # out-of-range knobs, ignored resume overrides: all said at once, nothing written
         for line in problems:
             say(f"xbench: {line}")

@@ -49,7 +49,7 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
 
     from xbench.config import config_dir as package_conf
     from xbench.config import register_configs, register_model_choices
-    from xbench.hints import compose_hints, refusals
+    from xbench.hints import compose_hints, refusals, resume_ignored
     from xbench.records.redact import argv_secret_values, redact_text, remember
 
     args = _as_overrides(overrides)
@@ -69,7 +69,10 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
             dcfg = hydra_compose(config_name="config", overrides=args)
     except (HydraException, OmegaConfBaseException) as e:
         raise ValueError(redact_text("\n".join([str(e), *compose_hints(args)]))) from None
-    problems = refusals(dcfg, [a for a in args if not a.startswith("hydra.searchpath=")])
+    given = [a for a in args if not a.startswith("hydra.searchpath=")]
+    for line in resume_ignored(given):
+        warnings.warn(f"xbench: {line}", stacklevel=3)
+    problems = refusals(dcfg, given)
     if problems:  # what the CLI refuses (exit 2), in the same words
         raise ValueError(redact_text("\n".join(problems)))
     return dcfg

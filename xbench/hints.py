@@ -164,24 +164,25 @@ def compose_hints(argv: list[str]) -> list[str]:
 RESUME_KEEPS = ("resume", "store", "logger", "fault", "hydra")
 
 
-def resume_problems(overrides: list[str]) -> list[str]:
-    """`resume=X` with overrides it would ignore (the stored run's config is authoritative): named, refused."""
+def resume_ignored(overrides: list[str]) -> list[str]:
+    """`resume=X` with overrides it ignores (the stored run's config is authoritative): said, never dropped
+    without a word (a warning, not a refusal: `resume=ID goal.max_epochs=1` resumes as stored)."""
     if not any(o.lstrip("+~").partition("=")[0] == "resume" for o in overrides):
         return []
     ignored = [o for o in overrides if o.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0] not in RESUME_KEEPS]
     if not ignored:
         return []
-    return [f"resume= continues a stored run with its own config; these overrides would be ignored: {' '.join(ignored)} "
-            f"(with resume= give only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])}); start a new run to change them"]
+    return [f"resume= continues a stored run with its own config; these overrides are ignored: {' '.join(ignored)} "
+            f"(with resume= only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])} apply; start a new run to change them)"]
 
 
 def refusals(dcfg, overrides: list[str]) -> list[str]:
     """Why a composed config must not start (nothing written): a key added with `+` that the schema lacks,
-    every number out of its range (config.knob_problems), overrides `resume=` would ignore. The CLI and
-    the Python API both ask this one function."""
+    every number out of its range (config.knob_problems). The CLI and the Python API both ask this one
+    function (and both say resume_ignored's warning)."""
     from xbench.config import knob_problems
 
-    return added_key_problems(overrides) + knob_problems(dcfg) + resume_problems(overrides)
+    return added_key_problems(overrides) + knob_problems(dcfg)
 
 
 def added_key_problems(argv: list[str]) -> list[str]:

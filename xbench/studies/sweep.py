@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -69,7 +70,12 @@ def distinct_points(config_dir: str | Path | None, overrides: list[str]) -> list
     overrides that did not change it."""
     problems, seen = [], {}
     with _hydra(config_dir):
-        for job in _expand(overrides):
+        jobs = _expand(overrides)
+        said = time.monotonic()
+        for i, job in enumerate(jobs):
+            if time.monotonic() - said > 5:  # a big sweep: say how far the check is (xbench/hydra_guard.py bounds it)
+                print(f"xbench: sweep: checked {i:,} of {len(jobs):,} points", file=sys.stderr, flush=True)
+                said = time.monotonic()
             cfg = compose(config_name="config", overrides=list(job))
             key = json.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True, default=str)
             first = seen.setdefault(key, job)

@@ -1,0 +1,177 @@
+"""Hydra's own files and folders, kept bounded, secret-free and out of the way (a Hydra callback).
+
+Wired in conf/config.yaml as `hydra.callbacks.guard` (before the distinct-points check):
+
+- **A sweep too big is refused before anything is composed**: the points are counted from the override
+  grammar alone (the product of each swept key's choices, the config's `hydra.sweeper.params` first, the
+  command line winning on the same key, as Hydra's basic sweeper does); more than `sweep_max_points`
+  exits 2 with the count and the setting to raise.
+- **A stop signal while the sweep is being prepared exits at once** (130): until the first point starts,
+  nothing has been measured, so there is nothing to save and no reason to wait for composition.
+- **No plain-text sweep file**: Hydra's basic sweeper writes `multirun.yaml` (the whole config and the
+  command line) before the first point; here its `OmegaConf.save` is replaced, for that module only, by
+  one that redacts first (xbench/records/redact.py), so the file is born redacted and a SIGKILL at any
+  moment leaves no secret on disk.
+- **A store that cannot hold Hydra's folder** (read-only, full, a file in the way) is exit 74 with the
+  folder and the reason, before Hydra's own traceback; and Hydra's per-run and per-point folders, empty
+  since xbench keeps no Hydra files (`hydra.output_subdir: null`), are removed when the process ends.
+
+No torch import. The callback never imports the run path: it runs before any point composes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import math
+import signal
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+EXIT_STORE = 74  # the store could not take what the run writes (sysexits EX_IOERR, as the record's fallback)
+
+
+def say(text: str) -> None:
+    with contextlib.suppress(Exception):
+        print(f"xbench: {text}", file=sys.stderr, flush=True)
+
+
+def sweep_size(params: dict | None, overrides: list[str]) -> int:
+    """How many points Hydra's basic sweeper would make of `params` (hydra.sweeper.params) and the command
+    line's `overrides`, counted without building or composing any of them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = [f"{k}={v}" for k, v in (params or {}).items()] + list(overrides)
+    choices: dict[str, int] = {}
+    for o in OverridesParser.create().parse_overrides(args):
+        key = o.get_key_element()
+        if o.is_sweep_override() and o.is_discrete_sweep():
+            choices[key] = sum(1 for _ in o.sweep_string_iterator())
+        else:
+            choices[key] = 1  # a fixed value replaces an earlier sweep of the same key
+    return math.prod(choices.values()) if choices else 1
+
+
+def _redacting_save():
+    """OmegaConf.save, redacted first: what Hydra's basic sweeper writes as multirun.yaml."""
+    from xbench.records.redact import redact
+
+    def save(config, f, resolve: bool = False) -> None:
+        tree = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else config
+        OmegaConf.save(OmegaConf.create(redact(tree)), f, resolve=resolve)
+
+    class RedactingOmegaConf:
+        def __getattr__(self, name):
+            return getattr(OmegaConf, name)
+
+    shim = RedactingOmegaConf()
+    shim.save = save
+    return shim
+
+
+def redact_sweep_file_at_write() -> None:
+    """From now on, Hydra's basic sweeper writes multirun.yaml redacted (idempotent)."""
+    from hydra._internal.core_plugins import basic_sweeper
+
+    if basic_sweeper.OmegaConf is OmegaConf:
+        basic_sweeper.OmegaConf = _redacting_save()
+
+
+def make_folder(folder: str, what: str) -> bool:
+    """Create Hydra's folder; exit 74 with the reason when the store cannot hold it. True if it was created."""
+    path = Path(folder)
+    existed = path.is_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        say(f"cannot create {what} {path}: {e.strerror or e} (is store.root writable, with space left?); "
+            "nothing was run")
+        raise SystemExit(EXIT_STORE) from None
+    return not existed
+
+
+def remove_empty(folder: Path, below: Path | None = None) -> None:
+    """Remove `folder`'s empty subfolders and `folder` itself when empty; then its empty parents up to
+    (not including) `below`. Nothing that holds a file is touched."""
+    with contextlib.suppress(OSError):
+        for sub in sorted(folder.iterdir(), reverse=True):
+            if sub.is_dir() and not sub.is_symlink():
+                with contextlib.suppress(OSError):
+                    sub.rmdir()
+    path = folder
+    while below is None or path != below:
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        if below is None or path.parent == path:
+            return
+        path = path.parent
+
+
+class _PreparingSignals:
+    """Stop signals exit at once (130) while the sweep is being prepared; the run's handlers come back at
+    the first point."""
+
+    def __init__(self):
+        self.previous: dict = {}
+
+    def install(self) -> None:
+        from xbench.rank import STOP_SIGNALS
+
+        if threading_main():
+            for sig in STOP_SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._exit)
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+    @staticmethod
+    def _exit(signum, frame):
+        say(f"{signal.Signals(signum).name} received while the sweep was being prepared; nothing was run")
+        raise SystemExit(130)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+class HydraGuard(Callback):
+    """The Hydra callback (see the module's docstring)."""
+
+    def __init__(self):
+        self.preparing = _PreparingSignals()
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        run_dir = Path(str(config.hydra.run.dir))
+        if make_folder(str(run_dir), "Hydra's run folder (hydra.run.dir)"):
+            store = Path(str(config.store.root))
+            atexit.register(remove_empty, run_dir, store if store in run_dir.parents else run_dir.parent)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        redact_sweep_file_at_write()
+        self.preparing.install()
+        overrides = [o for o in config.hydra.overrides.task if not o.lstrip("+~").startswith("hydra")]
+        params = config.hydra.sweeper.get("params")
+        params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
+        n, limit = sweep_size(params, overrides), int(config.get("sweep_max_points", 1000))
+        if n > limit:
+            self.preparing.restore()
+            say(f"this sweep has {n:,} points, more than sweep_max_points={limit:,}; nothing was composed or run "
+                f"(to run it, add sweep_max_points={n})")
+            raise SystemExit(2)
+        say(f"sweep: {n:,} point{'s' if n != 1 else ''}")
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if make_folder(str(sweep_dir), "Hydra's sweep folder (hydra.sweep.dir)"):
+            atexit.register(remove_empty, sweep_dir, sweep_dir)  # the per-point folders, empty
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        self.preparing.restore()  # a point runs: a stop now saves what it measured (xbench/envelope.py)
+
