@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from xbench.bench import breakdown, loop
@@ -55,6 +56,7 @@ def _hooks(model, opt, backward=True):
     return loop.Hooks(step=step, next_batch=lambda: (x, y), sync=lambda: None)
 
 
+@pytest.mark.slow  # 1.3 s of sleeps, and the profiler's first start (~10 s on a busy machine)
 def test_each_phase_of_a_real_step_gets_its_own_time():
     model = _SlowModel()
     fig = breakdown.split(_hooks(model, _SlowSGD(model.parameters(), lr=0.1)), "cpu", {}, 1, 100, 1.0)
