@@ -187,26 +187,17 @@ def xla_split(overhead: dict) -> dict:
 
 def profiled_split(hooks, device_type: str, steps: int, steady_s: float) -> dict:
     """Host and device time per step from torch.profiler over `steps` steps (see the module doc)."""
-    import warnings
-
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # a CUDA build on a CPU host logs a GPU probe failure
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity
+
+    from xbench.bench.profile import stepped
 
     cuda = device_type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     got: list = []
-    hooks.sync()
-    # One ProfilerStep per step (prof.step() after each) marks the steps for `phases`; the split below
-    # leaves those spans out, so the host/device figures are what they were without them.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
-        with profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=steps, repeat=1),
-                     on_trace_ready=lambda prof: got.extend(prof.events())) as prof:
-            for i in range(steps):
-                hooks.step(*hooks.next_batch())
-                if i == steps - 1:
-                    hooks.sync()
-                prof.step()
+    # One ProfilerStep per step marks the steps for `phases`; the split below leaves those spans out, so
+    # the host/device figures are what they were without them.
+    stepped(hooks, steps, activities, lambda prof: got.extend(prof.events()))
     split_of = phases(got, cuda)
     events = [e for e in got if not e.name.startswith(STEP)]
     if cuda:

@@ -63,31 +63,44 @@ def _steps(h, steps: int) -> None:
     h.sync()  # inside the profile: the device work of the last step is in the trace too
 
 
-def _torch(h, steps: int, device_type: str, out: Path | None, rank: int, run_dir: Path | None):
+def stepped(h, steps: int, activities, on_trace_ready, **options) -> None:
+    """Run `steps` steps of hooks `h` under torch.profiler, one `ProfilerStep#N` span each (prof.step() after
+    every step, all of them active), which TensorBoard's profiler plugin reads as the step boundaries; the
+    last step ends with a sync, so its device work is inside its span. `on_trace_ready(prof)` gets the result.
+    No profiler warm-up step: the timed windows already warmed the step."""
     import warnings
 
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import profile, schedule
+
+    h.sync()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+        with profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=steps, repeat=1),
+                     on_trace_ready=on_trace_ready, **options) as prof:
+            for i in range(steps):
+                h.step(*h.next_batch())
+                if i == steps - 1:
+                    h.sync()
+                prof.step()
+
+
+def _torch(h, steps: int, device_type: str, out: Path | None, rank: int, run_dir: Path | None):
+    from torch.profiler import ProfilerActivity
 
     if out is None:  # a rank whose record another process writes: run the steps, keep nothing
         _steps(h, steps)
         return {}, []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     trace, ops = out / f"rank{rank}.pt.trace.json", out / f"rank{rank}_ops.txt"
-    # One `ProfilerStep#N` per step (prof.step() after each, all of them active), which TensorBoard's profiler
-    # plugin reads as the step boundaries. No profiler warm-up step: the timed windows already warmed the step.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
-        with profile(activities=activities, record_shapes=True,
-                     schedule=schedule(wait=0, warmup=0, active=steps, repeat=1),
-                     on_trace_ready=lambda prof: prof.export_chrome_trace(str(trace))) as prof:
-            h.sync()
-            for i in range(steps):
-                h.step(*h.next_batch())
-                if i == steps - 1:
-                    h.sync()  # inside the last step: its device work is in the trace too
-                prof.step()
+    done: list = []
+
+    def ready(prof):
+        prof.export_chrome_trace(str(trace))
+        done.append(prof)
+
+    stepped(h, steps, activities, ready, record_shapes=True)
     sort = "self_cuda_time_total" if device_type == "cuda" else "self_cpu_time_total"
-    ops.write_text(prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
+    ops.write_text(done[0].key_averages().table(sort_by=sort, row_limit=40) + "\n")
     return {"profile_trace": str(trace.relative_to(run_dir)), "profile_ops": str(ops.relative_to(run_dir))}, []
 
 
