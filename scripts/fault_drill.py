@@ -58,11 +58,19 @@ class Row:
     lost: int = 0  # records the case's runs should have left (complete, final, readable) and did not
     leaks: int = 0  # planted secret values found in what the case's runs wrote
     hang: bool = False  # a process outlived its bound (a timeout, an orphaned child, a pipe left open)
+    klass: str = ""  # the class of fault (CLASSES), from the case's line in CASES
+    expected_to_fail: str = ""  # why this row is known to fail (EXPECTED_TO_FAIL): reported, not hidden
 
     @property
     def ok(self) -> bool:
         return self.observed == self.expected and self.complete in ("yes", "n/a") and not (
             self.lost or self.leaks or self.hang)
+
+    @property
+    def verdict(self) -> str:
+        if self.expected_to_fail:
+            return "xpass" if self.ok else "xfail"
+        return "ok" if self.ok else "MISMATCH"
 
 
 def env(**extra) -> dict:
@@ -598,6 +606,7 @@ def refused(name: str, overrides: tuple[str, ...], must_say: tuple[str, ...], co
         row.detail = (f"message lacks {said}" if said else f"wrote {written[:3]}" if written else
                       f"exit {p.returncode} before any device work: {p.stderr.strip().splitlines()[-1][:60]}")
         return [row]
+    case.__name__ = "refused_" + "_".join("".join(c if c.isalnum() else " " for c in name).split())[:48]  # --only
     return case
 
 
@@ -966,40 +975,317 @@ def wandb_blackhole(tmp: Path) -> list[Row]:
     return [row]
 
 
-CASES = [  # (case, in --short)
+# ---- round 3's classes (#27): one case or more per class ---------------------------------------------------
+# Each case names its class in CASES; a case whose fix belongs to another change and has not landed is listed
+# in EXPECTED_TO_FAIL with its class, so the drill reports it as such instead of hiding it.
+
+class _Plant:
+    """A pickle that creates a file when it is loaded: the code a planted checkpoint would run."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def _stopped_target_run(store: Path) -> dict | None:
+    cli(store, *TARGET, "fault.kind=sigterm", "fault.at_step=60")
+    rec, _ = one_record(store)
+    ok = rec and rec["status"] == "interrupted" and (store / rec["run_id"] / "checkpoint.pt").is_file()
+    return rec if ok else None
+
+
+def planted_checkpoint(tmp: Path) -> list[Row]:
+    """code from the store: a teammate replaces a stopped run's checkpoint.pt with a pickle that runs code;
+    resuming it must not run that code (weights_only loading, or a refusal with the reason)."""
+    import pickle
+
+    store, marker = tmp / "s", tmp / "code-ran"
+    row = Row("resume of a planted checkpoint (code in a pickle)", "not run")
+    rec = _stopped_target_run(store)
+    if rec is None:
+        row.observed, row.lost = "no stopped run", 1
+        return [row]
+    (store / rec["run_id"] / "checkpoint.pt").write_bytes(pickle.dumps(_Plant(str(marker))))
+    p = cli(store, f"resume={rec['run_id']}", "logger=none", "logger.progress=false", timeout=300)
+    row.observed = "code ran" if marker.exists() else "not run" if p.returncode != 0 else "resumed"
+    row.complete = "n/a"
+    row.detail = f"exit {p.returncode}: {(p.stderr.strip().splitlines() or [''])[-1][:90]}"
+    return [row]
+
+
+def planted_links(tmp: Path) -> list[Row]:
+    """writes through links: a stopped run's .lock (truncated, then given a pid) and mlperf.log (appended)
+    replaced by links to someone else's file; resuming must not write through them."""
+    store, victim = tmp / "s", tmp / "victim.txt"
+    row = Row("resume through planted .lock / mlperf.log links", "not followed")
+    rec = _stopped_target_run(store)
+    if rec is None:
+        row.observed, row.lost = "no stopped run", 1
+        return [row]
+    victim.write_text("untouched\n")
+    run = store / rec["run_id"]
+    for name in (".lock", "mlperf.log"):
+        with contextlib.suppress(FileNotFoundError):
+            (run / name).unlink()
+        (run / name).symlink_to(victim)
+    p = cli(store, f"resume={rec['run_id']}", "logger=none", "logger.progress=false", timeout=300)
+    row.observed = "not followed" if victim.read_text() == "untouched\n" else "written through"
+    row.complete = "n/a"
+    row.detail = f"exit {p.returncode}; victim {'unchanged' if row.observed == 'not followed' else 'changed'}: " \
+                 f"{(p.stderr.strip().splitlines() or [''])[-1][:70]}"
+    return [row]
+
+
+def report_markup(tmp: Path) -> list[Row]:
+    """inert output: a record whose model name is HTML and whose experiment is a spreadsheet formula (a
+    teammate's edit in a shared store); the report's markdown and CSV must carry them as inert text."""
+    import csv
+
+    store, out = tmp / "s", tmp / "report"
+    cli(store, *FAST)
+    rec, why = one_record(store)
+    row = Row("report of records holding HTML and formulas", "inert")
+    if rec is None:
+        row.observed, row.detail, row.lost = "no record", why, 1
+        return [row]
+    path = store / rec["run_id"] / "record.json"
+    d = json.loads(path.read_text())
+    d["config"]["model"]["name"] = "<img src=x onerror=alert(1)>"
+    d["experiment"] = d["config"]["experiment"] = '=HYPERLINK("http://evil.invalid","x")'
+    path.write_text(json.dumps(d))
+    p = subprocess.run([sys.executable, "-m", "xbench.report", str(store), "--out", str(out), "--no-progress"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO, env=env())
+    problems = [] if p.returncode == 0 else [f"report exit {p.returncode}"]
+    md = out / "report.md"
+    if md.is_file() and "<img" in md.read_text():
+        problems.append("raw <img in report.md")
+    for f in sorted(out.rglob("*.csv")):
+        with open(f, newline="") as fh:
+            if any(c[:1] in ("=", "+", "@") for r in csv.reader(fh) for c in r):
+                problems.append(f"formula cell in {f.name}")
+                break
+    row.observed = "inert" if not problems else "active"
+    row.complete, row.detail = "n/a", "; ".join(problems)[:120] or "markdown escaped, no formula cell"
+    return [row]
+
+
+def stdout_closed(tmp: Path) -> list[Row]:
+    """measurements lost: a run started with its stdout closed (a detached job) still runs and records."""
+    store = tmp / "s"
+    p = subprocess.run(cmd(store, *FAST), stdout=None, stderr=subprocess.PIPE, text=True, timeout=300, cwd=REPO,
+                       env=env(), preexec_fn=lambda: os.close(1))
+    rec, why = one_record(store)
+    return [judge(Row("a run with its stdout closed", "ok", detail=why or f"exit {p.returncode}"), rec,
+                  need=("throughput_samples_per_s",))]
+
+
+WIDER = {"DB_PWD": "drill-pwd-51c0e9aa", "GPG_PASSPHRASE": "drill-pp-0b7de211", "BASIC_AUTH": "drill-auth-9e8f7a6b",
+         "SERVICE_CREDENTIALS": "drill-cred-3f2e1d0c"}
+BEARER, URL_TOKEN, JWT = "drill-bearer-3c4d5e6f", "drill-ghp-7a8b9c0d1e", "eyJkcmlsbDAx.eyJkcmlsbDAy.c2ln"
+
+
+def secrets_wider(tmp: Path) -> list[Row]:
+    """secrets: the wider name net (pwd, passphrase, auth, credentials in the environment; a bearer token,
+    a JWT and a URL's user-part token on the command line) in a run's every file and console; and a sweep
+    killed (SIGKILL) while it is prepared leaves no secret in Hydra's multirun.yaml."""
+    store, rows = tmp / "s", []
+    p = cli(store, *FAST, f'tags=["Authorization: Bearer {BEARER}","{JWT}"]',
+            f"data.path=https://{URL_TOKEN}@example.invalid/d", timeout=300, env=env(**WIDER))
+    rec, why = one_record(store)
+    values = [*WIDER.values(), BEARER, URL_TOKEN, JWT]
+    leaks, files = search(values, [store], [p.stdout + p.stderr])
+    row = judge(Row("wider secret names (pwd, passphrase, auth, bearer, JWT, URL user)", "failed", detail=why), rec)
+    row.leaks = len(leaks)
+    row.detail = f"leaks: {', '.join(sorted(set(leaks)))[:150]}" if leaks else \
+        f"0 of {len(values)} values in {files} files + the console"
+    rows.append(row)
+
+    swept = tmp / "k"
+    w = Watched(swept, "-m", *FAST, "+model.options.db_password=drill-kill-aa11,drill-kill-bb22", "bench.seed=0,1")
+    end = time.monotonic() + 240
+    while not list(swept.glob(".hydra/*/multirun.yaml")) and w.p.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    w.p.kill()
+    w.finish(30)
+    found = list(swept.glob(".hydra/*/multirun.yaml"))
+    leaks, _ = search(["drill-kill-aa11", "drill-kill-bb22"], [swept], [])
+    row = Row("a sweep SIGKILLed before its first point (multirun.yaml)", "no secret", complete="n/a")
+    row.observed = "no secret" if found and not leaks else "no file" if not found else "secret on disk"
+    row.leaks = len(leaks)
+    row.detail = "multirun.yaml born redacted" if row.observed == "no secret" else ", ".join(leaks)[:100]
+    rows.append(row)
+    return rows
+
+
+def bounds(tmp: Path) -> list[Row]:
+    """unbounded work: a sweep of 6 million points is refused before composing (the count, the setting); a
+    stop signal while a sweep is prepared exits at once; xbench.cost on a YAML alias bomb is refused."""
+    rows = []
+    t = time.monotonic()
+    p = cli(tmp / "big", "-m", *FAST, "bench.seed=range(0,2000)", "data.batch_size=range(1,3000)", timeout=120)
+    took = time.monotonic() - t
+    said = [s for s in ("5,998,000 points", "sweep_max_points=1,000", "sweep_max_points=5998000") if s not in p.stderr]
+    row = Row("a 6-million-point sweep", "refused", complete="n/a", hang=took > 60)
+    row.observed = "refused" if p.returncode == 2 and not said and not (tmp / "big").exists() else f"exit {p.returncode}"
+    row.detail = f"message lacks {said}" if said else f"exit 2 in {took:.1f} s, nothing written"
+    rows.append(row)
+
+    w = Watched(tmp / "term", "-m", *FAST, "bench.seed=range(0,300)")
+    w.wait_for("sweep: 300 points")
+    time.sleep(1)
+    t = time.monotonic()
+    w.p.send_signal(signal.SIGTERM)
+    rc = w.finish(60)
+    took = time.monotonic() - t
+    row = Row("SIGTERM while a 300-point sweep is prepared", "130", str(rc), complete="n/a", hang=took > 10)
+    row.detail = f"exited {took:.1f} s after the signal"
+    rows.append(row)
+
+    bomb = tmp / "bomb.yaml"
+    bomb.write_text('a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
+        f"{c}: &{c} [*{p_},*{p_},*{p_},*{p_},*{p_},*{p_},*{p_},*{p_},*{p_}]\n" for p_, c in zip("abcdefgh", "bcdefghi")))
+    (tmp / "empty").mkdir()
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "xbench.cost", str(tmp / "empty"), "--platform", str(bomb)],
+                       capture_output=True, text=True, timeout=120, cwd=REPO, env=env())
+    took = time.monotonic() - t
+    row = Row("xbench.cost on a YAML alias bomb", "refused", complete="n/a", hang=took > 30)
+    row.observed = "refused" if p.returncode != 0 and "alias bomb" in p.stderr else f"exit {p.returncode}"
+    row.detail = f"{took:.1f} s: {p.stderr.strip()[-80:]}"
+    rows.append(row)
+    return rows
+
+
+def finite_blowup(tmp: Path) -> list[Row]:
+    """silently wrong: a loss that grows without becoming NaN (a learning rate far too high) is diverged."""
+    store = tmp / "s"
+    cli(store, *FAST, "model=mlp", "data=digits", "optim.lr=50", "bench.diverge_loss_factor=100")
+    rec, why = one_record(store)
+    return [judge(Row("a finite blow-up (lr 50)", "diverged", detail=why), rec)]
+
+
+def copied_run(tmp: Path) -> list[Row]:
+    """silently wrong: a run folder copied under another name is one run, not two (no fake zero spread)."""
+    store = tmp / "s"
+    cli(store, *FAST)
+    rec, why = one_record(store)
+    row = Row("a copied run folder in the report's table", "1 row", complete="n/a")
+    if rec is None:
+        row.observed, row.detail, row.lost = "no record", why, 1
+        return [row]
+    shutil.copytree(store / rec["run_id"], store / f"{rec['run_id']}-copy")
+    code = (f"import xbench, warnings; warnings.simplefilter('ignore'); "
+            f"print(len(xbench.load({str(store)!r})))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, env=env())
+    n = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else f"exit {p.returncode}"
+    row.observed = f"{n} row" + ("s" if n != "1" else "") if n.isdigit() else n
+    row.detail = p.stderr.strip()[-100:]
+    return [row]
+
+
+def hydra_folder_store(tmp: Path) -> list[Row]:
+    """crashes and poor errors: a sweep whose store cannot hold Hydra's folder (a file where the store
+    should be) is exit 74 with the folder and the reason, not a Hydra traceback."""
+    (tmp / "afile").write_text("")
+    p = cli(tmp / "afile" / "store", "-m", *FAST, "bench.seed=0,1", timeout=120)
+    row = Row("a sweep whose store cannot hold Hydra's folder", "74", str(p.returncode), complete="n/a")
+    bad = [x for x, b in (("a traceback", "Traceback" in p.stderr),
+                          ("no folder named", "cannot create Hydra's sweep folder" not in p.stderr)) if b]
+    if bad:
+        row.observed = f"{row.observed}: {', '.join(bad)}"
+    row.detail = p.stderr.strip().splitlines()[-1][:100] if p.stderr.strip() else ""
+    return [row]
+
+
+def extreme_figures(tmp: Path) -> list[Row]:
+    """crashes and poor errors: one record with throughput 1e308 and one with 0 do not kill the report."""
+    store, out = tmp / "s", tmp / "report"
+    cli(store, *FAST, "bench.seed=1")
+    cli(store, *FAST, "bench.seed=2")
+    recs = sorted(store.glob("*/record.json"))
+    row = Row("report over throughputs 1e308 and 0", "report", complete="n/a")
+    if len(recs) != 2:
+        row.observed, row.lost = f"{len(recs)} records", 2 - len(recs)
+        return [row]
+    for path, tp in zip(recs, (1e308, 0.0)):
+        d = json.loads(path.read_text())
+        d["measurements"]["throughput_samples_per_s"] = tp
+        path.write_text(json.dumps(d))
+    p = subprocess.run([sys.executable, "-m", "xbench.report", str(store), "--out", str(out), "--no-progress"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO, env=env())
+    row.observed = "report" if p.returncode == 0 and (out / "report.md").is_file() else f"exit {p.returncode}"
+    row.detail = (p.stderr.strip().splitlines() or [""])[-1][:100]
+    return [row]
+
+
+# The classes of fault the drill covers: round 3's findings (#27), a case or more each.
+CLASSES = {
+    "store_code": "code from the store (pickles, parsed data)",
+    "links": "writes through planted links",
+    "inert": "inert output (markdown, CSV, HTML)",
+    "lost": "measurements lost to the world failing",
+    "secrets": "secrets",
+    "unbounded": "hangs and unbounded work",
+    "wrong": "silently wrong",
+    "errors": "crashes and poor errors",
+}
+
+CASES = [  # (case, in --short, class)
     (compose_error("unknown key added with + (+bench.step=5)", "+bench.step=5", ("bench.step", "did you mean 'bench.steps'")),
-     True),
-    (refused("mistyped baseline= (before any device work)", ("baseline=nosuch",), ("baseline='nosuch'", "no run")), False),
-    (compose_error("unknown group option (model=nosuch)", "model=nosuch", ("nosuch", "Available options", "cnn_small")), True),
-    (compose_error("misspelled key (data.batchsize)", "data.batchsize=3", ("batchsize", "did you mean 'data.batch_size'")), True),
-    (compose_error("wrong type (data.batch_size=abc)", "data.batch_size=abc", ("abc", "takes a whole number")), False),
-    (compose_error("unknown platform (platform=nosuch)", "platform=nosuch", ("platform/nosuch", "tpu_v3_8")), False),
-    (bad_values("negative batch size", ("data.batch_size=-4",), ("data.batch_size must be a positive",)), False),
-    (bad_values("fp16 on CPU", ("precision=amp_fp16", "platform=cpu"), ("amp_fp16", "needs a CUDA GPU", "amp_bf16")), False),
-    (bad_values("missing data path", ("data.path=/nonexistent/cifar",), ("/nonexistent/cifar", "does not exist")), False),
+     True, "errors"),
+    (refused("mistyped baseline= (before any device work)", ("baseline=nosuch",), ("baseline='nosuch'", "no run")), False, "errors"),
+    (compose_error("unknown group option (model=nosuch)", "model=nosuch", ("nosuch", "Available options", "cnn_small")), True, "errors"),
+    (compose_error("misspelled key (data.batchsize)", "data.batchsize=3", ("batchsize", "did you mean 'data.batch_size'")), True, "errors"),
+    (compose_error("wrong type (data.batch_size=abc)", "data.batch_size=abc", ("abc", "takes a whole number")), False, "errors"),
+    (compose_error("unknown platform (platform=nosuch)", "platform=nosuch", ("platform/nosuch", "tpu_v3_8")), False, "errors"),
+    (bad_values("negative batch size", ("data.batch_size=-4",), ("data.batch_size must be a positive",)), False, "errors"),
+    (bad_values("fp16 on CPU", ("precision=amp_fp16", "platform=cpu"), ("amp_fp16", "needs a CUDA GPU", "amp_bf16")), False, "errors"),
+    (bad_values("missing data path", ("data.path=/nonexistent/cifar",), ("/nonexistent/cifar", "does not exist")), False, "errors"),
     (bad_values("bad values together (batch -4, fp16 on CPU, missing path)",
                 ("data.batch_size=-4", "precision=amp_fp16", "platform=cpu", "data.path=/nonexistent/cifar"),
-                ("data.batch_size must be a positive", "needs a CUDA GPU", "does not exist")), True),
-    (exceptions_and_nan, True),
-    (oom_sweep, True),
-    (find_max_batch, True),
-    (sigterm_warmup, True),
-    (sigint_timed, True),
-    (second_signal, True),
-    (hung_step_grace, False),
-    (killed, False),
-    (wandb_outage, True),
-    (secrets, True),
-    (concurrency, True),
-    (distributed_faults, False),
-    (corrupt_store, True),
-    (resume_safety, False),
-    (signal_phases, False),
-    (orphans, False),
-    (store_fails, False),
-    (odd_store, False),
-    (wandb_blackhole, False),
+                ("data.batch_size must be a positive", "needs a CUDA GPU", "does not exist")), True, "errors"),
+    (exceptions_and_nan, True, "errors"),
+    (oom_sweep, True, "lost"),
+    (find_max_batch, True, "unbounded"),
+    (sigterm_warmup, True, "lost"),
+    (sigint_timed, True, "lost"),
+    (second_signal, True, "lost"),
+    (hung_step_grace, False, "unbounded"),
+    (killed, False, "lost"),
+    (wandb_outage, True, "lost"),
+    (secrets, True, "secrets"),
+    (concurrency, True, "wrong"),
+    (distributed_faults, False, "lost"),
+    (corrupt_store, True, "errors"),
+    (resume_safety, False, "wrong"),
+    (signal_phases, False, "lost"),
+    (orphans, False, "unbounded"),
+    (store_fails, False, "lost"),
+    (odd_store, False, "unbounded"),
+    (wandb_blackhole, False, "unbounded"),
+    (planted_checkpoint, False, "store_code"),
+    (planted_links, False, "links"),
+    (report_markup, False, "inert"),
+    (stdout_closed, False, "lost"),
+    (secrets_wider, False, "secrets"),
+    (bounds, False, "unbounded"),
+    (refused("a wait without bound (bench.contention_probe_s=1e9)", ("bench.contention_probe_s=1e9",),
+             ("bench.contention_probe_s=1000000000.0 is out of range; allowed: [0, 60]",)), False, "unbounded"),
+    (refused("resume='' (was: a fresh run, silently)", ("resume=''",), ("resume='' names no run",)), False, "wrong"),
+    (finite_blowup, False, "wrong"),
+    (copied_run, False, "wrong"),
+    (refused("optim.lr=nan at compose time (was: step 1)", ("optim.lr=nan",), ("optim.lr=nan is out of range; allowed: (0, 1e6]",)),
+     False, "errors"),
+    (refused("data.num_classes=0 before start-up (was: torch's words)", ("data.num_classes=0",),
+             ("data.num_classes=0 is out of range; allowed: [2, ",)), False, "errors"),
+    (hydra_folder_store, False, "errors"),
+    (extreme_figures, False, "errors"),
 ]
+# Rows known to fail, with their class and why: the fix is another change's, not landed when this was written.
+# The drill reports them as xfail (and xpass once fixed: then remove the line); they do not fail the exit status.
+EXPECTED_TO_FAIL: dict[str, str] = {}
 
 
 def main() -> int:
@@ -1009,13 +1295,18 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument("--keep", type=Path, help="keep each fault's store under this folder")
     ap.add_argument("--only", help="run only the cases whose function name contains this")
+    ap.add_argument("--xbench", type=Path, help="the checkout to drill (default: this one): its xbench/ and conf/")
+    ap.add_argument("--strict", action="store_true", help="expected-to-fail rows fail the exit status too")
     a = ap.parse_args()
-    cases = [c for c, short in CASES if (short or not a.short) and (not a.only or a.only in c.__name__)]
+    global REPO
+    if a.xbench:
+        REPO = a.xbench.resolve()
+    cases = [(c, k) for c, short, k in CASES if (short or not a.short) and (not a.only or a.only in c.__name__)]
     base = Path(a.keep or tempfile.mkdtemp(prefix="xbench-drill-"))
     t0 = time.monotonic()
 
     def go(i_case):
-        i, case = i_case
+        i, (case, klass) = i_case
         tmp = base / f"{i:02d}-{case.__name__}"
         tmp.mkdir(parents=True, exist_ok=True)
         t = time.monotonic()
@@ -1027,25 +1318,33 @@ def main() -> int:
             rows = [Row(case.__name__, "?", f"drill error: {type(e).__name__}", "no", str(e)[:100])]
         for r in rows:
             r.seconds = time.monotonic() - t  # the whole case (a sweep gives several rows)
+            r.klass = r.klass or klass
+            r.expected_to_fail = EXPECTED_TO_FAIL.get(r.fault, "")
         return rows
 
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         rows = [r for rs in pool.map(go, enumerate(cases)) for r in rs]
     w = max(len(r.fault) for r in rows)
-    print(f"\n{'fault':<{w}}  {'expected':<11} {'observed':<11} {'complete':<8} {'case s':>6}  detail")
-    print("-" * (w + 53))
+    print(f"\n{'fault':<{w}}  {'class':<10} {'expected':<12} {'observed':<12} {'complete':<8} {'case s':>6}  detail")
+    print("-" * (w + 66))
     for r in rows:
-        mark = "" if r.ok else "   <-- MISMATCH"
-        print(f"{r.fault:<{w}}  {r.expected:<11} {r.observed:<11} {r.complete:<8} {r.seconds:6.0f}  {r.detail}{mark}")
-    bad = [r for r in rows if not r.ok]
-    print(f"\n{len(rows) - len(bad)}/{len(rows)} faults behaved as expected in {time.monotonic() - t0:.0f} s"
+        mark = {"ok": "", "MISMATCH": "   <-- MISMATCH", "xfail": f"   (expected to fail: {r.expected_to_fail})",
+                "xpass": "   <-- XPASS: fixed, remove it from EXPECTED_TO_FAIL"}[r.verdict]
+        print(f"{r.fault:<{w}}  {r.klass:<10} {r.expected:<12} {r.observed:<12} {r.complete:<8} {r.seconds:6.0f}  "
+              f"{r.detail}{mark}")
+    bad = [r for r in rows if r.verdict == "MISMATCH" or (a.strict and r.verdict == "xfail")]
+    print(f"\n{sum(r.ok for r in rows)}/{len(rows)} faults behaved as expected in {time.monotonic() - t0:.0f} s"
           + (f" (stores kept under {base})" if a.keep else ""))
     print(f"{len(cases)} cases, {len(rows)} rows: records lost {sum(r.lost for r in rows)}, "
           f"secrets found {sum(r.leaks for r in rows)}, hangs {sum(r.hang for r in rows)}")
+    print("by class: " + "; ".join(
+        f"{k} {sum(kk == k for _, kk in cases)} cases, {sum(r.ok for r in rows if r.klass == k)}/"
+        f"{sum(r.klass == k for r in rows)} rows ok" + (f", {n} expected to fail" if (n := sum(
+            r.verdict == 'xfail' for r in rows if r.klass == k)) else "") for k in CLASSES))
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
     if a.json:
-        a.json.write_text(json.dumps([{**r.__dict__, "ok": r.ok} for r in rows], indent=1))
+        a.json.write_text(json.dumps([{**r.__dict__, "ok": r.ok, "verdict": r.verdict} for r in rows], indent=1))
     return 1 if bad else 0
 
 
