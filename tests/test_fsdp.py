@@ -114,3 +114,19 @@ def test_xla_fsdp_shards_parameters_over_2_cpu_devices_with_no_timed_compiles(st
     full = m["params_count"] * 4 / 2**30
     assert m["memory_params_gib"] == pytest.approx(full / 2) and m["memory_optimizer_gib"] == pytest.approx(full)
     assert m["compiles_timed"] == 0
+
+
+def test_ddp_refuses_a_model_whose_replica_cannot_fit_and_points_to_fsdp():
+    """Under DDP every device keeps the whole 119.7 GiB of Llama 3.1 8B's fp32 states: on 80 GiB H100s it is
+    refused before work, naming FSDP and the shards it needs; FSDP over the same 8 GPUs is accepted."""
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+
+    base = ["platform=aws_p5_48xlarge", "precision=amp_bf16", "parallel.world_size=8", "logger=none"]
+    cuda = dict(cuda_devices=["NVIDIA H100 80GB HBM3"] * 8, cuda_memory_gib=[79.1] * 8, cuda_sm_counts=[132] * 8)
+    ddp = OmegaConf.to_object(compose(["+workload=llama3_8b_c4_synthetic", *base, "parallel=ddp"]))
+    [reason] = [r for r in _check(ddp, **cuda) if "cannot fit" in r]
+    assert "under parallel=ddp over 1 shard(s)" in reason and "use parallel=fsdp" in reason and "at least 2" in reason
+    fsdp = OmegaConf.to_object(compose(["+workload=llama3_8b_c4_synthetic", *base, "parallel=fsdp"]))
+    assert not [r for r in _check(fsdp, **cuda) if "cannot fit" in r]

@@ -86,3 +86,59 @@ def test_tokens_per_s_and_mfu_per_token_are_derived_for_token_runs():
     assert d["flops_per_token_train"] == pytest.approx(1e12 / 128)
     assert d["mfu_per_token"] == pytest.approx(1280 * 1e12 / 128 / (100e12 * 2)) == pytest.approx(d["mfu"])
     assert "tokens_per_s" not in derive(m, {"data": {"modality": "image"}})
+
+
+def _corpus(path, sentences: int = 400, seed: int = 0):
+    """A text the test writes: seeded sentences over a small vocabulary (~15 KB of UTF-8)."""
+    import random
+
+    r = random.Random(seed)
+    parts = (["the cat", "a dog", "the old man", "my sister", "the teacher", "a small bird", "the farmer"],
+             ["sees", "likes", "follows", "paints", "finds", "calls", "watches"],
+             ["the river", "a red house", "the green field", "an apple", "the long road", "a quiet town"],
+             ["today.", "in the morning.", "again.", "every day.", "at night.", "with care."])
+    path.write_text(" ".join(" ".join(r.choice(p) for p in parts).capitalize() for _ in range(sentences)))
+    return path
+
+
+def test_text_bytes_reads_a_named_file_as_bytes_with_a_held_out_tail(tmp_path):
+    from xbench.config import DataConfig
+    from xbench.data import loaders
+    from xbench.data.loaders import DataFormatError
+
+    path = _corpus(tmp_path / "corpus.txt")
+    data = DataConfig(name="text_bytes", source="text_bytes", modality="tokens", seq_len=32, vocab_size=256,
+                      num_classes=256, path=str(path), eval_fraction=0.1)
+    splits = loaders.build(data, "lm")
+    raw = path.read_bytes()
+    cut = round(len(raw) * 0.9)
+    assert splits.info == {"train": (cut - 33) // 32 + 1, "eval": (len(raw) - cut - 33) // 32 + 1, "vocab": 256}
+    x, y = splits.train[1]
+    assert bytes(x.tolist()) == raw[32:64] and bytes(y.tolist()) == raw[33:65]  # next byte at every position
+    assert bytes(splits.eval[0][0].tolist()) == raw[cut:cut + 32]  # held out: the file's tail
+    data.vocab_size = 100
+    with pytest.raises(DataFormatError, match="reads bytes"):
+        loaders.build(data, "lm")
+    (tmp_path / "short.txt").write_text("too short")
+    data.vocab_size, data.path = 256, str(tmp_path / "short.txt")
+    with pytest.raises(DataFormatError, match="too short for one training and one held-out window"):
+        loaders.build(data, "lm")
+
+
+@pytest.mark.slow
+def test_tiny_decoder_trains_to_a_target_perplexity_on_text_under_fsdp(tmp_path):
+    """A text file the test writes, as bytes, the tiny decoder under FSDP2 on 2 gloo ranks trained to a
+    held-out perplexity of 8 (log-perplexity 2.08; uniform bytes would be 256)."""
+    from tests.conftest import records, run_cli
+
+    path, store = _corpus(tmp_path / "corpus.txt"), tmp_path / "results"
+    p = run_cli("+workload=llama_tiny_tokens", "data=text_bytes", f"data.path={path}", "data.batch_size=8",
+                "optim.lr=0.003", "platform=cpu", "parallel=fsdp", "precision=amp_bf16", "bench.mode=train_to_target",
+                "bench.threads=1", "goal.metric=perplexity", "goal.target=8", "goal.max_epochs=10", "logger=none",
+                "logger.progress=false", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [r] = records(store)
+    m = r["measurements"]
+    assert r["status"] == "ok", r["reason"]
+    assert m["target_reached"] is True and m["world_size"] == 2
+    assert all(x["fsdp_params_dtensor"] for x in r["ranks"])

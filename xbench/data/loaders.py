@@ -84,6 +84,10 @@ SOURCES: dict[str, Source] = {
         "xbench.data.text:text_chars",
         "one plain UTF-8 text file (e.g. nietzsche.txt); first 90% of the characters train, last 10% eval",
         "tokens", task="lm", path_kind="file"),
+    "text_bytes": Source(
+        "xbench.data.text:text_bytes",
+        "one plain text file (any text you name); its UTF-8 bytes are the tokens (vocabulary 256); the first "
+        "1 - data.eval_fraction of it trains, the rest is held out", "tokens", task="lm", path_kind="file"),
 }
 
 

@@ -1,5 +1,6 @@
 """Real text data sets: IMDb reviews (aclImdb folders), tweets (the Sentiment140 CSV and the GPU-cloud
-study's "Twitter Sentiment Analysis Dataset" CSV), a plain text file.
+study's "Twitter Sentiment Analysis Dataset" CSV), a plain text file (as characters, or as UTF-8 bytes for
+the decoder's language modelling: `text_bytes`).
 
 Tokenisation is deterministic (lower-case, a fixed regular expression); the vocabulary is the
 `vocab_size - 2` most frequent tokens of the training split, ties broken alphabetically, with id 0 for
@@ -240,6 +241,25 @@ def text_chars(data, task: str) -> Splits:
     if len(train) == 0:
         raise malformed(data, f"{path} is too short for one training window of {data.seq_len + 1} characters")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": len(c["vocab"])})
+
+
+def text_bytes(data, task: str) -> Splits:
+    """A plain text file the user names, tokenised offline as its UTF-8 bytes (vocabulary 256: nothing to
+    train, download or cache). Windows of seq_len + 1 bytes, side by side (each byte is predicted once per
+    epoch): the first `1 - eval_fraction` of the file trains, the rest is held out."""
+    path = Path(data.path)
+    if data.vocab_size < 256:
+        raise malformed(data, f"data.source=text_bytes reads bytes (256 symbols), but data.vocab_size="
+                              f"{data.vocab_size}; set data.vocab_size=256")
+    raw = path.read_bytes()
+    ids = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() if raw else torch.zeros(0, dtype=torch.long)
+    cut = round(len(ids) * (1 - data.eval_fraction))
+    train, ev = CharWindows(ids[:cut], data.seq_len, data.seq_len), CharWindows(ids[cut:], data.seq_len, data.seq_len)
+    if len(train) == 0 or len(ev) == 0:
+        raise malformed(data, f"{path} has {len(ids)} bytes: too short for one training and one held-out window "
+                              f"of {data.seq_len + 1} bytes (data.seq_len={data.seq_len}, "
+                              f"data.eval_fraction={data.eval_fraction}); give a longer file or a shorter seq_len")
+    return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": 256})
 
 
 MASK = 2  # the [MASK] token's id in a text_mlm vocabulary (after <pad> and <unk>)

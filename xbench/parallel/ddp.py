@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xbench.config import DDP_OPTIONS
 from xbench.parallel.base import Strategy
+from xbench.parallel.fit import fit_reasons
 from xbench.training.memory import SavedActivations, StateMemory
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -76,7 +77,8 @@ class DDP(Strategy):
         cap = cfg.parallel.bucket_cap_mb
         if not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap > 0):
             out.append(f"parallel.bucket_cap_mb must be a number of MiB > 0 (torch's default 25), got {cap}")
-        return out
+        # a whole replica per device: 1 shard (parallel=fsdp shards it)
+        return out + (fit_reasons(cfg, facts, dev, 1, cfg.parallel.name) if not out else [])
 
     def options(self) -> dict:
         """DistributedDataParallel's keywords, from the config."""

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from xbench.parallel.ddp import DDP, torchrun_rules
+from xbench.parallel.fit import fit_reasons
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # param_dtype follows precision= by default (conf/parallel/fsdp.yaml: ${precision.name}): its compute dtype
@@ -39,9 +40,6 @@ OPTIONS = {
     "compile_blocks": (False, "true: torch.compile each transformer block (before sharding)"),
     "shard_size": (None, "null (shard over every rank) | a divisor of parallel.world_size (HSDP)"),
 }
-# Bytes a device keeps per parameter before sharding: fp32 master + fp32 gradient + the optimizer's state.
-STATE_BYTES = {"adamw": 16, "lamb": 16, "sgd": 12, "lars": 12}
-GIB = 2**30
 
 
 def options(parallel) -> dict:
@@ -82,55 +80,6 @@ def precision_reasons(cfg, o: dict) -> list[str]:
         return [f"parallel.options.param_dtype=bf16 computes in bf16, but precision={name} would record "
                 f"{name} (and MFU against its peak): use precision=amp_bf16, or parallel.options.param_dtype=fp32"]
     return []
-
-
-def params_of(cfg) -> int | None:
-    """The model's parameter count, from a build on the meta device (nothing allocated); None if it cannot
-    be built (compat's model rules say why)."""
-    from xbench import models
-    from xbench.data.spec import InputSpec
-    from xbench.models.zoo import abstract_run
-
-    try:
-        model = abstract_run(lambda d: models.build(cfg.model.name, InputSpec.from_data(cfg.data),
-                                                    dict(cfg.model.options)))
-    except Exception:  # noqa: BLE001 - the model's own rules report it
-        return None
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
-def device_memory_gib(cfg, facts, dev: str) -> float | None:
-    """Memory of one device: the platform's figure, else the smallest visible GPU's; None off CUDA."""
-    if cfg.platform.memory_gib:
-        return cfg.platform.memory_gib
-    if dev == "cuda" and facts.cuda_memory_gib:
-        return min(facts.cuda_memory_gib)
-    return None
-
-
-def state_gib_per_device(n_params: int, optimizer: str, shards: int) -> float:
-    """Parameters + gradients + optimizer state one device keeps, fp32 master weights, over `shards` ranks."""
-    return n_params * STATE_BYTES.get(optimizer, 16) / shards / GIB
-
-
-def fit_reasons(cfg, facts, dev: str, shards: int, strategy: str) -> list[str]:
-    """A model whose parameters, gradients and optimizer state alone exceed one device's memory, even
-    sharded over `shards` ranks (activations come on top)."""
-    mem = device_memory_gib(cfg, facts, dev)
-    if not mem:
-        return []
-    n = params_of(cfg)
-    if n is None:
-        return []
-    need = state_gib_per_device(n, cfg.optim.name, shards)
-    if need <= mem:
-        return []
-    least = -(-n * STATE_BYTES.get(cfg.optim.name, 16) // int(mem * GIB))
-    return [f"model {cfg.model.name} ({n / 1e9:.2f}B parameters) needs {need:.1f} GiB per device for its fp32 "
-            f"parameters, gradients and {cfg.optim.name} state under parallel={strategy} over {shards} "
-            f"shard(s) ({STATE_BYTES.get(cfg.optim.name, 16)} bytes per parameter / {shards}), more than "
-            f"the {mem:.0f} GiB of one device: it cannot fit even before activations; use at least {least} "
-            "shards (parallel.world_size, parallel.options.shard_size) or a smaller model"]
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:

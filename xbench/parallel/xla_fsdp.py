@@ -14,6 +14,7 @@ All torch_xla calls go through xbench.runtimes.xla (the only module that imports
 
 from __future__ import annotations
 
+from xbench.parallel.fit import fit_reasons
 from xbench.parallel.xla_spmd import XlaSpmd
 from xbench.runtimes import xla as rx
 
@@ -40,8 +41,6 @@ class XlaFsdp(XlaSpmd):
                        f"mesh is (world_size / fsdp_size) data x fsdp_size devices; allowed: "
                        f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null")
         if not out:
-            from xbench.parallel.fsdp import fit_reasons
-
             out += fit_reasons(cfg, facts, dev, f or p.world_size, p.name)
         return out
 
