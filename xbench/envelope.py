@@ -36,6 +36,7 @@ from pathlib import Path
 from xbench.bench import faults
 from xbench.bench.memory import is_oom, memory_figures
 from xbench.rank import STOP_SIGNALS, Diverged, StopFlag, StopRequested
+from xbench.records import safe_io
 from xbench.records.env import host_env
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact, redact_text
@@ -142,9 +143,9 @@ def redact_hydra_files() -> None:
     import yaml
 
     path = Path(HydraConfig.get().sweep.dir) / "multirun.yaml"
-    with contextlib.suppress(OSError, yaml.YAMLError):
-        text = path.read_text()
-        clean = yaml.safe_dump(redact(yaml.safe_load(text)), sort_keys=False)
+    with contextlib.suppress(OSError, ValueError, yaml.YAMLError):
+        text = safe_io.read_limited(path, safe_io.MAX_YAML_BYTES, "sweep file").decode("utf-8")
+        clean = yaml.safe_dump(redact(safe_io.load_yaml(text)), sort_keys=False)
         if clean != text:
             atomic_write_text(path, clean)
 
@@ -200,6 +201,7 @@ class RunEnvelope:
         try:
             if self.lock is None:
                 self.lock = RunLock(self.run_dir).acquire()
+            safe_io.clean_temp(self.run_dir)  # what a killed earlier attempt's torn writes left (we own the folder)
             self.local.write_strict(self.record)  # status "running": if the process is killed outright, the trace remains
         except OSError as e:
             say(f"xbench: the store cannot take run {self.record.run_id} ({type(e).__name__}: {e}); nothing was run "

@@ -24,6 +24,8 @@ import psutil
 from mlperf_logging.mllog import constants as C
 from mlperf_logging.mllog.mllog import MLLogger
 
+from xbench.records import safe_io
+
 LOG_FILE = "mlperf.log"
 RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are written for (see above)
 # MLPerf's benchmark for each goal metric (modes/target.py's METRICS): classification is MLPerf's ResNet
@@ -44,7 +46,8 @@ class MLPerfLog:
         self._logger = logging.getLogger(f"xbench.mllog.{path}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler = logging.FileHandler(path, mode="a")
+        self._stream = safe_io.open_append(path)  # appended, never through a planted link
+        self._handler = logging.StreamHandler(self._stream)
         self._logger.addHandler(self._handler)
         self.ml = MLLogger(logger=self._logger, default_stack_offset=1)
 
@@ -96,6 +99,7 @@ class MLPerfLog:
     def close(self) -> None:
         self._logger.removeHandler(self._handler)
         self._handler.close()
+        self._stream.close()
 
 
 class NullLog:

@@ -32,7 +32,6 @@ the run still ends `ok` (it measured what it set out to); `target_reached` is fa
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,6 +62,7 @@ from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run, console_progress
 from xbench.platforms.detect import HostFacts
 from xbench.rank import RankContext, RankResult, StopFlag, StopRequested
+from xbench.records import safe_io
 from xbench.records.store import CHECKPOINT_FILE, find_run
 from xbench.sinks.curve import CURVE_FILE, CurveTail, CurveWriter
 from xbench.training import schedule as schedules
@@ -112,21 +112,42 @@ def _cpu(obj):
 
 
 def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """torch.save to a temporary file of an unpredictable name beside `path`, then moved into place (never
+    written through a planted link; a torn save leaves a temporary file the next start removes)."""
+    with safe_io.atomic_writer(path) as f:
+        torch.save(obj, f)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is refused (it would run code) or cannot be read (torn, truncated, not one)."""
 
 
 def load_checkpoint(run_dir: Path) -> dict | None:
+    """The run folder's checkpoint, loaded as data only: `weights_only=True` unpickles tensors and plain
+    containers (dict, list, tuple, str, numbers, None), everything xbench stores (model, optimizer, scaler,
+    RNG states as tensors, progress as plain values); a file holding anything else (a planted pickle that
+    would run code) is refused with the reason and the path, and nothing of it runs."""
+    import pickle
+
     path = Path(run_dir) / CHECKPOINT_FILE
-    return torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "Unsupported" in ln), lines[0] if lines else type(e).__name__)
+        why = why.split(". Please")[0]  # torch goes on to say how to allow it: not advice for a planted file
+        raise CheckpointError(f"refused to load {path}: it holds objects other than tensors and plain data, which "
+                              f"xbench never writes ({why}); nothing in it was run (planted or foreign file?)") from None
+    except (RuntimeError, EOFError, ValueError, OSError) as e:
+        text = str(e)
+        if isinstance(e, OSError) or not any(k in text for k in ("central directory", "inline_container",
+                                                                   "PytorchStreamReader", "magic number",
+                                                                   "Ran out of input", "zip archive")):
+            raise
+        raise CheckpointError(f"{path} is not a complete checkpoint (torn write, truncated copy, or not a torch "
+                              f"checkpoint): {text.splitlines()[0] if text else type(e).__name__}") from None
 
 
 class TargetTraining:
@@ -335,6 +356,9 @@ class TargetTraining:
         self.mlog.close()
         if self.curve_out is not None:
             self.curve_out.close()
+            if self.curve_out.problem:  # the live feed is best-effort: the record holds the whole curve
+                self.warnings.append(f"the live curve feed stopped ({self.curve_out.problem}); the record's "
+                                     "series hold every evaluation")
 
     def run(self) -> RankResult:
         startup_s = time.time() - self.created

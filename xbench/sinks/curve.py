@@ -7,23 +7,40 @@ is the simplest channel that works for every launcher; a killed run leaves its p
 Rank 0 writes a line only after the clock has stopped (the evaluation pause, the end of a window). A writer
 that passes `wait_s` then waits (at most that long) until the tail acknowledges the line (`<file>.ack`: the
 byte offset logged so far), so the W&B call is over before its next timed window starts.
+
+Both sides are best-effort: the record, not the feed, is the result. A feed that cannot be written (disk
+full, a read-only store, a planted link, which is refused and never followed: records/safe_io.py) stops
+with one line on stderr naming the file, and the run goes on; a point the logger fails on, a line too long
+to be a point or an unreadable file is counted and skipped, never fatal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
+import sys
 import threading
 import time
 from pathlib import Path
 
+from xbench.records import safe_io
+
 CURVE_FILE = "curve.jsonl"
 WINDOWS_FILE = "windows.jsonl"
+MAX_LINE_BYTES = 4 << 20  # one point is a few hundred bytes (a window's step times: a few KB)
+MAX_READ_BYTES = 16 << 20  # what one read of the tail takes in at most
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(Exception):
+        print(text, file=sys.stderr, flush=True)
 
 
 def _acked(path: Path) -> int:
     try:
-        return int(Path(f"{path}.ack").read_text() or 0)
+        return int(safe_io.read_limited(f"{path}.ack", 64).decode() or 0)
     except (OSError, ValueError):
         return 0
 
@@ -34,17 +51,39 @@ class CurveWriter:
 
     def __init__(self, path: Path, points: list[dict] = (), append: bool = False, wait_s: float = 0.0):
         self.path, self.wait_s = Path(path), wait_s
-        self.f = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
+        self.problem: str | None = None  # why the feed stopped (None: every point so far was written)
+        self.f = None
+        try:  # never through a planted link; kept open for the run
+            self.f = safe_io.open_append(path) if append else safe_io.open_truncate(path)
+        except OSError as e:
+            self._stop(e)
         for point in points:  # a resumed run starts with the checkpoint's curve
             self.write(point)
 
+    def _stop(self, e: Exception) -> None:
+        self.problem = f"{type(e).__name__}: {e}"
+        _say(f"xbench: the live feed {self.path} stopped ({self.problem}); the run goes on and its record keeps "
+             "every figure")
+        if self.f is not None:
+            with contextlib.suppress(Exception):
+                self.f.close()
+        self.f = None
+
     def write(self, point: dict) -> bool:
-        """Write one point; with `wait_s`, wait until the tail has logged it. False: it did not in time."""
-        self.f.write(json.dumps(point) + "\n")
-        self.f.flush()
+        """Write one point; with `wait_s`, wait until the tail has logged it. False: it did not in time, or the
+        feed has stopped (it never raises: a full disk must not end the run)."""
+        if self.f is None:
+            return False
+        try:
+            self.f.write(json.dumps(point, default=str) + "\n")
+            self.f.flush()
+            end = self.f.tell()
+        except (OSError, ValueError) as e:  # ENOSPC, EIO, EFBIG, a store gone read-only
+            self._stop(e)
+            return False
         if self.wait_s <= 0:
             return True
-        end, deadline = self.f.tell(), time.monotonic() + self.wait_s
+        deadline = time.monotonic() + self.wait_s
         while _acked(self.path) < end:
             if time.monotonic() > deadline:
                 return False
@@ -52,7 +91,10 @@ class CurveWriter:
         return True
 
     def close(self) -> None:
-        self.f.close()
+        if self.f is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.f.close()
+            self.f = None
 
 
 class CurveTail(threading.Thread):
@@ -64,30 +106,59 @@ class CurveTail(threading.Thread):
         self.path, self.on_point, self.interval_s, self.ack = Path(path), on_point, interval_s, ack
         self._done = threading.Event()
         self._offset, self._partial = 0, ""
-        self.points, self.bad_lines = 0, 0
+        self.points, self.bad_lines, self.failed_points = 0, 0, 0
+        self.problem: str | None = None  # the first failure (reading, logging, acknowledging), said once
+
+    def _note(self, what: str, e: Exception) -> None:
+        if self.problem is None:
+            self.problem = f"{what}: {type(e).__name__}: {e}"
+            _say(f"xbench: the live feed from {self.path}: {self.problem}; the run goes on and its record keeps "
+                 "every figure")
+
+    def _chunk(self) -> str:
+        """What was appended since the last read: a regular file only (a planted FIFO would block), never
+        more than MAX_READ_BYTES at once."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return ""
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{self.path} is not a regular file")
+            data = os.pread(fd, MAX_READ_BYTES, self._offset)
+        finally:
+            os.close(fd)
+        self._offset += len(data)
+        return data.decode("utf-8", errors="replace")
 
     def _read(self) -> None:
         try:
-            with open(self.path, encoding="utf-8") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-                self._offset = f.tell()
-        except FileNotFoundError:
+            chunk = self._chunk()
+        except OSError as e:
+            self._note("reading", e)
             return
         lines = (self._partial + chunk).split("\n")
         self._partial = lines.pop()  # an unfinished last line waits for the next read
+        if len(self._partial) > MAX_LINE_BYTES:  # no point is that long: drop it
+            self._partial, self.bad_lines = "", self.bad_lines + 1
         for line in filter(None, lines):
             try:
-                point = json.loads(line)
-            except json.JSONDecodeError:
+                point = safe_io.load_json(line, MAX_LINE_BYTES)
+            except ValueError:
                 self.bad_lines += 1
                 continue
-            self.on_point(point)
+            try:
+                self.on_point(point)
+            except Exception as e:  # the logger's trouble (W&B's disk full) never ends the run
+                self.failed_points += 1
+                self._note("logging a point", e)
             self.points += 1
-        if self.ack and lines:  # every whole line so far is logged: say how far (atomically)
-            tmp = Path(f"{self.path}.ack.tmp")
-            tmp.write_text(str(self._offset - len(self._partial.encode())))
-            os.replace(tmp, f"{self.path}.ack")
+        if self.ack and lines:  # every whole line so far is handled: say how far (atomically)
+            try:
+                safe_io.atomic_write(Path(f"{self.path}.ack"), str(self._offset - len(self._partial.encode())),
+                                     fsync=False)  # a progress mark for the writer, not a result
+            except OSError as e:
+                self._note("acknowledging", e)
 
     def run(self) -> None:
         while not self._done.wait(self.interval_s):

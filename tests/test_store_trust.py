@@ -1,0 +1,257 @@
+"""The store as a trust boundary (issue 27, items 1, 2 and 4): nothing from the store runs, nothing is written
+through a planted link, and the live feeds never cost a measurement when the world fails (a full disk)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import records, run_cli
+from xbench.bench.mlperf_log import MLPerfLog
+from xbench.modes.target import CheckpointError, _atomic_save, load_checkpoint
+from xbench.records import safe_io
+from xbench.records.record import RunRecord
+from xbench.records.store import CHECKPOINT_FILE, RunLock, read_record, write_record
+from xbench.sinks.curve import CurveWriter
+
+QUIET = ("logger=none", "logger.progress=false")
+
+
+class Planted:
+    """What a teammate with write access plants: unpickling it would create `marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _victim(tmp_path) -> Path:
+    v = tmp_path / "victim.txt"
+    v.write_text("precious\n")
+    return v
+
+
+# --- 1. nothing from the store executes ---------------------------------------------------------------
+
+def test_every_optimizers_checkpoint_loads_as_data_only(tmp_path):
+    """What xbench's checkpoint holds (model, every optimizer's state, scaler, RNG, progress) loads with
+    weights_only=True: the allow-list is torch's own (tensors and plain containers), nothing added."""
+    from xbench.config import OptimConfig
+    from xbench.training.optim import OPTIMIZERS, make_optimizer
+
+    for name in OPTIMIZERS:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+        opt = make_optimizer(OptimConfig(name=name), model)
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        scaler = torch.amp.GradScaler("cpu")
+        ckpt = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
+                "ranks": [{"rng": torch.get_rng_state(), "pending_loss_sum": 0.5, "pending_loss_steps": 2}],
+                "world_size": 1, "progress": {"epoch": 1, "reached": {"0.9": {"eval": 0, "top1": 0.9}},
+                                              "curve": {"eval": [0], "lr": [0.1]}}}
+        _atomic_save(ckpt, tmp_path / CHECKPOINT_FILE)
+        back = load_checkpoint(tmp_path)
+        assert back["optimizer"]["param_groups"] == opt.state_dict()["param_groups"], name
+        assert torch.equal(back["ranks"][0]["rng"], torch.get_rng_state())
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file stays behind
+
+
+def test_a_planted_pickle_never_runs_and_a_torn_checkpoint_is_named(tmp_path):
+    marker = tmp_path / "pwned"
+    for how in ("torch.save", "raw pickle"):
+        path = tmp_path / CHECKPOINT_FILE
+        if how == "torch.save":
+            torch.save({"model": Planted(marker)}, path)
+        else:
+            path.write_bytes(pickle.dumps({"model": Planted(marker)}))
+        with pytest.raises(CheckpointError, match="refused to load") as e:
+            load_checkpoint(tmp_path)
+        assert str(path) in str(e.value) and "nothing in it was run" in str(e.value), how
+        assert not marker.exists(), how
+    torch.save({"model": {"w": torch.zeros(1000)}}, path)
+    path.write_bytes(path.read_bytes()[:700])  # a torn copy
+    with pytest.raises(CheckpointError, match="not a complete checkpoint") as e:
+        load_checkpoint(tmp_path)
+    assert str(path) in str(e.value)
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_planted_checkpoint_and_says_why(store):
+    """The real CLI: a stopped run's checkpoint replaced by a pickle that would create a marker; the resume
+    refuses it (its attempt record says why, naming the file), the marker never appears."""
+    p = run_cli("+experiment=digits_to_target", "goal.target=1.0", "goal.max_epochs=1", "goal.eval_every_steps=25",
+                "goal.checkpoint_every_evals=1", *QUIET, store=store)
+    assert p.returncode == 0, p.stderr[-2000:]
+    [rec] = records(store)
+    folder = store / rec["run_id"]
+    assert load_checkpoint(folder)["world_size"] == 1  # xbench's own checkpoint loads as data
+    marker = store.parent / "pwned"
+    torch.save({"model": Planted(marker)}, folder / CHECKPOINT_FILE)
+    before = (folder / "record.json").read_bytes()
+    p = run_cli(f"resume={rec['run_id']}", *QUIET, store=store)
+    assert p.returncode != 0 and not marker.exists()
+    [attempt] = [json.loads(a.read_text()) for a in folder.glob("attempt-*.json")]
+    assert attempt["status"] == "failed" and "refused to load" in attempt["reason"]
+    assert str(folder / CHECKPOINT_FILE) in attempt["reason"] and "Unsupported global" in attempt["reason"]
+    assert "refused to load" in p.stdout + p.stderr
+    assert (folder / "record.json").read_bytes() == before
+
+
+def test_yaml_and_json_from_the_store_are_bounded():
+    bomb = "a0: &a0 [x, x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]\n" for i in range(1, 300))
+    with pytest.raises(ValueError, match="aliases"):
+        safe_io.load_yaml(bomb)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        safe_io.load_yaml("[" * 100 + "]" * 100)
+    with pytest.raises(ValueError, match="more than"):
+        safe_io.load_yaml("a: 1\n" * 10, max_bytes=20)
+    with pytest.raises(ValueError):
+        safe_io.load_yaml("!!python/object/apply:os.system ['true']")  # SafeLoader: no object tags
+    with pytest.raises(ValueError, match="nested too deeply"):
+        safe_io.load_json("[" * 100 + "]" * 100, 10_000)
+    assert safe_io.load_yaml("a: {b: [1, 2]}") == {"a": {"b": [1, 2]}}
+
+
+# --- 2. nothing is written through a link -------------------------------------------------------------
+
+def test_planted_links_in_a_run_folder_are_refused_with_their_path(tmp_path):
+    root = tmp_path / "store"
+    victim = _victim(tmp_path)
+    rec = RunRecord(run_id="r1")
+    folder = root / "r1"
+    folder.mkdir(parents=True)
+    writers = {".lock": lambda: RunLock(folder).acquire(),
+               "record.json": lambda: write_record(root, rec),
+               "mlperf.log": lambda: MLPerfLog(folder / "mlperf.log"),
+               CHECKPOINT_FILE: lambda: _atomic_save({"x": 1}, folder / CHECKPOINT_FILE)}
+    for name, write in writers.items():
+        (folder / name).symlink_to(victim)
+        with pytest.raises(safe_io.LinkRefused) as e:
+            write()
+        assert str(folder / name) in str(e.value) and e.value.errno == errno.ELOOP, name
+        (folder / name).unlink()
+    (folder / "curve.jsonl").symlink_to(victim)
+    w = CurveWriter(folder / "curve.jsonl")  # a live feed: refused, named, and the run goes on
+    assert w.write({"eval": 0}) is False and "symbolic link" in w.problem
+    assert victim.read_text() == "precious\n"
+    # a planted link in place of the run folder itself
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (root / "r2").symlink_to(other)
+    with pytest.raises(safe_io.LinkRefused, match="r2"):
+        write_record(root, RunRecord(run_id="r2"))
+    with pytest.raises(safe_io.LinkRefused, match="r2"):
+        RunLock(root / "r2").acquire()
+    assert list(other.iterdir()) == []
+
+
+def test_torn_temporaries_are_unpredictable_and_cleaned(tmp_path):
+    class Boom(Exception):
+        pass
+
+    names = set()
+    for _ in range(3):
+        with pytest.raises(Boom), safe_io.atomic_writer(tmp_path / CHECKPOINT_FILE):
+            names.update(p.name for p in tmp_path.glob(".*.tmp"))
+            raise Boom
+    assert len(names) == 3 and not list(tmp_path.iterdir())  # removed on failure, a new name each time
+    (tmp_path / f".{CHECKPOINT_FILE}.abc123.tmp").write_bytes(b"torn")  # what a SIGKILL mid-save leaves
+    (tmp_path / ".record.json.x.tmp").write_bytes(b"{")
+    assert len(safe_io.clean_temp(tmp_path)) == 2 and not list(tmp_path.iterdir())
+
+
+def test_a_running_record_nobody_holds_is_listed_as_stale(tmp_path):
+    write_record(tmp_path, RunRecord(run_id="dead"))
+    dead = read_record(tmp_path / "dead" / "record.json")
+    assert dead.status == "running" and dead.stale and "stale" in dead.reason
+    write_record(tmp_path, RunRecord(run_id="live"))
+    lock = RunLock(tmp_path / "live").acquire()
+    try:
+        live = read_record(tmp_path / "live" / "record.json")
+        assert not live.stale and live.reason is None
+    finally:
+        lock.release()
+
+
+# --- 4. no measurement lost when the world fails ------------------------------------------------------
+
+FULL_DISK = r"""
+import errno, json, sys
+from pathlib import Path
+from xbench.sinks.curve import CurveTail, CurveWriter
+
+full = Path(sys.argv[1])
+feed = full / "feed.jsonl"  # a tail's source, written before the disk fills
+feed.write_text("".join(json.dumps({"window": i}) + "\n" for i in range(3)) + "not json\n")
+try:
+    with open(full / "filler", "wb") as f:
+        while True:
+            f.write(b"x" * 4096)
+            f.flush()
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+w = CurveWriter(full / "windows.jsonl", append=True)
+wrote = [w.write({"window": i, "pad": "x" * 5000}) for i in range(3)]
+w.close()
+seen = []
+
+def log(point):
+    seen.append(point["window"])
+    if point["window"] == 1:
+        raise OSError(errno.ENOSPC, "No space left on device (the W&B folder)")
+
+tail = CurveTail(feed, log, ack=True)  # its .ack cannot be written: the disk is full
+tail._read()
+print(json.dumps({"wrote": wrote, "problem": w.problem, "seen": seen, "failed": tail.failed_points,
+                  "bad": tail.bad_lines, "tail_problem": tail.problem}))
+"""
+
+
+def test_live_feeds_survive_a_real_full_disk(tmp_path):
+    """A 200 KiB tmpfs filled up, in a private mount namespace (unshare -rm): the window feed's writes fail
+    with the kernel's ENOSPC and return False (never raise); the tail skips a point its logger fails on, a
+    malformed line and an acknowledgement the full disk refuses, and logs every other point."""
+    import shutil
+    import sys
+
+    from tests.conftest import REPO
+
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare here")
+    full = tmp_path / "full"
+    full.mkdir()
+    p = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=200k tmpfs "$1" && shift && exec "$@"',
+                        "sh", str(full), sys.executable, "-c", FULL_DISK, str(full)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    if "mount" in p.stderr and p.returncode != 0 and "Traceback" not in p.stderr:
+        pytest.skip(f"no private tmpfs mount here: {p.stderr.strip()}")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["wrote"] == [False, False, False] and "No space left" in out["problem"]
+    assert out["seen"] == [0, 1, 2] and out["failed"] == 1 and out["bad"] == 1
+    assert "No space left" in out["tail_problem"]
+    assert "the live feed" in p.stderr and "the run goes on" in p.stderr
+
+
+@pytest.mark.slow
+def test_a_run_with_its_stdout_closed_runs_and_records(store):
+    """`python -m xbench ... >&-`: no stdout at all; the run still runs and leaves its record."""
+    import sys
+
+    from tests.conftest import FAST, REPO, cli_env
+
+    p = subprocess.run([sys.executable, "-m", "xbench", f"store.root={store}", *FAST], cwd=REPO, env=cli_env(),
+                       stdout=None, stderr=subprocess.PIPE, text=True, timeout=600,
+                       preexec_fn=lambda: os.close(1))
+    [rec] = records(store)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert rec["status"] == "ok" and rec["measurements"]["throughput_samples_per_s"] > 0
