@@ -255,3 +255,28 @@ def test_a_run_with_its_stdout_closed_runs_and_records(store):
     [rec] = records(store)
     assert p.returncode == 0, p.stderr[-2000:]
     assert rec["status"] == "ok" and rec["measurements"]["throughput_samples_per_s"] > 0
+
+
+def test_report_outputs_are_never_written_through_planted_links(tmp_path):
+    """The report's files (report.md, report.html, tables/*.csv, plots) in a shared output folder: a planted
+    link in place of one of them, or of its sub-folder, is refused naming it; its target is untouched."""
+    from xbench.report.__main__ import main
+    from xbench.report.fake import fake_record
+
+    store = tmp_path / "results"
+    for i, tp in enumerate((100.0, 150.0)):
+        write_record(store, fake_record(f"r-{i}", throughput=tp))
+    victim = _victim(tmp_path)
+    for planted, fmt in (("report.md", "md"), ("tables", "csv"), ("report.html", "html")):
+        out = tmp_path / f"out-{fmt}"
+        out.mkdir()
+        if planted == "tables":
+            elsewhere = tmp_path / "elsewhere"
+            elsewhere.mkdir()
+            (out / "tables").symlink_to(elsewhere)
+        else:
+            (out / planted).symlink_to(victim)
+        with pytest.raises(safe_io.LinkRefused) as e:
+            main([str(store), "--out", str(out), "--format", fmt, "--no-progress", "--jobs", "1"])
+        assert str(out / planted) in str(e.value), planted
+    assert victim.read_text() == "precious\n" and not list((tmp_path / "elsewhere").iterdir())

@@ -26,6 +26,7 @@ from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
 from xbench.analysis.workload import SCALING, WORK
 from xbench.metrics import targets
+from xbench.records import safe_io
 from xbench.report import layout
 from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
 from xbench.report.rows import (
@@ -503,9 +504,11 @@ def save(fig, out_dir: Path, name: str, svg: bool = False) -> tuple[Path, Path |
     its layout (no bbox_inches="tight": that draws it once more)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     png, vec = out_dir / f"{name}.png", out_dir / f"{name}.svg"
-    fig.savefig(png, pil_kwargs={"compress_level": 1})  # embedded once in the HTML: speed over size
+    with safe_io.atomic_writer(png, fsync=False) as f:  # never through a planted link
+        fig.savefig(f, format="png", pil_kwargs={"compress_level": 1})  # embedded once in the HTML: speed over size
     if svg:
-        fig.savefig(vec)
+        with safe_io.atomic_writer(vec, fsync=False) as f:
+            fig.savefig(f, format="svg")
     plt.close(fig)
     return png, vec if svg else None
 
@@ -538,7 +541,7 @@ def draw_pages(name: str, rows: Rows, ctx: Context, out_dir: Path, svg: bool = F
     if have:
         summary = {"plot": name, "pages": [n for n, _ in out], "works_with_data": sorted(have.values()),
                    "works_drawn": sorted(v for k, v in have.items() if k in _DRAWN)}
-        (out_dir / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+        safe_io.atomic_write(out_dir / f"{name}.json", json.dumps(summary, indent=1) + "\n")
     return out
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from xbench.analysis.frame import LIST_COLUMNS
+from xbench.records import safe_io
 from xbench.report.escape import csv_frame, md
 from xbench.report.rows import Table
 
@@ -119,7 +120,7 @@ def write_html(rep: Report, path: Path) -> Path:
         parts += [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in skipped.items()]
         parts.append("</ul>")
     parts.append("</body></html>")
-    path.write_text("\n".join(parts))
+    safe_io.atomic_write(path, "\n".join(parts))  # never through a planted link
     return path
 
 
@@ -166,7 +167,7 @@ def write_markdown(rep: Report, path: Path) -> Path:
                **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
     if skipped:
         out += ["## Not drawn (no data for them)", ""] + [f"- **{md(k)}**: {md(v)}" for k, v in skipped.items()]
-    path.write_text("\n".join(out) + "\n")
+    safe_io.atomic_write(path, "\n".join(out) + "\n")
     return path
 
 
@@ -176,9 +177,11 @@ def write_csvs(tables: list[Table], tidy: pd.DataFrame, out: Path) -> list[Path]
     paths = []
     for t in tables:
         p = d / f"{t.name}.csv"
-        csv_frame(t.frame).to_csv(p, index=False, quoting=csv.QUOTE_MINIMAL)
+        with safe_io.atomic_writer(p, binary=False) as f:
+            csv_frame(t.frame).to_csv(f, index=False, quoting=csv.QUOTE_MINIMAL)
         paths.append(p)
     p = d / "tidy_runs.csv"  # every scalar column of every run, for your own analysis
-    csv_frame(tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns])).to_csv(p, index=False)
+    with safe_io.atomic_writer(p, binary=False) as f:
+        csv_frame(tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns])).to_csv(f, index=False)
     paths.append(p)
     return paths
