@@ -43,7 +43,7 @@ def logged(store):
     """{run_id: what W&B holds for it} (config, summary, history), read back from the offline run files."""
     runs = [read_offline_run(f) for f in sorted(store.glob("*/wandb/offline-run-*/run-*.wandb"))]
     assert len(runs) == 5
-    return {r["name"]: r for r in runs}
+    return {r["config"]["run_id"]: r for r in runs}
 
 
 def test_every_panel_of_the_wandb_report_reads_keys_the_runs_have(store, logged):

@@ -104,11 +104,17 @@ def fit_request(params: dict, part: Partition) -> tuple[dict, list[str]]:
     return p, problems
 
 
-def queue(job_ids: list[str]) -> dict[str, tuple[str, str, str]]:
-    """squeue's view of the jobs still known to it: job id -> (state, reason, nodes)."""
+def queue(job_ids: list[str]) -> dict[str, tuple[str, str, str]] | None:
+    """squeue's view of the jobs still known to it: job id -> (state, reason, nodes); None when squeue
+    failed (slurmctld busy or restarting: nothing is concluded from it)."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
-    out = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i|%T|%r|%N"],
-                         capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i|%T|%r|%N"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
     rows = (line.split("|") for line in out.stdout.splitlines() if line.count("|") == 3)
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
@@ -166,7 +172,13 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
             say(f"cpus_per_task={fitted['cpus_per_task']} (a whole node of partition {part.name}: "
                 f"{part.cpus} CPUs / {fitted.get('tasks_per_node') or 1} task(s); hydra.launcher.cpus_per_task=N to ask less)")
         self.params = fitted
-        return self._wait(self._submit(job_overrides, initial_job_idx), initial_job_idx)
+        jobs = self._submit(job_overrides, initial_job_idx)
+        try:
+            return self._wait(jobs, initial_job_idx)
+        except BaseException:  # Ctrl-C twice, a kill: this process stops waiting, SLURM keeps the jobs
+            say(f"stopped waiting; the jobs go on (scancel {' '.join(sorted({j.job_id.split('_')[0] for j in jobs}))} "
+                "stops them)")
+            raise
 
     def _submit(self, job_overrides, initial_job_idx):
         """SlurmLauncher.launch up to its blocking wait (it calls results() on each job in turn): submit the
@@ -204,6 +216,8 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
                     continue
                 if j.paths.result_pickle.exists():
                     left.discard(j.job_id)
+                    continue
+                if seen is None:  # squeue did not answer this time: wait for the next look
                     continue
                 if j.job_id in seen:
                     state, reason, nodes = seen[j.job_id]

@@ -43,8 +43,9 @@ def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict
     env = config.pop("env", None) or {}
     version = config.pop("xbench_version", None)
     config.pop("comparison", None)
+    config_run_id = config.pop("run_id", None)  # sinks/wandb.py puts it there (the run's name says what ran)
     s = {k: v for k, v in (summary or {}).items() if not k.startswith("_")}
-    status, reason, run_id = s.pop("status", None), s.pop("reason", None), s.pop("run_id", None) or name
+    status, reason, run_id = s.pop("status", None), s.pop("reason", None), s.pop("run_id", None) or config_run_id or name
     warnings = [w for w in (s.pop("warnings", None) or "").split("; ") if w]
     s.pop("n_warnings", None)
     metric = s.get("goal_metric")

@@ -5,7 +5,8 @@ The report is first a plain JSON definition (title, runset filter, grouping, pan
 credentials it is published at once; without (or when publishing fails) the definition is written to
 `wandb_report.json` in the output folder and the command to publish it later is printed:
     python -m xbench.report.wandb_report publish report/wandb_report.json
-xbench's W&B runs are named by run_id and carry the config tree, so the filter selects them by name.
+xbench's W&B runs carry the config tree with the run_id in it (their names say what ran), so the filter selects
+them by `Config('run_id')`.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str |
                 clauses.append(f"Config('{CONFIG_PATHS[key]}') in [{vals}]")
     names = sorted(df["run_id"].astype(str)) if len(df) <= MAX_NAMED_RUNS else []
     if names:
-        clauses.append("Name in [" + ", ".join(repr(n) for n in names) + "]")
+        clauses.append("Config('run_id') in [" + ", ".join(repr(n) for n in names) + "]")
     return {
         "title": title[:128],
         "description": f"{len(df)} xbench runs, grouped by platform x runtime x precision x strategy. Filters: "

@@ -36,6 +36,7 @@ class Progress:
     def _bar(self, phase: str, total: int | None, desc: str) -> tqdm:
         for other, bar in self.bars.items():
             self._finish(other, bar)
+        self.bars.clear()  # a phase that comes again (the next trial's warm-up) gets a bar of its own
         bar = self.bars[phase] = tqdm(total=total, desc=desc, unit="step", file=sys.stderr,
                                       disable=not self.enabled, mininterval=0.2, leave=True, dynamic_ncols=True)
         return bar

@@ -40,6 +40,9 @@ SETTINGS = {"console": "off", "x_disable_stats": True}
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
 GROUP_MAX = 128
+# A closed window's per-step rows are logged while rank 0 waits for the line's ack (at most 2 s,
+# modes/throughput.py window_log) before its next window: past this budget the rest go at the end.
+LIVE_STEPS_BUDGET_S = 1.0
 # W&B hosts that did not answer in this process (base URL -> what happened): not tried again.
 _UNREACHABLE: dict[str, str] = {}
 
@@ -233,6 +236,8 @@ class WandbSink:
         self.logged_evals: set[int] = set()  # curve points already logged live
         self.windows_logged = 0  # timed windows logged as they closed (throughput)
         self.steps_logged = 0  # per-step rows logged live (throughput): the series' steps below this index
+        self.steps_live = True  # off once a window's steps took more than LIVE_STEPS_BUDGET_S to log
+        self.live_log_s_max = 0.0  # the longest a closed window's logging took (the rank waits for it)
         self.per_sample: int | None = None  # the global batch, for each step's throughput
         self.tried = False  # a run was opened, or W&B was found off or missing (said once)
         self.live_error: str | None = None
@@ -269,12 +274,17 @@ class WandbSink:
             tp, wall, n = (point.get(k) for k in ("window_throughput_samples_per_s", "window_s", "window_steps"))
             if self.per_sample is None and tp and wall and n:  # the global batch: the window's samples per step
                 self.per_sample = round(tp * wall / n)
-            if first is not None:
+            t0 = time.perf_counter()
+            if first is not None and self.steps_live and first == self.steps_logged:
                 for k, (t, loss) in enumerate(zip(point.get("steps_time_s") or [], point.get("steps_loss") or [])):
                     self.run.log(self._step_row(first + k, loss, t, timed=first + k >= timed_from))
-                self.steps_logged = max(self.steps_logged, first + len(point.get("steps_time_s") or []))
+                    self.steps_logged = first + k + 1
+                    if time.perf_counter() - t0 > LIVE_STEPS_BUDGET_S:  # the rest at the end, in order
+                        self.steps_live = False
+                        break
             self.run.log(curve_row({k: v for k, v in point.items() if not k.startswith("steps_")}))
             self.windows_logged += 1
+            self.live_log_s_max = max(self.live_log_s_max, time.perf_counter() - t0)
         except Exception as e:
             self.live_error = f"{type(e).__name__}: {e}"
             self.say(f"W&B: live logging stopped ({self.live_error}); the rest is logged at the end")
@@ -307,7 +317,7 @@ class WandbSink:
         wdir.mkdir(parents=True, exist_ok=True)
         self.wdir = wdir
         group, tags = group_and_tags(record, self.wcfg)
-        config = {**redact(record.config), "xbench_version": record.env.get("xbench_version"),
+        config = {**redact(record.config), "run_id": record.run_id, "xbench_version": record.env.get("xbench_version"),
                   "comparison": comparison(record.config), "env": redact(env_summary(record.env))}
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
                       group=group, tags=tags, name=run_name(record), config=config,
@@ -391,6 +401,8 @@ class WandbSink:
             out["wandb_windows_logged_live"] = self.windows_logged
         if self.steps_logged:  # and the per-step rows with them
             out["wandb_steps_logged_live"] = self.steps_logged
+        if self.windows_logged:  # the longest wait a window's logging cost between two windows
+            out["wandb_live_log_s_max"] = round(self.live_log_s_max, 4)
         offline = sorted(self.wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
