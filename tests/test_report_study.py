@@ -173,3 +173,16 @@ def test_one_machine_priced_two_ways_is_re_priced_not_compared_as_two_sets_of_ru
     found = [f.text for f in findings_of(rows, ctx)[0]]
     assert any(t.startswith("Fastest: the only configuration at 1,100 samples/s (1,000-1,200; 2 runs)") for t in found)
     layout.plt.close("all")
+
+
+def test_published_table_shows_each_figure_kind_and_why_it_is_not_beside_a_measurement(tmp_path):
+    store = _store(tmp_path, [R("s", throughput=2500, model="resnet50", data="synthetic_imagenet", platform="tpu_v2_8",
+                                devices=8, batch_size=128, experiment="tpu_vs_gpu")])
+    rows, ctx = _rows(store)
+    pub = TABLES["published"](rows, ctx).frame.set_index("figure")
+    real = pub[pub["kind"] == "real_throughput"]
+    assert len(real) >= 2 and real["measured here [unit]"].isna().all()  # 2,796 img/s is real data: not this run
+    assert real["why not beside a measurement"].str.startswith("no ok run here has throughput_samples_per_s").all()
+    ratio = pub[pub["kind"] == "ratio"]
+    assert len(ratio) and ratio["why not beside a measurement"].str.contains("ratio").all()
+    assert pub["source"].str.contains("RiseML").all()

@@ -399,16 +399,18 @@ def published_table(rows: Rows, ctx: Context) -> Table:
     if not pub:
         raise NoData("no run of a study preset (the studies' published figures are shown beside their runs)")
     out = pd.DataFrame([{
-        "study": r["study"], "figure": r["what"], "published [unit]": r["value"], "unit": r["unit"],
-        "measured here [unit]": r["measured"],
+        "study": r["study"], "figure": r["what"], "kind": r.get("kind"), "published [unit]": r["value"],
+        "unit": r["unit"], "measured here [unit]": r["measured"],
         "measured as": (f"{r['measured_column']} ({r['measured_where']}; {r['measured_runs']} runs)"
                         if r["measured_column"] else "not comparable here"),
+        "why not beside a measurement": r.get("why_not"),
         "conditions": r["conditions"], "source": r["source"], "date": r["date"],
     } for r in pub])
     return Table("published", "Published figures of the studies, beside what these runs measured", out,
                  note="Published figures come from xbench/studies/studies.yaml (with their source and date); they are "
                       "never runs: no median, spread or baseline includes them. 'measured here' is the median of "
-                      "the matching ok runs, blank when no run matches the published conditions.",
+                      "the matching ok runs of the same kind (synthetic or real-data throughput, training time, "
+                      "cost, ratio), blank with the reason when there is none.",
                  pooled="Each row: one published figure, beside the median of the runs under its conditions.")
 
 
