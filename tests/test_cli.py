@@ -84,15 +84,20 @@ def test_failing_point_does_not_stop_a_sweep(store):
     assert by_bs[8]["status"] == "ok"  # ... after running every point
 
 
-def test_out_of_range_knobs_are_refused_before_anything_and_ignored_resume_overrides_named(store):
-    """Exit 2, every problem at once with its range, nothing written (no record, no Hydra folder); what
-    resume= ignores is said."""
+def test_out_of_range_knobs_fail_before_any_device_work_and_ignored_resume_overrides_are_named(store):
+    """Every number out of its range in one `failed` record, the ranges in the reason, nothing measured;
+    a group option typo gets the closest options; what resume= ignores is said."""
     p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", "model=resnet5", store=store)
     assert p.returncode == 1 and "did you mean model=resnet50" in p.stderr, p.stderr[-2000:]
+    assert not records(store)  # Hydra refused the option: nothing written
     p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", store=store)
-    assert p.returncode == 2, p.stderr[-2000:]
-    assert "optim.lr=nan is out of range; allowed: (0, 1e6]" in p.stderr
-    assert "bench.noisy_cv=-1.0 is out of range; allowed: (0, 100]" in p.stderr
+    assert p.returncode == 1, p.stderr[-2000:]
+    [rec] = records(store)
+    assert rec["status"] == "failed" and not rec["measurements"].get("throughput_samples_per_s")
+    assert "optim.lr=nan is out of range; allowed: (0, 1e6]" in rec["reason"]
+    assert "bench.noisy_cv=-1.0 is out of range; allowed: (0, 100]" in rec["reason"]
     p = run_cli("resume=somerun", "model=mlp", store=store)
     assert p.returncode == 2 and "these overrides are ignored: model=mlp" in p.stderr, p.stderr[-2000:]
-    assert not records(store)
+    p = run_cli("resume=''", store=store)
+    assert p.returncode == 2 and "resume='' names no run" in p.stderr
+    assert len(records(store)) == 1

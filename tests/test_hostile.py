@@ -492,3 +492,33 @@ def test_a_store_that_cannot_hold_hydras_folder_is_exit_74_and_empty_folders_go(
     (store / "kept" / "record.json").write_text("{}")
     remove_empty(run, store)
     assert not (store / ".hydra").exists() and (store / "kept" / "record.json").exists()
+
+
+@pytest.mark.slow
+def test_the_drill_reports_a_planted_defect(tmp_path):
+    """The drill is tested: a copy of this checkout whose text redaction is switched off (a planted defect,
+    one line) makes the secrets case find the leaks and the drill exit 1, naming the row a MISMATCH."""
+    import shutil
+
+    copy = tmp_path / "broken"
+    shutil.copytree(REPO / "xbench", copy / "xbench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "conf", copy / "conf")
+    redact = copy / "xbench" / "records" / "redact.py"
+    text = redact.read_text()
+    planted = text.replace("    text = redact_values(text, values)\n", "    return text  # planted defect\n", 1)
+    assert planted != text
+    redact.write_text(planted)
+    out = tmp_path / "rows.json"
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "fault_drill.py"), "--only", "secrets_wider",
+                        "--xbench", str(copy), "--json", str(out)], capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert p.returncode == 1, p.stdout[-3000:]
+    first = json.loads(out.read_text())[0]
+    assert first["leaks"] > 0 and first["verdict"] == "MISMATCH" and first["klass"] == "secrets", first
+    assert "<-- MISMATCH" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, rows", [("bounds", 3), ("secrets_wider", 2), ("hydra_folder_store", 1)])
+def test_drill_case_round_3(tmp_path, case, rows):
+    got = _drill(tmp_path, case)
+    assert len(got) == rows, [r["fault"] for r in got]

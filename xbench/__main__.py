@@ -6,8 +6,8 @@ non-zero when it did not succeed; a `--multirun` sweep goes on to the next point
 the end if any point failed; a stop signal ends the sweep.
 
 Exit status: 0 ok; 1 a run did not succeed, or Hydra refused the command line (also `+key=v` with a key
-the schema lacks); 2 refused before it started (a knob out of its range, a bad `resume=`, `baseline=` or run name:
-nothing written); 74 the store could not take the record (it went to a fallback folder the console names);
+the schema lacks); 2 refused before it started (a bad `resume=`, `baseline=`, `store.root` or run name: nothing
+written; a number out of its range is a `failed` record, exit 1, before any device work); 74 the store could not take the record (it went to a fallback folder the console names);
 130 stopped by a signal (the record says what was measured); 128+N a second signal N (exited at once).
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xbench import extras, launch, models, modes, parallel, runtimes, studies
 from xbench.bench import faults
-from xbench.config import DDP_OPTIONS, ParallelConfig, XBenchConfig
+from xbench.config import DDP_OPTIONS, ParallelConfig, XBenchConfig, range_problems
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
 from xbench.launch.isolation import ISOLATION
@@ -71,6 +71,12 @@ def positive_numbers(cfg, facts):
     if cfg.bench.stop_grace_s <= 0:
         out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
     return out
+
+
+@rule
+def knobs_in_range(cfg, facts):
+    """Every number of the config within its range, the range in the message (config.RANGES)."""
+    return range_problems(cfg)
 
 
 @rule

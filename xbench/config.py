@@ -347,7 +347,7 @@ RANGES: dict[str, str] = {
     "logger.wandb.init_timeout_s": "(0, 3600]",
     "optim.lr": "(0, 1e6]", "optim.lr_reference_batch": f"[1, {_BIG}]", "optim.momentum": "[0, 1)",
     "optim.weight_decay": "[0, 1e6]", "optim.betas": "[0, 1)", "optim.eps": "(0, 1]", "optim.trust_coefficient": "(0, 1e6]",
-    "optim.label_smoothing": "[0, 1)", "optim.accumulate_steps": "[1, 1000000]",
+    "optim.label_smoothing": "[0, 1)", "optim.accumulate_steps": "[1, 1000000]", "optim.tuned_global_batch": f"[1, {_BIG}]",
     "optim.schedule.warmup_epochs": "[0, 1e6]", "optim.schedule.warmup_start_factor": "[0, 1]",
     "optim.schedule.milestones_epochs": "[0, 1e6]", "optim.schedule.gamma": "(0, 1e6]",
     "optim.schedule.decay_epochs": "(0, 1e6]", "optim.schedule.power": "(0, 1e3]", "optim.schedule.end_factor": "[0, 1e6]",
@@ -406,21 +406,21 @@ def _numbers(node, path: str):
 _SIZE_OPTION = re.compile(r"(^|_)(width|depth|dim|dims|heads|layers|channels|hidden|size|features|blocks|experts)($|_)")
 
 
-def knob_problems(cfg) -> list[str]:
-    """Every number of a composed config outside its range (RANGES), each with the range allowed; a run name
-    whose run ids could not name a folder; an empty store.root; resume=''. `cfg`: a DictConfig, an
-    XBenchConfig or a plain mapping."""
+def _plain(cfg) -> dict:
     from omegaconf import DictConfig, OmegaConf
 
-    from xbench.records.store import name_problem
-
     if isinstance(cfg, DictConfig):
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    elif dataclasses.is_dataclass(cfg):
-        plain = dataclasses.asdict(cfg)
-    else:
-        plain = dict(cfg)
-    out = []
+        return OmegaConf.to_container(cfg, resolve=True)
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return dict(cfg)
+
+
+def range_problems(cfg) -> list[str]:
+    """Every number of a config outside its range (RANGES), each with the range allowed; sizes in
+    model.options; parallel.node_rank below parallel.nnodes. `cfg`: a DictConfig, an XBenchConfig or a
+    plain mapping. compat asks this before any device work (a `failed` record listing them all)."""
+    plain, out = _plain(cfg), []
     for key, interval in RANGES.items():
         for where, value in _numbers(plain, key):
             shown = where.lstrip(".")
@@ -440,20 +440,34 @@ def knob_problems(cfg) -> list[str]:
     par = plain.get("parallel") or {}
     if isinstance(par.get("node_rank"), int) and isinstance(par.get("nnodes"), int) and par["node_rank"] >= par["nnodes"]:
         out.append(f"parallel.node_rank={par['node_rank']} must be below parallel.nnodes={par['nnodes']}")
+    return out
+
+
+def name_problems(cfg) -> list[str]:
+    """What must be refused before a record can be written: an empty store.root, a run name whose run ids
+    could not name a folder, resume=''."""
+    from xbench.records.store import name_problem
+
+    plain, out = _plain(cfg), []
     store = plain.get("store") or {}
     if not str(store.get("root") or "").strip():
         out.append(f"store.root={store.get('root')!r} names no folder; give the folder the runs go under (default results)")
     name = store.get("run_name")
     if name is not None:
         example = f"{name}-{'0' * 15}-{'0' * 8}"  # the longest run id it would give: <name>-<YYYYmmdd-HHMMSS>-<hex8>
-        why = name_problem(str(name), "store.run_name") or name_problem(example, "store.run_name")
-        if why:
-            out.append(why if name_problem(str(name), "store.run_name")
-                       else f"store.run_name={name!r} is {len(str(name))} characters; its run ids ({len(example)}) would "
-                            f"not name a folder: at most {len(str(name)) - (len(example) - 120)} characters")
+        if why := name_problem(str(name), "store.run_name"):
+            out.append(why)
+        elif name_problem(example, "store.run_name"):
+            out.append(f"store.run_name={name!r} is {len(str(name))} characters; its run ids ({len(example)}) would "
+                       f"not name a folder: at most {len(str(name)) - (len(example) - 120)} characters")
     if plain.get("resume") is not None and not str(plain["resume"]).strip():
         out.append("resume='' names no run; give a run id or folder (or leave resume out for a fresh run)")
     return out
+
+
+def knob_problems(cfg) -> list[str]:
+    """range_problems and name_problems together."""
+    return range_problems(cfg) + name_problems(cfg)
 
 
 def config_dir() -> str:

@@ -178,11 +178,12 @@ def resume_ignored(overrides: list[str]) -> list[str]:
 
 def refusals(dcfg, overrides: list[str]) -> list[str]:
     """Why a composed config must not start (nothing written): a key added with `+` that the schema lacks,
-    every number out of its range (config.knob_problems). The CLI and the Python API both ask this one
-    function (and both say resume_ignored's warning)."""
-    from xbench.config import knob_problems
+    a store root, run name or `resume=` that names no folder (config.name_problems). The CLI and the
+    Python API both ask this one function (and both say resume_ignored's warning); numbers out of their
+    range are compat's (config.range_problems: a `failed` record, before any device work)."""
+    from xbench.config import name_problems
 
-    return added_key_problems(overrides) + knob_problems(dcfg)
+    return added_key_problems(overrides) + name_problems(dcfg)
 
 
 def added_key_problems(argv: list[str]) -> list[str]:

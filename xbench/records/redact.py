@@ -273,7 +273,9 @@ class RedactingStream:
     xbench's own `key=value` examples as written."""
 
     def __init__(self, stream, values: Iterable[str] = (), by_name: bool = True):
-        self._stream = stream
+        # A process started with its stdout or stderr closed (a detached job) has None there: the run still
+        # runs and records, its console goes nowhere.
+        self._stream = stream if stream is not None else open(os.devnull, "w")  # noqa: SIM115
         self._by_name = by_name
         remember(values)
 
