@@ -34,7 +34,7 @@ class Finding:
 def fmt(v: float | None) -> str:
     if v is None:
         return "n/a"
-    if abs(v) >= 100:
+    if 100 <= abs(v) < 1e15:
         return f"{v:,.0f}"
     return f"{v:.3g}"
 

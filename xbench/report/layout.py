@@ -50,7 +50,7 @@ def nice(v: float | None) -> str:
     """A value as a reader would write it: 8,000 / 3.2 / 0.0137."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
-    if abs(v) >= 100:
+    if 100 <= abs(v) < 1e15:
         return f"{v:,.0f}"
     return f"{v:.3g}"
 
@@ -137,7 +137,8 @@ class Canvas:
     def __init__(self, width: float, title: str, note: str, legend_labels: list[str] = ()):
         self.legend_w = (max((len(s) for s in legend_labels), default=0) * CHAR_IN + 0.6) if legend_labels else 0.0
         self.width = min(FIG_MAX_W, width + self.legend_w)
-        self.title = _title_lines(title, self.width - 0.4)
+        # the title is drawn 2 points larger and bold: its characters are that much wider than CHAR_IN
+        self.title = _title_lines(title, (self.width - 0.4) * FONT / (FONT + 2) / 1.1)
         self.note = _title_lines(note, self.width - 0.4) if note else []
         self.top_in = 0.2 + len(self.title) * LINE_IN * 1.25
         self.bottom_in = 0.15 + len(self.note) * LINE_IN
@@ -176,11 +177,13 @@ def _times(v: float, f: float) -> float:
 def _xaxis(ax, lo: float, hi: float, log: bool) -> None:
     if log:
         ax.set_xscale("log")
+        lo, hi = max(lo, 1 / BIGGEST), min(max(hi, lo), BIGGEST)  # no tick below the smallest float (it reads 0)
         # a quarter of the axis left for the value labels, computed in logs (no overflow)
         top = math.log10(hi) + 0.3 * (math.log10(hi) - math.log10(lo) + math.log10(1.5))
         ax.set_xlim(lo / 1.5, 10 ** min(top, math.log10(BIGGEST)))
         ax.minorticks_off()  # a log axis's minor ticks cost more to draw than the bars
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: nice(v)))  # not mathtext: slow to lay out
+        # not mathtext (slow to lay out); a tick that underflowed to 0 has no place on a log axis
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: nice(v) if v > 0 else ""))
     else:
         ax.set_xlim(0, _times(hi, 1.28) if hi > 0 else 1)
         ax.xaxis.set_major_locator(MaxNLocator(5))
@@ -226,10 +229,15 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
         lo = min([b.low or b.value for b in rows if (b.low or b.value) > 0] or [hi])
         flog = log if log is not None else hi / lo > 200  # per facet: a narrow range reads better linear
         _xaxis(ax, lo, hi, flog)
+        x1 = ax.get_xlim()[1]
+        x0 = ax.get_xlim()[0]  # where the value labels' room at the right begins (in logs: no overflow)
+        room = 10 ** (math.log10(x1) - 0.15 * (math.log10(x1) - math.log10(x0))) if flog else x1 * 0.85
         for yy, b in zip(ys, rows):
             end = max(b.value, b.high or 0)
-            ax.text(_times(end, 1.08) if flog else min(end + hi * 0.015, BIGGEST), yy, value_text(b.value),
-                    va="center", ha="left", fontsize=FONT - 0.5)
+            at = _times(end, 1.08) if flog else min(end + hi * 0.015, BIGGEST)
+            # a value beyond the axis' room (a clamped 1e308) is written inside the axis, at its right end
+            ax.text(*((at, yy) if at <= room else (x1, yy)), value_text(b.value), va="center",
+                    ha="left" if at <= room else "right", fontsize=FONT - 0.5)
         ticks, ys_all = [names[b.label] for b in rows], list(ys)
         if f.left_out:
             ticks.insert(f.split, f"… {f.left_out} more (in the tables) …")

@@ -57,7 +57,7 @@ def fmt(v) -> str:
     if isinstance(v, bool):
         return "yes" if v else ""
     if isinstance(v, float):
-        if abs(v) >= 1000:  # 23,640 reads better than 2.364e+04
+        if 1000 <= abs(v) < 1e15:  # 23,640 reads better than 2.364e+04 (1e308 is not 309 digits)
             return f"{v:,.0f}"
         if v.is_integer():
             return str(int(v))
