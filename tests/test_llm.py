@@ -125,20 +125,58 @@ def test_text_bytes_reads_a_named_file_as_bytes_with_a_held_out_tail(tmp_path):
         loaders.build(data, "lm")
 
 
-@pytest.mark.slow
-def test_tiny_decoder_trains_to_a_target_perplexity_on_text_under_fsdp(tmp_path):
-    """A text file the test writes, as bytes, the tiny decoder under FSDP2 on 2 gloo ranks trained to a
-    held-out perplexity of 8 (log-perplexity 2.08; uniform bytes would be 256)."""
-    from tests.conftest import records, run_cli
+TEXT_RUN = ("+workload=llama_tiny_tokens", "data=text_bytes", "data.batch_size=8", "optim.lr=0.003", "platform=cpu",
+            "parallel=fsdp", "precision=amp_bf16", "bench.mode=train_to_target", "bench.threads=1",
+            "goal.metric=perplexity", "goal.target=8", "goal.max_epochs=10", "logger=none", "logger.progress=false")
 
-    path, store = _corpus(tmp_path / "corpus.txt"), tmp_path / "results"
-    p = run_cli("+workload=llama_tiny_tokens", "data=text_bytes", f"data.path={path}", "data.batch_size=8",
-                "optim.lr=0.003", "platform=cpu", "parallel=fsdp", "precision=amp_bf16", "bench.mode=train_to_target",
-                "bench.threads=1", "goal.metric=perplexity", "goal.target=8", "goal.max_epochs=10", "logger=none",
-                "logger.progress=false", store=store)
-    assert p.returncode == 0, p.stderr[-3000:]
-    [r] = records(store)
+
+@pytest.fixture(scope="module")
+def text_runs(tmp_path_factory):
+    """The tiny decoder under FSDP2 on 2 gloo ranks, trained on a text file the test writes: once through,
+    and once cut by a SIGTERM at step 30 (a sharded checkpoint) and resumed."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, cli_env, records
+
+    root = tmp_path_factory.mktemp("text")
+    path = _corpus(root / "corpus.txt")
+
+    def start(store, *extra):
+        return subprocess.Popen([sys.executable, "-m", "xbench", f"store.root={store}", *extra], cwd=REPO,
+                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait(p):
+        out, _ = p.communicate(timeout=600)
+        return p.returncode, out
+
+    full, cut = (start(root / k, *TEXT_RUN, f"data.path={path}", *extra)
+                 for k, extra in (("full", ()), ("cut", ("fault.kind=sigterm", "fault.at_step=30"))))
+    out = {"full": wait(full), "cut": wait(cut)}
+    [interrupted] = records(root / "cut")
+    out["resumed"] = wait(start(root / "cut", "logger=none", "logger.progress=false", f"resume={interrupted['run_id']}"))
+    return {"out": out, "interrupted": interrupted, "full": records(root / "full")[0], "resumed": records(root / "cut")[0]}
+
+
+@pytest.mark.slow
+def test_tiny_decoder_trains_to_a_target_perplexity_on_text_under_fsdp(text_runs):
+    """A held-out perplexity of 8 (log-perplexity 2.08; uniform bytes would be 256) is reached."""
+    code, out = text_runs["out"]["full"]
+    assert code == 0, out[-3000:]
+    r = text_runs["full"]
     m = r["measurements"]
-    assert r["status"] == "ok", r["reason"]
-    assert m["target_reached"] is True and m["world_size"] == 2
+    assert r["status"] == "ok" and m["target_reached"] is True and m["world_size"] == 2
     assert all(x["fsdp_params_dtensor"] for x in r["ranks"])
+
+
+@pytest.mark.slow
+def test_fsdp_checkpoint_gathers_the_shards_and_resumes_to_the_same_curve(text_runs):
+    """SIGTERM at step 30: rank 0 writes the full state gathered from both ranks' shards; the resume shards
+    it again and ends where the uninterrupted run ends (same epochs to target, same final perplexity)."""
+    assert text_runs["interrupted"]["status"] == "interrupted"
+    code, out = text_runs["out"]["resumed"]
+    assert code == 0, out[-3000:]
+    full, resumed = text_runs["full"]["measurements"], text_runs["resumed"]["measurements"]
+    assert resumed["resumes"] == 1 and resumed["target_reached"] is True
+    assert resumed["epochs_to_target"] == full["epochs_to_target"]
+    assert resumed["metric_final"] == pytest.approx(full["metric_final"], rel=1e-4)

@@ -222,8 +222,7 @@ class TargetTraining:
             if ckpt.get("world_size", 1) != self.ctx.world_size:
                 raise ValueError(f"the checkpoint was written by {ckpt.get('world_size', 1)} rank(s); this attempt "
                                  f"has {self.ctx.world_size} (resume with the stored config)")
-            self.module.load_state_dict(ckpt["model"])
-            w.optimizer.load_state_dict(ckpt["optimizer"])
+            w.strategy.load_state_dicts(self.module, w.optimizer, ckpt["model"], ckpt["optimizer"])
             if w.precision.scaler is not None and ckpt.get("scaler"):
                 w.precision.scaler.load_state_dict(ckpt["scaler"])
             mine = ckpt["ranks"][self.ctx.rank]  # this rank's own RNG and open-segment losses
@@ -253,10 +252,11 @@ class TargetTraining:
         w, p = self.w, self.p
         ranks = w.strategy.gather({"rng": torch.get_rng_state(), "pending_loss_sum": p.pending_loss_sum,
                                    "pending_loss_steps": p.pending_loss_steps})
+        model_state, optimizer_state = w.strategy.state_dicts(self.module, w.optimizer)  # FSDP: gathers shards
         if self.ctx.rank != 0:
             return
         p.wall_s = self.wall_now()
-        _atomic_save({"model": _cpu(self.module.state_dict()), "optimizer": _cpu(w.optimizer.state_dict()),
+        _atomic_save({"model": _cpu(model_state), "optimizer": _cpu(optimizer_state),
                       "scaler": w.precision.scaler.state_dict() if w.precision.scaler is not None else None,
                       "ranks": ranks, "world_size": self.ctx.world_size, "progress": asdict(p)},
                      self.run_dir / CHECKPOINT_FILE)

@@ -68,6 +68,16 @@ class Strategy:
         """Strategy-specific figures of one rank after training (e.g. a parameter checksum)."""
         return {}
 
+    def state_dicts(self, module, optimizer) -> tuple[dict, dict]:
+        """Model and optimizer state for a checkpoint, called on every rank (rank 0 writes it); a sharded
+        strategy gathers its shards here (parallel/fsdp.py)."""
+        return module.state_dict(), optimizer.state_dict()
+
+    def load_state_dicts(self, module, optimizer, model_state: dict, optimizer_state: dict) -> None:
+        """A checkpoint's states into this rank's model and optimizer (a sharded strategy keeps its shard)."""
+        module.load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
+
 
 class Single(Strategy):
     name = "single"

@@ -179,6 +179,22 @@ class FSDP(DDP):
     def unwrap(self, model):
         return model  # fully_shard changes the module's class in place: there is no wrapper
 
+    def state_dicts(self, module, optimizer) -> tuple[dict, dict]:
+        """The full (unsharded) model and optimizer state, gathered from every rank's shards onto rank 0's
+        CPU (torch.distributed.checkpoint.state_dict; a collective: every rank calls it, the others get {}):
+        one checkpoint file, whatever the number of shards; the optimizer state is keyed by parameter name
+        (that module's layout), so it resumes under parallel=fsdp."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        return get_state_dict(module, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def load_state_dicts(self, module, optimizer, model_state: dict, optimizer_state: dict) -> None:
+        """Every rank reads the full state and keeps its own shard of it (parameters and optimizer state)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        set_state_dict(module, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state,
+                       options=StateDictOptions(full_state_dict=True))
+
     def rank_figures(self, model) -> dict:
         params = list(model.parameters())
         return {
