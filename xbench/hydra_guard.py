@@ -133,7 +133,7 @@ class _PreparingSignals:
 
     @staticmethod
     def _exit(signum, frame):
-        say(f"{signal.Signals(signum).name} received while the sweep was being prepared; nothing was run")
+        say(f"{signal.Signals(signum).name} received before this process started a point of the sweep; exited at once")
         raise SystemExit(130)
 
 
