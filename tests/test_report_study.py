@@ -186,3 +186,14 @@ def test_published_table_shows_each_figure_kind_and_why_it_is_not_beside_a_measu
     ratio = pub[pub["kind"] == "ratio"]
     assert len(ratio) and ratio["why not beside a measurement"].str.contains("ratio").all()
     assert pub["source"].str.contains("RiseML").all()
+
+
+def test_costs_that_are_all_minimum_charges_are_not_compared(tmp_path):
+    """Two machines whose runs were shorter than their 60 s minimum: the costs are a price list (60 s at $1/h and
+    at $2/h), not a result, and no spread is carried to them."""
+    store = _store(tmp_path, [_to_target("a", "one", (10.0, 20.0), usd_per_hour=1.0, minimum_charge_s=60),
+                              _to_target("b", "two", (5.0, 10.0), usd_per_hour=2.0, minimum_charge_s=60)])
+    rows, ctx = _rows(store)
+    [cheapest] = [f.text for f in findings_of(rows, ctx)[0] if f.question == "cheapest to the target"]
+    assert cheapest.startswith("Cheapest to the target: not compared: every cost here is its platform's 60 s minimum "
+                               "charge") and "x cheaper" not in cheapest

@@ -100,6 +100,8 @@ def _configs(found: list[Found], names: list[str], col: str, power: float | None
                 lo, hi = v * min(a, b), v * max(a, b)
             else:
                 lo = hi = None
+        if all(col in (r.get("minimum_charged") or "").split(", ") for r in ok):
+            lo = hi = None  # a minimum charge has no spread: the runs' speed does not move it
         out.append(Config(_label(f.keys, names), ok, v, lo, hi))
     return out
 
@@ -139,6 +141,12 @@ def _best(found: list[Found], names: list[str], col: str, higher: bool, power: f
     cs = sorted(_configs(found, names, col, power), key=lambda c: c.value, reverse=higher)
     if not cs:
         return None
+    floor = [c for c in cs if any(col in (r.get("minimum_charged") or "").split(", ") for r in c.rows)]
+    if len(cs) > 1 and len(floor) == len(cs):  # every cost is a minimum charge: a price list, not a result
+        low = max((v for c in cs for v in c.rows.nums("minimum_charge_s")), default=0)
+        return Finding(question, work, f"{question.capitalize()}: not compared: every cost here is its platform's "
+                       f"{low:g} s minimum charge (the runs were shorter), from {prefix}{fmt(cs[0].value)}{unit} "
+                       f"({cs[0].label}) to {prefix}{fmt(cs[-1].value)}{unit} ({cs[-1].label}).")
     b = cs[0]
     tied = [c for c in cs[1:] if abs(c.value - b.value) <= TIE * max(abs(b.value), abs(c.value))]
     if tied:  # no winner: the figures are the same to the digits shown
@@ -250,8 +258,7 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
                   f"{cur}_per_million_samples", False, -1.0, "cheapest per sample", " per 1M samples",
                   w, prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
             _best(found, names, "projected_training_s", False, -1.0, "shortest projected whole training", " s", w,
-                  suffix=" (data.dataset_size x goal.projection_epochs samples at the measured samples/s; the "
-                  "projection table has its basis)", better="shorter than"),
+                  better="shorter than"),
             _best(found, names, f"projected_training_cost_{cur}", False, -1.0, "cheapest projected whole training",
                   "", w, prefix=f"{cur.upper()} ", better="cheaper than") if cur else None,
             _best(found, names, "train_time_to_target_s", False, None, "fastest to the target", " s of training", w,

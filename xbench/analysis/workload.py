@@ -103,7 +103,7 @@ def configuration_label(keys: dict, names: list[str], empty: str, devices: str =
         elif k == "batch_size_per_device":
             parts.append(f"{number_text(v)}/device")
         elif k == "devices":
-            parts.append(f"{number_text(v)} {devices}")
+            parts.append(f"{number_text(v)} {devices.removesuffix('s') if v == 1 else devices}")  # 1 device
         elif k == "threads":
             parts.append(f"{number_text(v)} thread" + ("s" if v != 1 else ""))
         else:
