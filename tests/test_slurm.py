@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -140,13 +141,34 @@ class Cluster:
     def sh(self, *cmd: str, timeout: int = 60) -> subprocess.CompletedProcess:
         return subprocess.run([_bin(cmd[0]), *cmd[1:]], env=self.env, capture_output=True, text=True, timeout=timeout)
 
+    def _steps(self) -> list:
+        """This cluster's slurmstepd processes (they inherit slurmd's SLURM_CONF; they exit after their job)."""
+        import psutil
+
+        out = []
+        for proc in psutil.process_iter(["name"]):
+            try:
+                if proc.info["name"] == "slurmstepd" and proc.environ().get("SLURM_CONF") == self.env["SLURM_CONF"]:
+                    out.append(proc)
+            except psutil.Error:
+                continue
+        return out
+
+    def _wait_steps(self, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._steps() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for proc in self._steps():  # still there after their job: stopped, so none outlives the tests
+            proc.kill()
+
     def stop(self) -> None:
-        """Cancel every job, wait for the queue to drain (slurmstepd exits with its job), stop the daemons."""
+        """Cancel every job, wait for the queue to drain and each job's slurmstepd to exit, stop the daemons."""
         if any(p.poll() is None for p in self.procs):
             self.sh("scancel", "--full", "-u", "root")
             deadline = time.monotonic() + 30
             while self.sh("squeue", "-h").stdout.strip() and time.monotonic() < deadline:
                 time.sleep(0.5)
+        self._wait_steps()
         for p in reversed(self.procs):  # slurmd, slurmctld, then munged
             if p.poll() is None:
                 p.terminate()
@@ -195,6 +217,7 @@ def test_sweep_through_the_slurm_launcher_leaves_both_records(cluster, tmp_path)
     assert len(jobs) == 2 and all(j.isdigit() for j in jobs)
     err = p.stderr
     assert "xbench: SLURM: submitted 2 job(s)" in err
+    assert all(re.search(rf"job \d+_{i} \(point #{i}\) RUNNING, on \S+", err) for i in (0, 1))  # seen while waiting
     for r in recs:  # the submitter's closing lines: status, figure, record path
         line = next(x for x in err.splitlines() if r["run_id"] in x)
         assert " ok: " in line and "samples/s" in line and line.rstrip().endswith("record.json")
