@@ -127,7 +127,8 @@ def write_report(args, loaded, df, ctx, t0: float) -> int:
     title = args.title or "xbench report" + (f": {'; '.join(args.filter)}" if args.filter else "")
     meta = [f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} from {', '.join(map(str, args.stores))}",
             f"{len(df)} runs shown ({status_counts}) of {len(loaded.frame)} records loaded"
-            + (f"; {len(loaded.skipped)} unreadable record files skipped" if loaded.skipped else ""),
+            + (f"; {len(loaded.skipped)} notes on record files (unreadable, refused, copied or misnamed; named above)"
+               if loaded.skipped else ""),
             f"Filters: {'; '.join(args.filter) or 'none'}. Baseline: {args.baseline or 'none'}. "
             f"Pooled: {', '.join(args.pool_keys) or 'nothing (batch size, precision and strategy kept apart)'}."]
     rep = render.Report(title, meta, tables, skipped_tables, plots, skipped_plots, loaded.skipped,
