@@ -68,6 +68,7 @@ bench: $(STAMP)  ## harness overhead (in-process and process-level, quiet and lo
 	$(VPY) scripts/bench_overhead.py
 	$(VPY) scripts/bench_process.py
 	$(VPY) scripts/bench_report.py 10000 --plots
+	$(VPY) scripts/bench_fsdp.py  # DDP vs FSDP2 at the same global batch: step time, tokens/s, memory per device
 
 report: $(STAMP)  ## tables and plots from ./results into ./report
 	$(VPY) -m xbench.report results --out report
