@@ -1291,7 +1291,6 @@ CASES = [  # (case, in --short, class)
 # Rows known to fail, with their class and why: the fix is another change's, not landed when this was written.
 # The drill reports them as xfail (and xpass once fixed: then remove the line); they do not fail the exit status.
 EXPECTED_TO_FAIL: dict[str, str] = {
-    "report over throughputs 1e308 and 0": "errors: one extreme record kills the report (xbench/report/, #27 item 7)",
     "resume through planted .lock / mlperf.log links": "links: the link is refused, but safe_io.LinkRefused from the run's "
                                                       "lock escapes runner.py as a Hydra traceback (exit 1, not 2)",
 }
