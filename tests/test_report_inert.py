@@ -134,7 +134,7 @@ def test_a_copied_run_folder_and_a_renamed_one_are_named_and_counted_once(tmp_pa
     loaded = load([root], progress=False)
     assert sorted(loaded.frame["run_id"]) == ["run-a", "run-b"]
     said = "\n".join(loaded.skipped)
-    assert f"run id run-a is in 2 record files: counted once, from {root / 'run-a' / 'record.json'}" in said
+    assert f"run id run-a is in 2 records: counted once, from {root / 'run-a' / 'record.json'}" in said
     assert f"left out: {root / 'run-a-copy' / 'record.json'}" in said
     assert f"record {root / 'not-run-b' / 'record.json'} holds run id run-b, not its folder's name" in said
 

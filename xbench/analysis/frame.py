@@ -306,11 +306,10 @@ def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[
         raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
                                 "e.g. results/, or wandb:ENTITY/PROJECT, or wandb-offline:DIR)")
     records, skipped = scan_records(*folders, progress=progress) if folders else ([], [])
-    records = once_per_run(records, skipped)
     for src in sources:
         got, bad = wandb_source.read_source(src)
         records, skipped = records + got, skipped + bad
-    return records, skipped
+    return once_per_run(records, skipped), skipped
 
 
 def _folder_matches(rec: RunRecord) -> bool | None:
@@ -326,14 +325,17 @@ def once_per_run(records: list[RunRecord], skipped: list[str]) -> list[RunRecord
     by_id: dict[str, list[RunRecord]] = {}
     for r in records:
         by_id.setdefault(r.run_id, []).append(r)
+    def where(r: RunRecord) -> str:
+        return str(getattr(r, "source", None) or "a W&B source")
+
     out = []
     for rid, copies in by_id.items():
         keep = next((r for r in copies if _folder_matches(r)), copies[0])
         out.append(keep)
         if len(copies) > 1:
-            others = ", ".join(str(r.source) for r in copies if r is not keep)
-            skipped.append(f"run id {rid} is in {len(copies)} record files: counted once, from {keep.source}; "
-                           f"left out: {others} (a copied run folder?)")
+            others = ", ".join(where(r) for r in copies if r is not keep)
+            skipped.append(f"run id {rid} is in {len(copies)} records: counted once, from {where(keep)}; "
+                           f"left out: {others} (a copied run folder, or a store and its W&B runs read together?)")
         if _folder_matches(keep) is False:
             skipped.append(f"record {keep.source} holds run id {rid}, not its folder's name (a renamed or copied run "
                            "folder?): counted once, under its run id")
