@@ -34,6 +34,7 @@ MAX_FIG_BARS = 40  # bars a whole figure shows (facets share it): text is most o
 MAX_FACETS = 4
 LEGEND_MAX = 10
 LABEL_CHARS = 46  # a bar's label is cut to this (the tables have it whole)
+LEGEND_CHARS = 60  # a line's legend entry (the legend column has more room than a bar's label)
 FIG_MAX_W, FIG_MAX_H = 16.0, 24.0  # inches (at 100 dpi: 1600 x 2400 px)
 DPI = 100
 MARKERS = "osD^v<>PX*h"
@@ -71,13 +72,16 @@ def fit_label(text: str, n: int = LABEL_CHARS) -> str:
     room = n - len(SEP) * (len(parts) - 1)
     if len(text) <= n or room < 6 * len(parts):
         return short(text, n)
-    while sum(map(len, parts)) > room:
+    full = list(parts)
+    while sum(map(len, parts)) > room:  # the longest key down to the next longest, a character at least each time
         i = max(range(len(parts)), key=lambda j: len(parts[j]))
-        p = parts[i]
-        keep = max(5, len(p) - (sum(map(len, parts)) - room)) - 1  # characters kept besides the "…"
-        parts[i] = p[: (keep + 1) // 2] + "…" + p[len(p) - keep // 2:]
-        if len(parts[i]) >= len(p):
+        p, q = parts[i], full[i]
+        second = max((len(x) for j, x in enumerate(parts) if j != i), default=0)
+        size = max(5, len(p) - (sum(map(len, parts)) - room), min(second, len(p) - 1))
+        if size >= len(p):
             break
+        keep = size - 1  # characters kept besides the "…", cut from the key as written
+        parts[i] = q[: (keep + 1) // 2] + "…" + q[len(q) - keep // 2:]
     return plot_text(SEP.join(parts))
 
 
@@ -291,7 +295,7 @@ def line_figure(panels: list[Panel], title: str, xlabel: str, note: str = "", lo
     # Curves that coincide stay visible: each label its own dash, and hollow markers that shrink label by label
     # (the first drawn largest, so identical points show as rings inside rings).
     dashes = {n: (DASHES[i % len(DASHES)], 7.5 - 1.2 * (i % 4), 2 + i) for i, n in enumerate(coloured)}
-    shown = fit_labels(coloured)
+    shown = fit_labels(coloured, LEGEND_CHARS)
     short_of = dict(zip(coloured, shown))
     grey = len(rank) - len(coloured)
     grey_label = f"{grey} more (grey)"
