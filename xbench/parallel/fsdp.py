@@ -95,17 +95,19 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def _checkpoint_blocks(model: nn.Module) -> None:
-    """Activation checkpointing per block: the decoder's own switch, else torch's checkpoint wrapper."""
-    if hasattr(model, "checkpoint_blocks"):
-        model.checkpoint_blocks = True
-        return
+    """Activation checkpointing per block, inside the block's FSDP unit (torch's checkpoint wrapper around the
+    block, then fully_shard around that, as torchtitan does): FSDP's hooks (the gather, the cast of the
+    block's inputs to param_dtype) then run outside the recomputed region, so backward recomputes exactly
+    what forward computed. The decoder's own switch (checkpoint_blocks) would put them inside it: the
+    recomputed inputs would not be cast (torch's CheckpointError: fp32 recomputed, bf16 saved)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for lst in model.modules():
-        if isinstance(lst, nn.ModuleList) and len(lst):
-            for i, block in enumerate(lst):
-                lst[i] = checkpoint_wrapper(block)
-            return
+    layers = getattr(model, "layers", None)
+    lists = [layers] if isinstance(layers, nn.ModuleList) and len(layers) else \
+        [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)][:1]
+    for lst in lists:
+        for i, block in enumerate(lst):
+            lst[i] = checkpoint_wrapper(block)
 
 
 def local_sha256(model) -> str:
