@@ -246,6 +246,10 @@ class RunEnvelope:
         if isinstance(exc, ConfigError):
             rec.finish("failed", "config: " + "; ".join(exc.reasons))
         elif isinstance(exc, StopRequested):
+            # Every rank's partial figures of a signalled multi-rank run (launch/torchrun.py), rank 0's at the top.
+            partials = exc.partial.pop("rank_partials", None)
+            if partials and len(partials) > 1:
+                rec.ranks = [p if p is not None else {"rank": i, "figures": None} for i, p in enumerate(partials)]
             # A stop after a phase had finished keeps that phase's figures.
             if rec.measurements:
                 rec.measurements["interrupted"] = exc.partial

@@ -63,6 +63,14 @@ class _ChildFlag(StopFlag):
 
 _LOCK = threading.Lock()
 _FLAG: list[tuple[int, _ChildFlag]] = []  # (pid, flag): this process's, installed once by its main thread
+_GRACE_S: list[float] = []  # bench.stop_grace_s, where the launcher passed it (exit_within)
+
+
+def exit_within(grace_s: float | None) -> None:
+    """After the first stop signal, this process exits at the latest `grace_s` later, whatever it is doing (a
+    step that hangs, a collective whose peer has gone, a result nobody collects): the launcher's shutdown
+    then never waits longer than the run's grace (torch's elastic agent would wait 30 s)."""
+    _GRACE_S[:] = [grace_s] if grace_s and grace_s > 0 else []
 
 
 def stop_on_signals() -> StopFlag:
@@ -95,6 +103,10 @@ def stop_on_signals() -> StopFlag:
         def handle(signum, frame):
             if not flag.busy:
                 os._exit(128 + signum)
+            if not flag.requested and _GRACE_S:
+                timer = threading.Timer(_GRACE_S[0], os._exit, (128 + signum,))
+                timer.daemon = True
+                timer.start()
             flag.requested, flag.reason = True, flag.reason or signal.Signals(signum).name
 
         for sig in STOP_SIGNALS:

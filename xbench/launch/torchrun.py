@@ -15,14 +15,19 @@ Collectives time out after parallel.timeout_s, so a dead rank ends the run inste
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import shutil
 import signal
+import sys
+import tempfile
 import uuid
 from datetime import timedelta
 
 from xbench.launch import child, slurm_ranks
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
-from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, StopRequested
+from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, RankResult, StopRequested
 
 
 class RankFailed(Exception):
@@ -81,18 +86,106 @@ def rank_main(cfg, work, facts, on_step=None, stop=None):
 
 def _results(gathered: list, stop) -> LaunchResult:
     """Rank 0's gathered results; an agreed stop comes back as the StopRequested it was (with its signal)."""
-    stopped = next((r for r in gathered if isinstance(r, StopRequested)), None)
-    if stopped is not None:
-        if stop is not None:
-            stop.requested, stop.reason = True, stop.reason or stopped.partial.pop("stop_reason", None)
-        raise stopped
+    if any(isinstance(r, StopRequested) for r in gathered):
+        raise _stopped({0: gathered}, stop)  # every rank's partial figures, rank 0's at the top
     return LaunchResult.of(gathered)
 
 
-def _spawned_rank(cfg, work, facts):
-    """Entry point of a rank started by elastic_launch (picklable: a module-level function)."""
-    child.die_with_parent()  # a rank never outlives the run that started it
-    return rank_main(cfg, work, facts)
+STOPPING = "stopping"  # in the exchange folder: the launcher got a stop signal (its agent is shutting down)
+
+
+@contextlib.contextmanager
+def _marks_stopping(exchange: str):
+    """While the elastic agent runs: its signal handler (torch's `_terminate_process_handler`, looked up when
+    the agent starts the ranks) first marks the exchange folder, so the ranks know that nobody will collect
+    their return values and exit as soon as they have left them. Without that handler (another torch), the
+    ranks are still stopped, only later (torch's 30 s, or bench.stop_grace_s)."""
+    from torch.distributed.elastic.multiprocessing import api as mp_api
+
+    original = getattr(mp_api, "_terminate_process_handler", None)
+    if original is None:
+        yield
+        return
+
+    def handler(signum, frame):
+        with contextlib.suppress(OSError):
+            os.close(os.open(os.path.join(exchange, STOPPING), os.O_WRONLY | os.O_CREAT, 0o600))
+        original(signum, frame)
+
+    mp_api._terminate_process_handler = handler
+    try:
+        yield
+    finally:
+        mp_api._terminate_process_handler = original
+
+
+def _leave(exchange: str | None, rank: int, obj) -> None:
+    """A rank's result (rank 0: every rank's, gathered) or its stop, left in the launcher's private folder:
+    what the launcher reads when the elastic agent, shutting down on a signal, returns nothing."""
+    if not exchange:
+        return
+    with contextlib.suppress(Exception):
+        tmp = os.path.join(exchange, f".rank-{rank}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(obj, f)
+        os.replace(tmp, os.path.join(exchange, f"rank-{rank}.pkl"))
+
+
+def _left(exchange: str) -> dict:
+    """What the ranks left (rank -> gathered list, RankResult or StopRequested); the launcher's own folder."""
+    out = {}
+    for name in os.listdir(exchange):
+        if name.startswith("rank-") and name.endswith(".pkl"):
+            with contextlib.suppress(Exception), open(os.path.join(exchange, name), "rb") as f:
+                out[int(name[5:-4])] = pickle.load(f)
+    return out
+
+
+def _spawned_rank(cfg, work, facts, exchange: str | None = None):
+    """Entry point of a rank started by elastic_launch (picklable: a module-level function). Its console is
+    EPIPE-proof and redacted, it dies with its parent, and a stop signal stops it after the step (it exits
+    at the latest bench.stop_grace_s later); a stopped rank leaves what it measured for the launcher."""
+    stop = child.stop_on_signals()  # also: die_with_parent, the launcher's EPIPE-proof, redacting streams
+    child.exit_within(cfg.bench.stop_grace_s)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        with child.reason_on_stop(stop):
+            out = rank_main(cfg, work, facts, None, stop)
+    except StopRequested as e:
+        _leave(exchange, rank, e)
+        raise
+    if stop.requested:
+        _leave(exchange, rank, out)
+        if exchange and os.path.exists(os.path.join(exchange, STOPPING)):
+            # The launcher was signalled: its agent is shutting down and collects no return value (it would
+            # wait 30 s for this process to exit); what it needs is left in the exchange.
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(0)
+    return out
+
+
+def _stopped(left: dict, stop) -> StopRequested:
+    """One StopRequested for the record from what the ranks left: rank 0's partial figures at the top, every
+    rank's in `rank_partials` (None for a rank that left nothing: killed, or failed in a collective its
+    stopped peer left)."""
+    gathered = left.get(0) if isinstance(left.get(0), list) else None
+    world = len(gathered) if gathered is not None else (max(left) + 1 if left else 0)
+    per_rank = gathered if gathered is not None else [left.get(r) for r in range(world)]
+    partials = [r.partial if isinstance(r, StopRequested) else r.measurements if isinstance(r, RankResult) else None
+                for r in per_rank]
+    reason = next(filter(None, [p.pop("stop_reason", None) for p in partials if p]), None)
+    if stop is not None:
+        stop.requested, stop.reason = True, stop.reason or reason
+    first = partials[0] if partials and partials[0] else next((p for p in partials if p), None)
+    if first is None:
+        return StopRequested({"phase": "ranks"})
+    out = dict(first)
+    out["phase"] = out.get("phase") or "ranks"
+    out["rank_partials"] = partials
+    out["ranks_reporting"] = sum(p is not None for p in partials)
+    return StopRequested(out)
 
 
 def _launch_config(cfg):
@@ -136,19 +229,33 @@ def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> La
     from torch.distributed.launcher.api import elastic_launch
 
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # the elastic agent replaces them for good
+    exchange = tempfile.mkdtemp(prefix="xbench-ranks-")  # private (0700): where stopped ranks leave figures
     try:
-        out = elastic_launch(_launch_config(cfg), _spawned_rank)(cfg, work, facts)
+        with _marks_stopping(exchange):
+            out = elastic_launch(_launch_config(cfg), _spawned_rank)(cfg, work, facts, exchange)
+        gathered = (out or {}).get(0)
+        if gathered is None:  # rank 0 left its result instead of returning it (a stop only the ranks saw)
+            gathered = _left(exchange).get(0)
     except ChildFailedError as e:
+        left = _left(exchange)
+        if any(isinstance(r, StopRequested) for r in left.values()):  # the ranks were signalled, not the launcher
+            raise _stopped(left, stop) from None
         raise RankFailed(_failures(e)) from e
     except SignalException as e:  # Ctrl-C / SIGTERM while the ranks ran: the launcher stopped them
         if stop is not None:
             stop.requested, stop.reason = True, e.sigval.name
-        raise StopRequested({"phase": "ranks"}) from e
+        left = _left(exchange)
+        gathered = left.get(0)
+        if isinstance(gathered, list) and not any(isinstance(r, StopRequested) for r in gathered):
+            return LaunchResult.of(gathered)  # every rank had finished: the result is whole
+        raise _stopped(left, stop) from e
     finally:
         for sig, handler in saved.items():
             if handler is not None:
                 signal.signal(sig, handler)
-    gathered = (out or {}).get(0)
+        shutil.rmtree(exchange, ignore_errors=True)
+    if isinstance(gathered, StopRequested):
+        raise _stopped({0: gathered}, stop)
     if gathered is None:
         return None
     return _results(gathered, stop)
