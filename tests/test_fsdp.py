@@ -144,3 +144,13 @@ def test_activation_checkpointing_under_fsdp_keeps_less_and_trains_the_same(stor
     assert 0 < recs[True]["memory_activations_gib"] < 0.25 * recs[False]["memory_activations_gib"]
     assert recs[True]["memory_states_gib"] == recs[False]["memory_states_gib"]
     assert recs[True]["loss_last"] == pytest.approx(recs[False]["loss_last"], rel=1e-6)
+
+
+def test_fsdp_options_under_ddp_are_refused_not_ignored():
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+
+    cfg = OmegaConf.to_object(compose([*LLM, "parallel=ddp", "logger=none", "+parallel.options.activation_checkpointing=true"]))
+    assert any("parallel.options (activation_checkpointing) are read by parallel=fsdp" in r for r in _check(cfg))
+    assert _check(OmegaConf.to_object(compose([*LLM, "parallel=ddp", "logger=none"]))) == []

@@ -77,6 +77,9 @@ class DDP(Strategy):
         cap = cfg.parallel.bucket_cap_mb
         if not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap > 0):
             out.append(f"parallel.bucket_cap_mb must be a number of MiB > 0 (torch's default 25), got {cap}")
+        if cfg.parallel.options:  # parallel.options are the sharded strategies' (fsdp, xla_fsdp): none read here
+            out.append(f"parallel.options ({', '.join(dict(cfg.parallel.options))}) are read by parallel=fsdp and "
+                       f"xla_fsdp, not by parallel={cfg.parallel.name}")
         # a whole replica per device: 1 shard (parallel=fsdp shards it)
         return out + (fit_reasons(cfg, facts, dev, 1, cfg.parallel.name) if not out else [])
 
