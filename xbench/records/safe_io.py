@@ -94,9 +94,10 @@ def _check_target(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike, binary: bool = True) -> Iterator:
+def atomic_writer(path: str | os.PathLike, binary: bool = True, fsync: bool = True) -> Iterator:
     """A file object whose content replaces `path` when the block ends without error (temporary file of an
-    unpredictable name in the same folder, fsync, os.replace); on error the temporary file is removed."""
+    unpredictable name in the same folder, fsync unless `fsync=False`, os.replace); on error the temporary
+    file is removed."""
     path = Path(path)
     make_folder(path.parent)
     _check_target(path)
@@ -106,7 +107,8 @@ def atomic_writer(path: str | os.PathLike, binary: bool = True) -> Iterator:
         with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -114,9 +116,9 @@ def atomic_writer(path: str | os.PathLike, binary: bool = True) -> Iterator:
         raise
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
+def atomic_write(path: str | os.PathLike, data: str | bytes, fsync: bool = True) -> Path:
     """Write `data` to `path` atomically (see atomic_writer); text is UTF-8."""
-    with atomic_writer(path, binary=isinstance(data, bytes)) as f:
+    with atomic_writer(path, binary=isinstance(data, bytes), fsync=fsync) as f:
         f.write(data)
     return Path(path)
 
