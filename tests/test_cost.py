@@ -236,3 +236,12 @@ def test_cost_refuses_boolean_throughput_and_infinite_prices(tmp_path, capsys):
     lab["minimum_charge_s"] = 60.0
     lab["price"] = [dict(lab["price"][0], amount=True)]
     assert "amount=True must be a finite number" in problems(lab)[0]
+
+
+def test_cost_keeps_notes_beside_the_priced_figures():
+    from xbench.metrics.cost import not_numbers
+
+    assert not_numbers({"throughput_ci95_note": "95% CI of the geometric mean", "throughput_samples_per_s": 10.0,
+                        "step_time_s_per_rank": [[0.1, 0.2]], "samples_per_window": 40}) == []
+    assert not_numbers({"throughput_samples_per_s": "fast"}) == ["throughput_samples_per_s='fast' is not a finite number"]
+    assert not_numbers({"step_time_s_median": float("inf")}) == ["step_time_s_median=inf is not a finite number"]

@@ -42,19 +42,24 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-# Measurements a price is applied to (a throughput, a time, an epoch count): names that say a quantity
+# Measurements a price is applied to (a throughput, a time, an epoch count): names that say a quantity.
+# A boolean or a non-finite number there is never a measurement; text is one (a note) except in the figures
+# the prices are computed from.
 _PRICED = re.compile(r"(throughput|_s$|_s_|_per_s|^epochs|samples)")
+_PRICED_FIGURES = ("throughput_samples_per_s", "window_s_total", "train_time_to_target_s", "wall_time_to_target_s",
+                   "wall_s_total", "epochs_to_target", "samples_per_window")
 
 
 def not_numbers(measurements: dict) -> list[str]:
-    """Measurements a price would be applied to that are not finite numbers (`true`, "fast", inf), named;
-    empty: fine. A list (per window, per rank) is checked element by element."""
+    """Measurements a price would be applied to that are not finite numbers (`true`, inf; "fast" in a priced
+    figure), named; empty: fine. A list (per window, per rank) is checked element by element."""
     out = []
     for k, v in measurements.items():
-        if v is None or not _PRICED.search(k) or isinstance(v, (dict, str)) and k.endswith("_source"):
+        if v is None or not _PRICED.search(k):
             continue
         for x in v if isinstance(v, list) else [v]:
-            if x is not None and not _number(x):
+            text_ok = k not in _PRICED_FIGURES and isinstance(x, (str, dict, list))
+            if x is not None and not text_ok and not _number(x):
                 out.append(f"{k}={v!r} is not a finite number")
                 break
     return out
