@@ -346,7 +346,7 @@ RANGES: dict[str, str] = {
     "parallel.timeout_s": "(0, 86400]", "parallel.bucket_cap_mb": "(0, 1e6]",
     "logger.wandb.init_timeout_s": "(0, 3600]",
     "optim.lr": "(0, 1e6]", "optim.lr_reference_batch": f"[1, {_BIG}]", "optim.momentum": "[0, 1)",
-    "optim.weight_decay": "[0, 1e6]", "optim.betas": "[0, 1)", "optim.eps": "(0, 1]", "optim.trust_coefficient": "(0, 1e6]",
+    "optim.weight_decay": "[0, 1e6]", "optim.betas": "[0, 1)", "optim.eps": "[0, 1]", "optim.trust_coefficient": "(0, 1e6]",
     "optim.label_smoothing": "[0, 1)", "optim.accumulate_steps": "[1, 1000000]", "optim.tuned_global_batch": f"[1, {_BIG}]",
     "optim.schedule.warmup_epochs": "[0, 1e6]", "optim.schedule.warmup_start_factor": "[0, 1]",
     "optim.schedule.milestones_epochs": "[0, 1e6]", "optim.schedule.gamma": "(0, 1e6]",
