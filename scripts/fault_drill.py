@@ -1290,10 +1290,7 @@ CASES = [  # (case, in --short, class)
 ]
 # Rows known to fail, with their class and why: the fix is another change's, not landed when this was written.
 # The drill reports them as xfail (and xpass once fixed: then remove the line); they do not fail the exit status.
-EXPECTED_TO_FAIL: dict[str, str] = {
-    "resume through planted .lock / mlperf.log links": "links: the link is refused, but safe_io.LinkRefused from the run's "
-                                                      "lock escapes runner.py as a Hydra traceback (exit 1, not 2)",
-}
+EXPECTED_TO_FAIL: dict[str, str] = {}
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ from xbench.config import XBenchConfig
 from xbench.envelope import EXIT_UNSAVED, SIGNALS, ConfigError, RunEnvelope
 from xbench.hints import unknown_keys
 from xbench.launch import isolation
+from xbench.records import safe_io
 from xbench.records.record import RunRecord
 from xbench.records.redact import config_secret_values, redact, remember
 from xbench.records.store import (
@@ -135,6 +136,8 @@ def run(dcfg: DictConfig) -> RunRecord | None:
             lock = RunLock(path.parent).acquire()
         except RunLocked as e:
             raise Refused(f"resume={dcfg.resume!r}: {e}") from None
+        except safe_io.LinkRefused as e:  # a .lock planted as a link in a shared store: nothing written
+            raise Refused(f"resume={dcfg.resume!r}: {e.strerror}: {e.filename}") from None
     run_id = prior["run_id"] if prior else new_run_id(cfg.store.run_name)
     with RunEnvelope(cfg, resolved, run_id, prior, lock) as env:
         from xbench import compat, modes
