@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Run the studies small, end to end, then draw each one's report: the commands come from
 # xbench/studies/studies.yaml (python -m xbench.studies prints them all), so this script cannot drift from them.
-#   scripts/study_walkthrough.sh [STUDY ...]      (default: the five studies; a few minutes on 2 CPU cores)
+#   scripts/study_walkthrough.sh [STUDY ...]      (default: the five studies)
+# Cost, measured 2026-12-01 on a 2-core VM shared with other work (/usr/bin/time -v, user + sys CPU seconds, one
+# invocation per study, small commands + report + check): tpu_vs_gpu 109 s, cpu_vs_gpu 219 s, gpu_clouds 61 s,
+# xla_speedup 140 s, pod_scaling 57 s = 586 s, 9 min 46 s of CPU (28.5 min wall under that load; less when quiet).
 #   STORE=/tmp/mystore OUT=report PY=.venv/bin/python LOGGER=wandb scripts/study_walkthrough.sh cpu_vs_gpu
 # Runs are not logged to W&B here (LOGGER=wandb to log them, offline without credentials).
 set -euo pipefail
