@@ -446,7 +446,7 @@ def range_problems(cfg) -> list[str]:
 def name_problems(cfg) -> list[str]:
     """What must be refused before a record can be written: an empty store.root, a run name whose run ids
     could not name a folder, resume=''."""
-    from xbench.records.store import name_problem
+    from xbench.records.names import name_problem
 
     plain, out = _plain(cfg), []
     store = plain.get("store") or {}

@@ -18,7 +18,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import secrets
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xbench.records import safe_io
+from xbench.records.names import name_problem
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact
 
@@ -39,15 +39,6 @@ ATTEMPT_PREFIX = "attempt-"  # a resume attempt's record until it may replace re
 # before it is read: a FIFO would block the reader, /dev/zero would never end.
 MAX_RECORD_BYTES = 64 << 20
 FALLBACK_ENV = "XBENCH_FALLBACK_DIR"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
-
-
-def name_problem(name: str, what: str) -> str | None:
-    """Why `name` cannot name a folder directly under the store (a run name or id), or None."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        return (f"{what}={name!r} names a folder directly under store.root: use letters, digits, '.', '_' "
-                "and '-' (no '/', no '..', not starting with '.' or '-')")
-    return None
 
 
 def new_run_id(prefix: str | None = None) -> str:
