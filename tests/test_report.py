@@ -17,7 +17,7 @@ from tests.conftest import FAST, REPO, cli_env, run_cli
 from xbench.analysis.frame import apply_filters, load, parse_query
 from xbench.analysis.scaling import efficiency_by_devices
 from xbench.records.store import write_record
-from xbench.report.fake import fake_record
+from xbench.report.fake import fake_llm_records, fake_record
 from xbench.report.rows import Context
 from xbench.report.tables import TABLES, build_tables
 
@@ -115,6 +115,8 @@ def write_fixture_store(root) -> Path:
         R("u-ddp4", throughput=3700, model="bilstm", platform="k80x4", parallel="ddp", devices=4,
           experiment="fx_util", measurements={"gpu_util_percent_mean": {"0": 94.0}, **GPU_FIGURES},
           ranks=[{"rank": i, "gpu_util_percent_mean": {str(i): v}} for i, v in enumerate((94.0, 93.0, 95.0, 92.0))]),
+        # LLM pretraining: DDP vs FSDP2 and xla_spmd vs xla_fsdp at one global batch, Llama 3.1 8B on 8 x 80 GiB.
+        *fake_llm_records("fx_llm"),
     ]
     for r in recs:
         write_record(root, r)
@@ -162,7 +164,7 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device():
 
 def test_corrupt_record_is_skipped_with_a_warning_naming_it(fixture_store):
     loaded = load([fixture_store], progress=False)
-    assert len(loaded.frame) == 35
+    assert len(loaded.frame) == 35 + len(fake_llm_records())
     [msg] = loaded.skipped
     assert "corrupt-run/record.json" in msg
 
@@ -347,7 +349,7 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     rows = read_csv(out / "tables" / "throughput.csv")
     assert any(r["throughput median [samples/s]"] == "6900.0" for r in rows)
     tidy = read_csv(out / "tables" / "tidy_runs.csv")
-    assert len(tidy) == 35
+    assert len(tidy) == 35 + len(fake_llm_records())
 
 
 def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):

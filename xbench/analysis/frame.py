@@ -156,6 +156,7 @@ def flatten(rec: RunRecord) -> dict:
         "device_kind": device_kind(platform, ((rec.env or {}).get("cpu") or {}).get("model")),
         "hostname": (rec.env or {}).get("hostname"),
         "provider": platform.get("provider"),
+        "platform_memory_gib": platform.get("memory_gib"),  # one device's: the LLM fit table
         "dataset_size": data.get("dataset_size"),  # the projection's basis (metrics/derived.py's cost)
         "projection_epochs": (c.get("goal") or {}).get("projection_epochs"),
         **detail_columns(c),

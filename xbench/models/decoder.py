@@ -19,17 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xbench.data.spec import InputSpec
+from xbench.metrics.llm_sizes import LLAMA3_VOCAB, SIZES  # noqa: F401 - the shapes (torch-free, for the report too)
 from xbench.models import register
 
-# Published shapes (Meta's Llama 3.1 model card / params.json); `tiny` and `small` are for tests and CPUs.
-SIZES: dict[str, dict] = {
-    "tiny": dict(dim=64, layers=2, heads=4, kv_heads=2, ffn_dim=192),
-    "small": dict(dim=256, layers=4, heads=8, kv_heads=4, ffn_dim=768),
-    "1b": dict(dim=2048, layers=16, heads=32, kv_heads=8, ffn_dim=8192, tie_embeddings=True),
-    "8b": dict(dim=4096, layers=32, heads=32, kv_heads=8, ffn_dim=14336),
-    "70b": dict(dim=8192, layers=80, heads=64, kv_heads=8, ffn_dim=28672),
-}
-LLAMA3_VOCAB = 128256
 PUBLISHED_PARAMS = {"8b": 8.03e9}  # Meta's model card: "8B" is 8.03 billion with the 128,256-token vocabulary
 
 

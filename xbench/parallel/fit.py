@@ -6,9 +6,8 @@ memory. Activations come on top: a model refused here cannot run at any batch si
 
 from __future__ import annotations
 
-# Bytes a device keeps per parameter before sharding: fp32 master + fp32 gradient + the optimizer's state.
-STATE_BYTES = {"adamw": 16, "lamb": 16, "sgd": 12, "lars": 12}
-GIB = 2**30
+from xbench.metrics.llm_sizes import STATE_BYTES, shards_needed, state_gib_per_device
+
 SHARDED = ("fsdp", "xla_fsdp")  # the strategies that shard parameters (others keep a whole replica per device)
 
 
@@ -36,11 +35,6 @@ def device_memory_gib(cfg, facts, dev: str) -> float | None:
     return None
 
 
-def state_gib_per_device(n_params: int, optimizer: str, shards: int) -> float:
-    """Parameters + gradients + optimizer state one device keeps, fp32 master weights, over `shards` ranks."""
-    return n_params * STATE_BYTES.get(optimizer, 16) / shards / GIB
-
-
 def fit_reasons(cfg, facts, dev: str, shards: int, strategy: str) -> list[str]:
     """A model whose parameters, gradients and optimizer state alone exceed one device's memory, even
     sharded over `shards` ranks (activations come on top)."""
@@ -53,7 +47,7 @@ def fit_reasons(cfg, facts, dev: str, shards: int, strategy: str) -> list[str]:
     need = state_gib_per_device(n, cfg.optim.name, shards)
     if need <= mem:
         return []
-    least = -(-n * STATE_BYTES.get(cfg.optim.name, 16) // int(mem * GIB))
+    least = shards_needed(n, cfg.optim.name, mem)
     how = ("parallel=fsdp (or xla_fsdp on XLA devices) over at least" if strategy not in SHARDED
            else "at least")
     return [f"model {cfg.model.name} ({n / 1e9:.2f}B parameters) needs {need:.1f} GiB per device for its fp32 "

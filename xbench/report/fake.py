@@ -29,7 +29,7 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
                 ranks: list[dict] | None = None, price_as_of: str | None = None,
                 projection_epochs: float | None = None, hostname: str | None = None,
                 provider: str | None = None, minimum_charge_s: float | None = None,
-                data_config: dict | None = None) -> RunRecord:
+                data_config: dict | None = None, memory_gib: float | None = None) -> RunRecord:
     """One record as the CLI would write it, with the given (fake) figures."""
     price = [{"name": platform, "amount": usd_per_hour, "currency": currency, "unit": "hour", "per": "machine",
               "count": 1}] if usd_per_hour else []
@@ -39,6 +39,7 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
         "platform": {"name": platform, "pricing_model": pricing_model, "price": price,
                      **({"provider": provider} if provider else {}),
                      **({"minimum_charge_s": minimum_charge_s} if minimum_charge_s else {}),
+                     **({"memory_gib": memory_gib} if memory_gib else {}),
                      "peak_tflops": {"fp32": peak_tflops_fp32} if peak_tflops_fp32 else {},
                      **({"price_as_of": price_as_of} if price_as_of else {})},
         "runtime": {"name": runtime}, "precision": {"name": precision},
@@ -63,6 +64,46 @@ def fake_record(run_id: str, *, throughput: float | None = 1000.0, model: str = 
     rec.derived = derive(m, config) if status == "ok" else {}
     rec.finish(status, reason)
     return rec
+
+
+MIB = 2**-10  # GiB per MiB (the rank's memory figures are in GiB)
+TOKENS = {"modality": "tokens", "seq_len": 128, "vocab_size": 256}
+
+
+def _llm_memory(params_gib: float, activations_gib: float) -> dict:
+    """memory_*_gib as training/memory.py reads them: fp32 params and grads, AdamW's two moments."""
+    return {"memory_params_gib": params_gib, "memory_grads_gib": params_gib, "memory_optimizer_gib": 2 * params_gib,
+            "memory_states_gib": 4 * params_gib, "memory_activations_gib": activations_gib}
+
+
+def fake_llm_records(experiment: str = "fx_llm") -> list[RunRecord]:
+    """LLM pretraining records (the llm_strategies and llm_fit tables): the tiny decoder on 2 gloo ranks
+    under DDP and FSDP2 at one global batch of 8 x 128 tokens (figures shaped like docs/llm.md's: FSDP's
+    states half of DDP's), the same under xla_spmd / xla_fsdp, and Llama 3.1 8B on 8 x 80 GiB: FSDP2
+    runs, DDP is refused before any work."""
+    R = fake_record
+
+    def tiny(run_id, parallel, tp, mem, runtime="eager", precision="amp_bf16"):
+        return R(run_id, throughput=tp, model="llama", data="synthetic_tokens", platform="cpu", parallel=parallel,
+                 devices=2, batch_size=4, runtime=runtime, precision=precision, experiment=experiment,
+                 data_config=TOKENS, measurements=mem)
+
+    c4 = {"modality": "tokens", "seq_len": 8192, "vocab_size": 128256}
+    refused = ("model llama (8.03B parameters) needs 119.7 GiB per device for its fp32 parameters, gradients and "
+               "adamw state under parallel=ddp over 1 shard(s), more than the 80 GiB of one device")
+    return [
+        tiny("l-ddp", "ddp", 5366 / 128, _llm_memory(0.501 * MIB, 4.32 * MIB)),
+        tiny("l-fsdp", "fsdp", 5591 / 128, _llm_memory(0.251 * MIB, 3.61 * MIB)),
+        tiny("l-xspmd", "xla_spmd", 1024 / 0.138 / 128, {}, runtime="xla", precision="fp32"),
+        tiny("l-xfsdp", "xla_fsdp", 1024 / 0.118 / 128, _llm_memory(0.251 * MIB, 3.9 * MIB), runtime="xla",
+             precision="fp32"),
+        R("l-8b-fsdp", throughput=9.0, model="llama", data="synthetic_c4_llama3", platform="h100_x8", parallel="fsdp",
+          devices=8, batch_size=1, precision="amp_bf16", experiment=experiment, data_config=c4, memory_gib=80,
+          usd_per_hour=98.32, measurements=_llm_memory(8.03e9 * 4 / 8 / 2**30, 30.0)),
+        R("l-8b-ddp", status="failed", reason=f"config: {refused}", model="llama", data="synthetic_c4_llama3",
+          platform="h100_x8", parallel="ddp", devices=8, batch_size=1, precision="amp_bf16", experiment=experiment,
+          data_config=c4, memory_gib=80, usd_per_hour=98.32),
+    ]
 
 
 def _gpu_util(parallel: str, devices: int, rng: random.Random) -> tuple[dict, list[dict]]:

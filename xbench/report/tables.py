@@ -27,6 +27,7 @@ from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import ci_text, noisy, ratio, spread, verdict
 from xbench.analysis.workload import SCALING, VERSUS_EAGER, key
 from xbench.metrics import targets
+from xbench.report import llm
 from xbench.report.rows import (
     Context,
     Table,
@@ -462,6 +463,11 @@ def exchange_rates_table(rows: Rows, ctx: Context) -> Table:
                  note="Each price is converted at the rate of the year it is dated (platform.price_as_of), never "
                       "dropped; --currency and --fx CUR=RATE change the currency and the rates.",
                  pooled="Each row: one currency pair and date.")
+
+
+# LLM pretraining's tables, in their own module: DDP vs the sharded strategies, which Llama sizes fit.
+table("llm_strategies")(llm.strategies_table)
+table("llm_fit")(llm.fit_table)
 
 
 def findings_of(rows: Rows, ctx: Context) -> tuple[list[Finding], str]:
