@@ -302,7 +302,7 @@ def _measure(monkeypatch, *overrides, first_step=None):
 
     from xbench.api import compose
     from xbench.bench import worker
-    from xbench.modes.throughput import WindowPlan, measure_rank
+    from xbench.bench.windows import WindowPlan, measure_rank
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

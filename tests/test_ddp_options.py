@@ -53,7 +53,7 @@ def test_ddp_options_are_refused_under_another_strategy():
 def test_host_need_counts_every_rank_on_the_host():
     assert contention.cores_needed(1, 2) == 2 and contention.cores_needed(3, 2) == 6
     assert contention.cores_needed(4, 2, computes_on_host=False) == 2  # GPU ranks: an issuing thread each
-    from xbench.modes.throughput import _oversubscribed
+    from xbench.bench.windows import _oversubscribed
 
     p = SimpleNamespace(threads={"threads_intra": 1})
     before = {"free_cores": 1, "physical_cores": 2, "other_cores": 1.0}

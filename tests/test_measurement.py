@@ -207,8 +207,8 @@ def _fake_rank(stall_at: set[int], step_s: float = 0.002, pause_s: float = 0.4):
 
 
 def test_a_stalled_window_is_measured_again_once_then_kept_and_flagged():
+    from xbench.bench.windows import WindowPlan, _timed_windows
     from xbench.config import XBenchConfig
-    from xbench.modes.throughput import WindowPlan, _timed_windows
 
     cfg = XBenchConfig()
     plan = WindowPlan(1, 2, 1, 10.0, steps=20, repeats=3, stall_remeasure=1)
@@ -225,7 +225,7 @@ def test_a_stalled_window_is_measured_again_once_then_kept_and_flagged():
 
 
 def test_oversubscribed_threads_are_warned():
-    from xbench.modes.throughput import _oversubscribed
+    from xbench.bench.windows import _oversubscribed
 
     p = SimpleNamespace(threads={"threads_intra": 2})
     before = {"free_cores": 1, "physical_cores": 2, "other_cores": 1.2}

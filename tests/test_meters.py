@@ -373,8 +373,8 @@ def test_no_meter_thread_outlives_its_windows_however_they_end(fake_nvml, monkey
     """The real `_timed_windows` with the real meters on one stack (NVML faked, see the module doc). Each
     way out of a window: normal, Diverged (a NaN loss), an OOM-like RuntimeError, a stop, another error.
     Before: only a stop stopped the sampler; a divergence or an OOM left its thread running."""
+    from xbench.bench.windows import WindowPlan, _timed_windows
     from xbench.config import XBenchConfig
-    from xbench.modes.throughput import WindowPlan, _timed_windows
     from xbench.rank import Diverged, StopRequested
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-cccc")
@@ -453,8 +453,8 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
     from omegaconf import OmegaConf
 
     from xbench.api import compose
+    from xbench.bench import training as target
     from xbench.bench.worker import device_gpus
-    from xbench.modes import target
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

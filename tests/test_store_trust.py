@@ -15,7 +15,7 @@ import torch
 
 from tests.conftest import records, run_cli
 from xbench.bench.mlperf_log import MLPerfLog
-from xbench.modes.target import CheckpointError, _atomic_save, load_checkpoint
+from xbench.bench.training import CheckpointError, _atomic_save, load_checkpoint
 from xbench.records import safe_io
 from xbench.records.record import RunRecord
 from xbench.records.store import CHECKPOINT_FILE, RunLock, read_record, write_record

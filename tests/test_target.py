@@ -98,7 +98,7 @@ def test_sigkill_then_resume_continues_curve_and_clock(store):
         proc.wait()
     [dead] = records(store)
     assert dead["status"] == "running"  # SIGKILL leaves no chance to write
-    from xbench.modes.target import load_checkpoint
+    from xbench.bench.training import load_checkpoint
 
     saved = load_checkpoint(store / dead["run_id"])["progress"]
     assert saved["evals"] >= 1

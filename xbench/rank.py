@@ -20,6 +20,18 @@ from dataclasses import dataclass, field
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
                                                   "SIGXCPU") if hasattr(signal, n))
 
+POINT_ENV = "XBENCH_POINT"  # "<pid of the runner's process>:<wall time the point started>"
+
+
+def point_started_at() -> float:
+    """Wall time this run started: the runner's mark (launch/isolation.begin_point), else this process's start."""
+    import psutil
+
+    try:
+        return float(os.environ[POINT_ENV].split(":", 1)[1])
+    except (KeyError, IndexError, ValueError):
+        return psutil.Process().create_time()
+
 
 @dataclass(frozen=True)
 class RankContext:

@@ -3,7 +3,8 @@
 
 Nothing here knows which runtime, precision, strategy or mode it serves: those are policies resolved
 once through their registries, and the rank's facts (rank, world, devices, threads) arrive in its
-RankContext. What a mode then does with the hooks (timed windows, epochs to a target) is the mode's.
+RankContext. What a loop then does with the hooks is the rank wing's other modules: bench/windows.py
+(throughput's timed windows) and bench/training.py (epochs to a target).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from xbench import models, parallel, runtimes
 from xbench.bench import faults, loop
+from xbench.bench.figures import samples_per_step
 from xbench.bench.flops import flops_per_sample
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.energy import EnergyMeter
@@ -170,7 +172,7 @@ class PreparedRank:
     def samples_per_step(self) -> int:
         """Samples one step of this rank trains: its batch per device over every device it drives (and over
         the step's micro-batches when gradients are accumulated)."""
-        return self.batch_size * self.devices_per_rank * self.accumulate
+        return samples_per_step(self.batch_size, self.devices_per_rank, self.accumulate)
 
 
 def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_size: int | None = None,
@@ -192,8 +194,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
     runtime, precision, spec, entry, strategy = work.runtime, work.precision, work.spec, work.entry, work.strategy
     step = make_step(work, cfg, ctx.rank)
     accumulate = cfg.optim.accumulate_steps
-    # DataParallel, SPMD: one batch for all the rank's devices; accumulation: the step's micro-batches too
-    per_rank = batch_size * strategy.devices_per_rank * accumulate
+    per_rank = samples_per_step(batch_size, strategy.devices_per_rank, accumulate)
 
     def prepare_inputs(x):
         return input_format(x, precision, cfg.model.channels_last)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xbench import parallel
 from xbench.launch import child
-from xbench.launch.preamble import run_rank, threads_asked
+from xbench.launch.preamble import process_stop, run_rank, threads_asked
 from xbench.rank import LaunchResult, RankContext
 
 
@@ -21,7 +21,7 @@ def context(cfg) -> RankContext:
 
 def _fresh_rank(work, ctx):
     """Entry point of the fresh process (module level: picklable)."""
-    stop = child.stop_on_signals()
+    stop = process_stop()
     with child.reason_on_stop(stop):
         return run_rank(work, ctx, None, stop)
 

@@ -25,10 +25,10 @@ import time
 
 import psutil
 
+from xbench.rank import POINT_ENV, point_started_at  # noqa: F401 (a rank reads it too)
 from xbench.records.redact import redact_argv
 
 ISOLATION = ("auto", "process", "shared")
-POINT_ENV = "XBENCH_POINT"  # "<pid of the runner's process>:<wall time the point started>"
 _POINTS_SEEN: list[int] = []  # points begun in this process
 
 
@@ -66,14 +66,6 @@ def begin_point() -> float:
     _POINTS_SEEN.append(1)
     os.environ[POINT_ENV] = f"{os.getpid()}:{started!r}"
     return started
-
-
-def point_started_at() -> float:
-    """Wall time this run started: the runner's mark (begin_point), else this process's start."""
-    try:
-        return float(os.environ[POINT_ENV].split(":", 1)[1])
-    except (KeyError, IndexError, ValueError):
-        return psutil.Process().create_time()
 
 
 def xbench_version() -> str | None:

@@ -1,9 +1,25 @@
-"""What every launcher does around one rank's work (written once, used by inline, torchrun and xla)."""
+"""What every launcher does around one rank's work (written once, used by inline, torchrun and xla): the
+rank's threads, its progress bar, and the stop flag of a launched process (`process_stop`: the one place
+a launcher installs it, for its ranks and for torch_xla's replicas that are threads of one process)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from xbench.bench import contention
-from xbench.rank import RankContext, RankResult
+from xbench.launch import child
+from xbench.rank import RankContext, RankResult, StopFlag
+from xbench.sinks.console import Progress
+
+
+def process_stop(cfg=None) -> StopFlag:
+    """This process's stop flag (launch/child.stop_on_signals: installed once, by the main thread; a
+    replica thread, or a process forked from one that installed it, gets the same flag). With `cfg`:
+    after the first stop signal the process exits at the latest bench.stop_grace_s later (child.exit_within)."""
+    flag = child.stop_on_signals()
+    if cfg is not None:
+        child.exit_within(cfg.bench.stop_grace_s)
+    return flag
 
 
 def threads_asked(cfg, share: int = 1) -> dict:
@@ -33,10 +49,18 @@ def world_size_warning(cfg, started: int, what: str) -> tuple[str, ...]:
 
 def run_rank(work, ctx: RankContext, on_step=None, stop=None, draw: bool | None = None) -> RankResult:
     """The rank's work with its facts: a progress bar of its own when none was passed (on rank 0, or
-    where `draw` says), closed whatever happens; the launcher's warnings and the rank's figures added."""
-    bar = work.progress() if on_step is None and (ctx.rank == 0 if draw is None else draw) else None
+    where `draw` says; `work.bar()` gives its totals), closed whatever happens; the launcher's warnings
+    and the rank's figures added. A work that `signals_stop_it` and got no flag (a rank the torchrun
+    command started) gets this process's; its stop carries the signal's name (child.reason_on_stop)."""
+    totals = work.bar() if on_step is None and (ctx.rank == 0 if draw is None else draw) else None
+    bar = Progress(*totals, enabled=True) if totals is not None else None
+    guard = contextlib.nullcontext()
+    if work.signals_stop_it:
+        stop = stop or process_stop()
+        guard = child.reason_on_stop(stop)
     try:
-        result = work(ctx, on_step or bar, stop)
+        with guard:
+            result = work(ctx, on_step or bar, stop)
     finally:
         if bar is not None:
             bar.close()

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from xbench.launch import child
-from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
+from xbench.launch.preamble import process_stop, run_rank, threads_asked, world_size_warning
 from xbench.rank import LaunchResult, RankContext
 from xbench.runtimes import default_pjrt_device, xla_environment
 
@@ -55,7 +55,7 @@ def _spmd_process(cfg, work, env: dict):
     os.environ.update(env)
     from xbench.runtimes import xla as rx
 
-    stop = child.stop_on_signals()
+    stop = process_stop()
     devices = rx.enable_spmd()
     # The mesh spans every device PJRT gives (all chips of a slice); the run is what it is.
     ctx = RankContext(devices_per_rank=devices, **threads_asked(cfg),
@@ -91,7 +91,7 @@ def _mp_process(index, cfg, work, out_path: str):
                                                               "(one per chip)"))
     if rx.replicas_are_threads_on_cpu():  # XLA:CPU's collectives need it (runtimes/xla.py says why)
         rx.serialise_graph_launches()
-    stop = child.stop_on_signals()
+    stop = process_stop()
     try:
         with child.reason_on_stop(stop):
             result = run_rank(work, ctx, None, stop)
@@ -112,7 +112,7 @@ def _mp_parent(cfg, work, out_path: str, env: dict):
     (one replica: debug_single_process), or of the process torch_xla starts, forked so that it
     inherits the handlers and the flag (replicas are threads there too, where signal.signal raises)."""
     os.environ.update(env)
-    stop = child.stop_on_signals()
+    stop = process_stop()
     from xbench.runtimes import xla as rx
 
     with child.reason_on_stop(stop):

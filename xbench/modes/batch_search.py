@@ -21,9 +21,9 @@ import time
 
 from xbench import launch
 from xbench.bench.memory import host_memory_guard, is_oom, memory_figures
+from xbench.bench.windows import ThroughputWork, WindowPlan
 from xbench.metrics.aggregate import aggregate
 from xbench.modes.base import Mode, Run
-from xbench.modes.throughput import ThroughputWork, WindowPlan
 from xbench.platforms.detect import device_type
 from xbench.rank import StopRequested
 

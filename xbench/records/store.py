@@ -30,9 +30,9 @@ from xbench.records import safe_io
 from xbench.records.names import name_problem
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact
+from xbench.records.run_files import CHECKPOINT_FILE  # noqa: F401 (named there: a rank writes it)
 
 RECORD_FILE = "record.json"
-CHECKPOINT_FILE = "checkpoint.pt"  # a train-to-target run's resumable state (modes/target.py)
 LOCK_FILE = ".lock"  # held (flock) by the process that owns the run: a second resume is refused
 ATTEMPT_PREFIX = "attempt-"  # a resume attempt's record until it may replace record.json (runner.py)
 # A record is JSON of a few MB at most (a long series); anything bigger, or not a regular file, is refused
