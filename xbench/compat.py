@@ -352,7 +352,7 @@ def plugin_rules(cfg, facts):
         if not missing and "torch_xla" in runtimes.requires(cfg.runtime.name):
             pair = xla_pair_problem(facts.torch_version, _version("torch-xla"))
             missing = [pair] if pair else []
-        out += missing or runtimes.runtime_class(cfg.runtime.name).rules(cfg, facts, dev)
+        out += missing or runtimes.rules(cfg.runtime.name)(cfg, facts, dev)
     if cfg.parallel.name in parallel.STRATEGIES:
         missing = _missing(f"parallel={cfg.parallel.name}", parallel.get(cfg.parallel.name).requires, facts)
         out += missing or parallel.strategy_class(cfg.parallel.name).rules(cfg, facts, dev)

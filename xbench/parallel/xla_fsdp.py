@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from xbench.parallel.fit import fit_reasons
 from xbench.parallel.xla_spmd import XlaSpmd
-from xbench.runtimes import xla as rx
+from xbench.runtimes import xla_lazy as rx  # torch_xla at the first use, not when compat asks the rules
 
 OPTIONS = {"fsdp_size": (None, "null (shard over every device) | a divisor of parallel.world_size")}
 

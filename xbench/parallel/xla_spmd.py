@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from xbench import runtimes
 from xbench.parallel.base import Strategy
-from xbench.runtimes import xla as rx
+from xbench.runtimes import xla_lazy as rx  # torch_xla at the first use, not when compat asks the rules
 
 
 def xla_rules(cfg, facts, dev: str) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 
 # name -> ("module:Class", packages it needs beyond torch). The packages are judged from the host's
 # facts before the module is imported (runtimes/xla.py imports torch_xla at import time).
@@ -27,12 +28,47 @@ def requires(name: str) -> tuple[str, ...]:
     return RUNTIMES[name][1]
 
 
+# Runtimes whose module imports what compat must not (torch_xla writes PJRT_DEVICE at import): their compat
+# rules live in a light module, and compat asks `rules(name)`, never the class.
+LIGHT_RULES = {"xla": "xbench.runtimes.xla_rules:xla", "xla_compile": "xbench.runtimes.xla_rules:xla_compile"}
+XLA_MODULE = "xbench.runtimes.xla"
+
+
 def runtime_class(name: str):
-    """The Runtime subclass of `name` (imports its module)."""
+    """The Runtime subclass of `name` (imports its module; runtimes/xla.py through xla_module())."""
     if name not in RUNTIMES:
         raise ValueError(f"unknown runtime {name!r}; allowed: {', '.join(RUNTIMES)}")
     module, cls = RUNTIMES[name][0].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return getattr(xla_module() if module == XLA_MODULE else importlib.import_module(module), cls)
+
+
+def rules(name: str):
+    """`name`'s compat rules, (cfg, facts, dev) -> reasons, without importing torch_xla for the XLA runtimes
+    (the same checks as the class's `rules`: the base Runtime rule refuses nothing for a runtime that drives XLA)."""
+    if name in LIGHT_RULES:
+        module, fn = LIGHT_RULES[name].split(":")
+        return getattr(importlib.import_module(module), fn)
+    return runtime_class(name).rules
+
+
+def xla_module():
+    """runtimes/xla.py, imported at the first call, with PJRT_DEVICE set first when unset (PJRT reads it once, at
+    torch_xla's import): the only place xbench itself sets it in its own process, when XLA is about to run,
+    never as a side effect of importing a module."""
+    if XLA_MODULE not in sys.modules:
+        os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
+    return importlib.import_module(XLA_MODULE)
+
+
+class _LazyXla:
+    """runtimes/xla.py behind an attribute read: the XLA strategies name it at module level, so that importing
+    them (compat asking their rules) imports no torch_xla; the first use imports it through xla_module()."""
+
+    def __getattr__(self, name: str):
+        return getattr(xla_module(), name)
+
+
+xla_lazy = _LazyXla()
 
 
 def create(cfg, device_type: str, local_rank: int = 0):
@@ -84,4 +120,4 @@ def preload_xla(mentions: str) -> None:
     if "xla" in mentions and importable("torch_xla"):
         # A broken torch-xla must not sink the other points; the XLA run itself reports it.
         with contextlib.suppress(Exception):
-            importlib.import_module("xbench.runtimes.xla").init_device()
+            xla_module().init_device()

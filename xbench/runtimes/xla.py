@@ -28,24 +28,22 @@ import threading
 import time
 import weakref
 
-from xbench.runtimes import XLA_PLUGINS, default_pjrt_device
-
-# PJRT reads this at import: set it first (an explicit value from the environment wins).
-os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
-
-import torch  # noqa: E402
+# PJRT reads PJRT_DEVICE at torch_xla's import: runtimes.xla_module() (the registry's way in) sets it before
+# importing this module; imported directly, torch_xla picks its own default (TPU when present, else CPU).
+import torch
 
 try:
-    import torch_xla  # noqa: E402
-    import torch_xla.core.xla_model as xm  # noqa: E402
-    import torch_xla.debug.metrics as met  # noqa: E402
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
 except ImportError as e:  # compat catches this earlier; this is the message if it is bypassed
     raise ImportError(f"runtime=xla/xla_compile needs torch-xla, which cannot be imported here ({e}); "
                       "install torch-xla matching torch, or use runtime=eager/compile/accelerate") from e
 
-from xbench.data.feed import epoch_cycle  # noqa: E402
-from xbench.runtimes.base import Runtime  # noqa: E402
-from xbench.training.step import make_train_step  # noqa: E402
+from xbench.data.feed import epoch_cycle
+from xbench.runtimes import xla_rules
+from xbench.runtimes.base import Runtime
+from xbench.training.step import make_train_step
 
 perf_counter = time.perf_counter
 
@@ -89,20 +87,11 @@ class XlaRuntime(Runtime):
     name = "xla"
     drives_xla = True
 
+    own_rules = staticmethod(xla_rules.xla)  # askable without this module (runtimes.rules)
+
     @classmethod
     def rules(cls, cfg, facts, dev):
-        """The PJRT device must be the one the platform bills, and its client must be installed."""
-        out = super().rules(cfg, facts, dev)
-        pjrt = default_pjrt_device(facts.tpu_chips, cfg.platform.device)
-        if cfg.platform.device == "cuda" and pjrt != "CUDA":
-            out.append(f"platform {cfg.platform.name!r} bills CUDA GPUs, but PJRT_DEVICE={pjrt} would run XLA on "
-                       f"the {pjrt}: unset PJRT_DEVICE (xbench then uses CUDA) or use a CPU platform")
-        plugin = XLA_PLUGINS.get(pjrt)
-        if plugin and not getattr(facts, plugin, False):
-            out.append(f"XLA on PJRT {pjrt} needs the {plugin} package matching torch-xla {torch_xla.__version__} "
-                       "(pip install the torch_xla_cuda_plugin wheel of that version, see "
-                       "https://github.com/pytorch/xla#gpu-plugin), which is not installed here")
-        return out
+        return super().rules(cfg, facts, dev) + cls.own_rules(cfg, facts, dev)
 
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
         super().__init__(cfg, device_type, local_rank)
@@ -196,15 +185,8 @@ class XlaCompileRuntime(XlaRuntime):
     """XLA with an explicit compile API: torch_xla.compile over the step, or dynamo's openxla backend."""
 
     name = "xla_compile"
-    BACKENDS = ("torch_xla", "openxla")  # torch_xla.compile over the step | dynamo's openxla backend
-
-    @classmethod
-    def rules(cls, cfg, facts, dev):
-        out = super().rules(cfg, facts, dev)
-        if cfg.runtime.backend not in cls.BACKENDS:
-            out.append(f"runtime xla_compile: backend {cfg.runtime.backend!r} is unknown; "
-                       f"allowed: {', '.join(cls.BACKENDS)}")
-        return out
+    BACKENDS = xla_rules.BACKENDS
+    own_rules = staticmethod(xla_rules.xla_compile)
 
     def _build(self, model, optimizer, task, precision, options=None):
         c = self.cfg
