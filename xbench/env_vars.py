@@ -1,6 +1,7 @@
 """Environment variables set for the length of a `with` block and restored after it (torch-free, any layer):
 the variables fresh processes inherit (launch/child.py), XLA's dump flags (bench/profile.py), HF's switch
-off torch_xla (models/zoo.py)."""
+off torch_xla (models/zoo.py); and the one "started as a rank by an external launcher" rule (`launched_rank`),
+which launch/torchrun.py and bench/contention.py both read."""
 
 from __future__ import annotations
 
@@ -21,3 +22,18 @@ def temporarily(env: dict[str, str]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def srun_step_tasks(env=os.environ) -> int:
+    """Tasks of this srun step (1 outside a step: the batch script, a login shell)."""
+    if "SLURM_STEP_ID" not in env:
+        return 1
+    n = env.get("SLURM_STEP_NUM_TASKS", "1")
+    return int(n) if n.isdigit() else 1
+
+
+def launched_rank(env=os.environ) -> bool:
+    """True in a process an external launcher started as one rank of a world: torchrun or any elastic agent
+    (TORCHELASTIC_RUN_ID; LOCAL_RANK with WORLD_SIZE), or a task of a srun step of several tasks. Its parent is
+    then that launcher, and its siblings are the run's other ranks."""
+    return "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "WORLD_SIZE" in env) or srun_step_tasks(env) > 1

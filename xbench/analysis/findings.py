@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xbench.analysis.overhead import eager_twins
 from xbench.analysis.reprice import one_machine, repriced
 from xbench.analysis.rows import TP, Rows, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
-from xbench.analysis.workload import CONFIGURATION, VERSUS_EAGER, WORK, configuration_label, label_names
+from xbench.analysis.workload import CONFIGURATION, WORK, configuration_label, label_names
 
 MAX_WORKS = 6
 LABEL_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model",
@@ -189,18 +190,11 @@ def _scaling(rows: Rows) -> tuple[list[Finding], int]:
 def _runtimes(found: list[Found]) -> list[Finding]:
     """Each non-eager runtime against the eager run of the same workload and placement, per configuration
     (never pooled over batch sizes): listed when few, else the median with the best and worst named."""
-    same = (*VERSUS_EAGER, "experiment")  # a twin of the same experiment first (a sweep's own eager run)
-    eager: dict[tuple, Found] = {}
-    for f in found:
-        r0 = f.rows[0]
-        if r0.get("runtime") == "eager":
-            eager[tuple(r0.get(k) for k in same)] = f
-            eager.setdefault(tuple(r0.get(k) for k in VERSUS_EAGER), f)
+    twins = eager_twins([f.rows for f in found])
     by_runtime: dict[str, list[tuple[str, float, bool | None]]] = {}
-    for f in found:
-        rt, r0 = f.keys.get("runtime"), f.rows[0]
-        twin = None if rt == "eager" else (eager.get(tuple(r0.get(k) for k in same))
-                                           or eager.get(tuple(r0.get(k) for k in VERSUS_EAGER)))
+    for i, f in enumerate(found):
+        rt = f.keys.get("runtime")
+        twin = found[twins[i]] if i in twins else None
         if twin is None or not f.tp or not twin.tp:
             continue
         o = (None if None in (f.tp_low, f.tp_high, twin.tp_low, twin.tp_high)

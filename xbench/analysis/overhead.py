@@ -1,9 +1,11 @@
 """Compiled runtimes against eager over stored runs: speed-up and break-even step count.
 
-One record holds one runtime, so this pairs rows: each ok non-eager run with the eager runs of the
-same workload on the same placement (xbench/analysis/workload.py VERSUS_EAGER: only the runtime
-differs). Of several eager twins the one with the median steady step is used (a real run, not an
-average). The per-pair arithmetic is metrics.overhead.break_even.
+One record holds one runtime, so this pairs rows: `eager_twins` is the one pairing rule, which this module's
+`versus_eager` (per run), the report's overhead table and the findings' runtime comparison (per
+configuration) all use. A non-eager group's twin is an eager group of the same workload on the same placement
+(xbench/analysis/workload.py VERSUS_EAGER: only the runtime differs), of the same experiment when one exists
+(a sweep's own eager run), and of several the one with the median steady step (the lower middle one of an
+even count: a real run, not an average). The per-pair arithmetic is metrics.overhead.break_even.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from xbench.analysis.rows import Rows
+from xbench.analysis.rows import TP, Rows
 from xbench.analysis.workload import VERSUS_EAGER, key
 from xbench.metrics.overhead import break_even, steady_step_s
 
@@ -21,17 +23,30 @@ def compile_columns(rows: Rows) -> list[str]:
     return sorted(c for c in rows.columns() if re.fullmatch(r"compile\w*_s", c))
 
 
+def _step_s(rows) -> float | None:
+    """A group's median steady step (1 / throughput where a record has no window figures)."""
+    xs = [s for r in rows if (s := steady_step_s(r) or (1 / r[TP] if r.get(TP) else None))]
+    return statistics.median(xs) if xs else None
+
+
+def eager_twins(groups) -> dict[int, int]:
+    """Index of each non-eager group (a list of rows of one configuration; one run is a group of one) -> the
+    index of its eager twin (the module doc's rule); a group without one is left out."""
+    eager: dict[tuple, list[int]] = {}
+    for i, g in enumerate(groups):
+        if g and g[0].get("runtime") == "eager" and _step_s(g):
+            eager.setdefault(key(g[0], VERSUS_EAGER), []).append(i)
+    out = {}
+    for i, g in enumerate(groups):
+        pool = eager.get(key(g[0], VERSUS_EAGER)) if g and g[0].get("runtime") != "eager" else None
+        if pool:
+            pool = [j for j in pool if groups[j][0].get("experiment") == g[0].get("experiment")] or pool
+            mid = statistics.median_low(_step_s(groups[j]) for j in pool)
+            out[i] = next(j for j in pool if _step_s(groups[j]) == mid)
+    return out
+
+
 def versus_eager(rows) -> dict[str, dict]:
     """run_id -> {speedup_vs_eager, break_even_steps_vs_eager} for ok non-eager runs with an eager twin."""
-    ok = Rows.of(rows).ok(None)
-    eager: dict[tuple, list[dict]] = {}
-    for r in ok:
-        if r.get("runtime") == "eager" and steady_step_s(r):
-            eager.setdefault(key(r, VERSUS_EAGER), []).append(r)
-    out = {}
-    for r in ok:
-        twins = eager.get(key(r, VERSUS_EAGER)) if r.get("runtime") != "eager" else None
-        if twins:
-            mid = statistics.median_low(steady_step_s(t) for t in twins)
-            out[r["run_id"]] = break_even(r, next(t for t in twins if steady_step_s(t) == mid))
-    return out
+    ok = list(Rows.of(rows).ok(None))
+    return {ok[i]["run_id"]: break_even(ok[i], ok[j]) for i, j in eager_twins([[r] for r in ok]).items()}

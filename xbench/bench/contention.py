@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from xbench.bench import nvml
+from xbench.env_vars import launched_rank
 
 ROOT_ENV = "XBENCH_POINT"  # "<root pid>:<wall time the point started>", set by the runner (launch/isolation.py)
 PROBE_S = 0.25  # default probe before the run
@@ -60,9 +61,7 @@ def launcher_pid() -> int | None:
     """The external launcher whose children are this run's ranks: the `torchrun` command's agent (its
     ranks carry TORCHELASTIC_RUN_ID) or srun's step daemon (a step of several tasks). Its other children
     are this run's sibling ranks, never "other processes". None when no such launcher started this one."""
-    env = os.environ
-    tasks = env.get("SLURM_STEP_NUM_TASKS", "1") if "SLURM_STEP_ID" in env else "1"
-    if "TORCHELASTIC_RUN_ID" in env or (tasks.isdigit() and int(tasks) > 1):
+    if launched_rank():  # the one rule launch/torchrun.under_torchrun reads too
         parent = os.getppid()
         return parent if parent > 1 else None
     return None

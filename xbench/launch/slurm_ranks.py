@@ -16,16 +16,10 @@ import re
 import shutil
 import subprocess
 
+from xbench.env_vars import srun_step_tasks
+
 PORT_BASE = 29500  # MASTER_PORT = PORT_BASE + job id % PORT_SPAN: two jobs on one node rarely collide
 PORT_SPAN = 2000
-
-
-def step_tasks(env=os.environ) -> int:
-    """Tasks of this srun step (1 outside a step: the batch script, a login shell)."""
-    if "SLURM_STEP_ID" not in env:
-        return 1
-    n = env.get("SLURM_STEP_NUM_TASKS", "1")
-    return int(n) if n.isdigit() else 1
 
 
 def tasks_on_node(tasks_per_node: str, node: int) -> int:
@@ -54,7 +48,7 @@ def first_host(nodelist: str) -> str:
 
 def adopt(env=os.environ) -> bool:
     """True when this process is a task of a srun step of several tasks; then torch's variables are set."""
-    world = step_tasks(env)
+    world = srun_step_tasks(env)
     if world < 2:
         return False
     node = int(env.get("SLURM_NODEID", "0"))

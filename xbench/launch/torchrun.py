@@ -25,6 +25,7 @@ import tempfile
 import uuid
 from datetime import timedelta
 
+from xbench.env_vars import launched_rank
 from xbench.launch import child, slurm_ranks
 from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
 from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, RankResult, StopRequested
@@ -41,9 +42,12 @@ class RankFailed(Exception):
 
 def under_torchrun() -> bool:
     """True in a process that torchrun (or any elastic agent) started as a rank, or a task of a srun step
-    of several tasks (launch/slurm_ranks.py gives it torch's variables)."""
-    env = os.environ
-    return "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "WORLD_SIZE" in env) or slurm_ranks.adopt()
+    of several tasks (env_vars.launched_rank, the one rule; launch/slurm_ranks.py then gives a srun task
+    torch's variables)."""
+    if not launched_rank():
+        return False
+    slurm_ranks.adopt()  # a srun task: torch's variables from SLURM's (a variable already set is left alone)
+    return True
 
 
 def _threads_for_rank(cfg, dev_type: str, local_world: int) -> dict:

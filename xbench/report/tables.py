@@ -18,14 +18,14 @@ from collections.abc import Callable
 import pandas as pd
 
 from xbench.analysis.findings import Finding, findings
-from xbench.analysis.overhead import compile_columns, versus_eager
+from xbench.analysis.overhead import compile_columns, eager_twins, versus_eager
 from xbench.analysis.published import published_beside_measured
 from xbench.analysis.quality import quality_parity
 from xbench.analysis.reprice import repriced
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import ci_text, noisy, ratio, spread, verdict
-from xbench.analysis.workload import SCALING, VERSUS_EAGER, key
+from xbench.analysis.workload import SCALING
 from xbench.metrics import targets
 from xbench.report import llm
 from xbench.report.rows import (
@@ -275,14 +275,15 @@ def overhead_table(rows: Rows, ctx: Context) -> Table:
     if "runtime" not in show:
         show.insert(0, "runtime")
     vs = versus_eager(ok)
-    eager = {key(r, VERSUS_EAGER): g for _, g in groups(ok) for r in g[:1] if r.get("runtime") == "eager"}
+    found = groups(ok)
+    twins = eager_twins([sub for _, sub in found])
     out = []
-    for keys, sub in groups(ok):
+    for i, (keys, sub) in enumerate(found):
         paired = Rows(vs[r["run_id"]] for r in sub if r["run_id"] in vs)
         row = {**key_cols(keys, show), "runs": len(sub), **{label: sub.median(c) for c, label in cols},
                "speed-up vs eager [x]": paired.median("speedup_vs_eager"),
                "break-even vs eager [steps]": _break_even(paired)}
-        twin = eager.get(key(sub[0], VERSUS_EAGER)) if keys.get("runtime") != "eager" else None
+        twin = found[twins[i]][1] if i in twins else None
         if twin is not None and paired:
             _, ci = ratio(sub, twin)
             row["speed-up 95% CI [x]"] = ci_text(ci)
