@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pynvml": ("nvidia-ml-py", "gpu"),
     "hydra_plugins.hydra_submitit_launcher": ("hydra-submitit-launcher", "slurm"),
     "transformers": ("transformers", "hf"),
+    "tokenizers": ("transformers", "hf"),  # data.source=text_bpe: xbench[hf]'s transformers brings it
     "timm": ("timm", "timm"),
 }
 
@@ -44,7 +45,8 @@ def install_command(*modules: str) -> str:
 
 
 # How a package is known to its users, where that differs from its distribution's name.
-NAMES = {"accelerate": "HF Accelerate", "transformers": "HF transformers", "sklearn": "scikit-learn"}
+NAMES = {"accelerate": "HF Accelerate", "transformers": "HF transformers", "sklearn": "scikit-learn",
+         "tokenizers": "HF tokenizers"}
 
 
 def message(what: str, *modules: str) -> str:

@@ -88,6 +88,11 @@ SOURCES: dict[str, Source] = {
         "xbench.data.text:text_bytes",
         "one plain text file (any text you name); its UTF-8 bytes are the tokens (vocabulary 256); the first "
         "1 - data.eval_fraction of it trains, the rest is held out", "tokens", task="lm", path_kind="file"),
+    "text_bpe": Source(
+        "xbench.data.text:text_bpe",
+        "one plain UTF-8 text file (any text you name); a byte-level BPE of up to data.vocab_size tokens is "
+        "trained on its first 1 - data.eval_fraction (the training split) and encodes both splits", "tokens",
+        task="lm", path_kind="file", packages=("tokenizers",)),
 }
 
 

@@ -1,6 +1,7 @@
 """Real text data sets: IMDb reviews (aclImdb folders), tweets (the Sentiment140 CSV and the GPU-cloud
 study's "Twitter Sentiment Analysis Dataset" CSV), a plain text file (as characters, or as UTF-8 bytes for
-the decoder's language modelling: `text_bytes`).
+the decoder's language modelling: `text_bytes`; or as a byte-level BPE trained here on the training split:
+`text_bpe`).
 
 Tokenisation is deterministic (lower-case, a fixed regular expression); the vocabulary is the
 `vocab_size - 2` most frequent tokens of the training split, ties broken alphabetically, with id 0 for
@@ -254,12 +255,82 @@ def text_bytes(data, task: str) -> Splits:
     raw = path.read_bytes()
     ids = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() if raw else torch.zeros(0, dtype=torch.long)
     cut = round(len(ids) * (1 - data.eval_fraction))
-    train, ev = CharWindows(ids[:cut], data.seq_len, data.seq_len), CharWindows(ids[cut:], data.seq_len, data.seq_len)
-    if len(train) == 0 or len(ev) == 0:
-        raise malformed(data, f"{path} has {len(ids)} bytes: too short for one training and one held-out window "
-                              f"of {data.seq_len + 1} bytes (data.seq_len={data.seq_len}, "
-                              f"data.eval_fraction={data.eval_fraction}); give a longer file or a shorter seq_len")
+    train, ev = _windows(data, path, ids[:cut], ids[cut:], "bytes")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": 256})
+
+
+def _windows(data, path: Path, train_ids: torch.Tensor, eval_ids: torch.Tensor, unit: str) -> tuple:
+    train = CharWindows(train_ids, data.seq_len, data.seq_len)
+    ev = CharWindows(eval_ids, data.seq_len, data.seq_len)
+    if len(train) == 0 or len(ev) == 0:
+        raise malformed(data, f"{path} has {len(train_ids) + len(eval_ids)} {unit}: too short for one training and "
+                              f"one held-out window of {data.seq_len + 1} {unit} (data.seq_len={data.seq_len}, "
+                              f"data.eval_fraction={data.eval_fraction}); give a longer file or a shorter seq_len")
+    return train, ev
+
+
+BPE_MIN_VOCAB = 256 + 1  # the byte-level alphabet, and at least one merge
+
+
+def _train_bpe(text: str, vocab_size: int):
+    """A byte-level BPE (GPT-2's scheme, Hugging Face `tokenizers`) trained on `text` alone."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    tok.train_from_iterator(text.splitlines(keepends=True) or [text], trainer=trainer)
+    return tok
+
+
+def _ids_bytes(ids: list[int]) -> bytes:
+    return torch.tensor(ids, dtype=torch.int32).numpy().astype("<i4").tobytes()
+
+
+def _read_ids(path: Path) -> torch.Tensor:
+    raw = bytearray(path.read_bytes())
+    return torch.frombuffer(raw, dtype=torch.int32).long() if raw else torch.zeros(0, dtype=torch.long)
+
+
+def text_bpe(data, task: str) -> Splits:
+    """A plain UTF-8 text file the user names, tokenised offline with a byte-level BPE trained here with the
+    `tokenizers` library on the training split only (the first `1 - eval_fraction` of the characters; the
+    held-out tail is encoded with it, never seen in training), up to `data.vocab_size` tokens. Windows of
+    seq_len + 1 tokens side by side, as text_bytes. The tokenizer (its own JSON) and the two token streams
+    (little-endian int32) are cached beside the file, keyed by its size, mtime and the settings: read back
+    as data, nothing unpickled; the JSON, written last, marks a complete cache."""
+    path = Path(data.path)
+    if data.vocab_size < BPE_MIN_VOCAB or data.num_classes != data.vocab_size:
+        raise malformed(data, f"data.source=text_bpe needs data.vocab_size >= {BPE_MIN_VOCAB} (the 256 byte "
+                              f"symbols and at least one merge) and data.num_classes equal to it; got "
+                              f"vocab_size={data.vocab_size}, num_classes={data.num_classes}")
+    cache = _cache_file(data, [path], {"kind": "bpe", "eval_fraction": data.eval_fraction})
+    meta_file, train_file, eval_file = (cache.with_suffix(s) for s in (".bpe.json", ".train.i32", ".eval.i32"))
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else None
+    if meta is None or train_file.stat().st_size != 4 * meta["train_tokens"] or \
+            eval_file.stat().st_size != 4 * meta["eval_tokens"]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise malformed(data, f"{path} is not UTF-8 text ({e})") from e
+        cut = round(len(text) * (1 - data.eval_fraction))
+        tok = _train_bpe(text[:cut], data.vocab_size)
+        streams = {f: tok.encode(part).ids for f, part in ((train_file, text[:cut]), (eval_file, text[cut:]))}
+        for f, ids in streams.items():  # ranks building at once each write their own tmp file; renames are atomic
+            tmp = f.with_suffix(f"{f.suffix}.tmp{os.getpid()}")
+            tmp.write_bytes(_ids_bytes(ids))
+            os.replace(tmp, f)
+        meta = {"tokenizer": json.loads(tok.to_str()), "vocab": tok.get_vocab_size(), "train_chars": cut,
+                "train_tokens": len(streams[train_file]), "eval_tokens": len(streams[eval_file])}
+        tmp = meta_file.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(meta, ensure_ascii=False))
+        os.replace(tmp, meta_file)
+    train, ev = _windows(data, path, _read_ids(train_file), _read_ids(eval_file), "tokens")
+    return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": meta["vocab"],
+                                   "tokens_train": meta["train_tokens"], "tokens_eval": meta["eval_tokens"],
+                                   "cache": str(meta_file)})
 
 
 MASK = 2  # the [MASK] token's id in a text_mlm vocabulary (after <pad> and <unk>)
