@@ -49,3 +49,21 @@ def test_eager_twins_one_rule_for_runs_tables_and_findings():
     # per run (versus_eager) and per configuration (the table, the findings) read the same pairing
     rows = [g[0] for g in groups]
     assert set(versus_eager(rows)) == {"c"} and abs(versus_eager(rows)["c"]["speedup_vs_eager"] - 3.0) < 1e-9
+
+
+def test_one_number_formatter_keeps_each_readers_form():
+    """metrics.numbers: the report's cells (4 digits, whole from 1,000), the findings' and plot labels' (3 digits,
+    whole from 100) and the console's fixed decimals, each as it was before they shared one module."""
+    from xbench.analysis.findings import fmt
+    from xbench.metrics.numbers import compact, human, whole
+    from xbench.report.layout import nice
+    from xbench.report.render import fmt as cell
+
+    assert [cell(x) for x in (23640.4, 1e308, 5.0, 0.0137251, None, float("nan"), True, False, 24150)] == [
+        "23,640", "1e+308", "5", "0.01373", "", "", "yes", "", "24150"]
+    assert [fmt(x) for x in (8000.2, 123.4, 3.21, 0.0137251, None, 2.0)] == ["8,000", "123", "3.21", "0.0137", "n/a", "2"]
+    assert [nice(x) for x in (8000.2, 3.2, 0.0137251, None)] == ["8,000", "3.2", "0.0137", "n/a"]
+    assert compact(99.5, 3, whole_from=100) == "99.5" and compact(-0.5) == "-0.5"
+    assert [human(x) for x in (24150.3, 241.53, 2.4153, 0.024153, 7, 3e-12)] == [
+        "24,150", "241.5", "2.415", "0.02415", "7", "3.000e-12"]
+    assert (whole(2.0), whole(2.5), whole("x")) == ("2", "2.5", "x")

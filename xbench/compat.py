@@ -1,6 +1,9 @@
-"""Can this config run here? One pure function, called before any device work.
+"""Can this config run here? `check(cfg, facts)`, called before any device work.
 
-`check(cfg, facts)` returns human-readable reasons (empty list: good to go). Each reason says what
+`check(cfg, facts)` returns human-readable reasons (empty list: good to go). Besides the host's `facts` it
+reads the environment (PJRT_DEVICE, the launcher's variables), the installed packages' versions and the file
+system (data paths, platform files); it writes no environment variable and imports no torch_xla
+(tests/test_import_env.py), so a simulated host's check does not depend on what ran before it. Each reason says what
 was asked, what is wrong and what is allowed, so that the failed record and the console explain
 themselves. Every reason is collected, never only the first.
 
@@ -19,11 +22,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from xbench import extras, launch, models, modes, parallel, runtimes, studies
+from xbench import extras, models, modes, parallel, runtimes, studies
 from xbench.bench import faults
 from xbench.config import DDP_OPTIONS, ParallelConfig, XBenchConfig, range_problems
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
+from xbench.env_vars import launched_rank
 from xbench.launch.isolation import ISOLATION
 from xbench.metrics import cost
 from xbench.platforms import sku
@@ -116,7 +120,7 @@ def process_repeats_fit(cfg, facts):
     if cfg.bench.mode != "throughput":
         return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
                 "(use bench.process_repeats=1 with train_to_target and find_max_batch)"]
-    if launch.under_torchrun():
+    if launched_rank():  # a read: compat sets no variable (launch.under_torchrun gives a srun task torch's)
         return [f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench parallel=... "
                 "without the torchrun command): processes torchrun started cannot be started again"]
     return []
@@ -305,7 +309,7 @@ def cpu_capability_fits(cfg, facts):
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     if dev != "cpu":
         return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
-    if launch.under_torchrun():
+    if launched_rank():  # a read: compat sets no variable (launch.under_torchrun gives a srun task torch's)
         return [f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads it at start); "
                 "run python -m xbench without the torchrun command"]
     return []

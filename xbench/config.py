@@ -1,8 +1,10 @@
-"""Typed schemas for every config group, and the one ConfigStore table that binds them.
+"""Typed schemas for every config group, the one ConfigStore table that binds them, and the checks every
+knob shares (each knob's allowed range: `range_problems`; the store and run names: `name_problems`).
 
 Each group (`conf/<group>/*.yaml`) is validated against its dataclass here: a misspelled key fails at
-compose time with Hydra's own message, and `OmegaConf.to_object` in `__main__` turns the composed tree
-into an `XBenchConfig`. Code below `__main__` receives only its own typed section.
+compose time with Hydra's own message, and `OmegaConf.to_object` in runner.py turns the composed tree
+into an `XBenchConfig`. Checks that judge the whole run (compat.py, a plugin's `rules`) receive the whole
+config; a runtime, strategy or loader built for the run receives its own typed section.
 
 Units: `batch_size` is per device; times end in `_s`; prices say per what (`per: machine|chip|vcpu`).
 """

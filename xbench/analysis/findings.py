@@ -19,6 +19,7 @@ from xbench.analysis.rows import TP, Rows, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
 from xbench.analysis.workload import CONFIGURATION, WORK, configuration_label, label_names
+from xbench.metrics.numbers import compact
 
 MAX_WORKS = 6
 LABEL_KEYS = ("platform", "runtime", "precision", "cpu_capability", "parallel", "pricing_model",
@@ -33,11 +34,7 @@ class Finding:
 
 
 def fmt(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    if 100 <= abs(v) < 1e15:
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
+    return compact(v, 3, whole_from=100, missing="n/a")
 
 
 def _work(k: dict) -> str:

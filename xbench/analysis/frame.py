@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Where a train-to-target curve lives in record.series: the goal's metric (measurement `goal_metric`,
-# see xbench/bench/target.py), else the first of these names present.
+# see xbench/bench/training.py), else the first of these names present.
 CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "eval_accuracy")
 CURVE_TIME_KEYS = ("train_time_s", "elapsed_s", "time_s")
 CURVE_EPOCH_KEYS = ("epoch", "epochs")

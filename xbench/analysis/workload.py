@@ -21,6 +21,8 @@ text (None when empty), so rows stay hashable and one column says what differs.
 
 from __future__ import annotations
 
+from xbench.metrics.numbers import whole
+
 WORK = ("model", "model_options", "data", "data_shape")
 RUNTIME = ("runtime", "runtime_options")
 WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision", "cpu_capability",
@@ -99,18 +101,14 @@ def configuration_label(keys: dict, names: list[str], empty: str, devices: str =
         elif v is None:
             continue
         elif k == "global_batch_size":
-            parts.append(f"batch {number_text(v)}")
+            parts.append(f"batch {whole(v)}")
         elif k == "batch_size_per_device":
-            parts.append(f"{number_text(v)}/device")
+            parts.append(f"{whole(v)}/device")
         elif k == "devices":
-            parts.append(f"{number_text(v)} {devices.removesuffix('s') if v == 1 else devices}")  # 1 device
+            parts.append(f"{whole(v)} {devices.removesuffix('s') if v == 1 else devices}")  # 1 device
         elif k == "threads":
-            parts.append(f"{number_text(v)} thread" + ("s" if v != 1 else ""))
+            parts.append(f"{whole(v)} thread" + ("s" if v != 1 else ""))
         else:
             parts.append(str(v))
     return " / ".join(parts) or empty
 
-
-def number_text(v) -> str:
-    """A configuration value as a label shows it: a whole float without its ".0" (2.0 devices: "2")."""
-    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import re
 
+from xbench.metrics.numbers import finite_number
+
 HOURS_PER_MONTH = 730.0
 UNIT_S = {"millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0, "month": HOURS_PER_MONTH * 3600}
 GRANULARITY_S = {"millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0, "month_amortised": None}
@@ -38,10 +40,6 @@ def _utilisation(platform: dict) -> float:
     return float(platform.get("utilisation") or 1.0)
 
 
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 # Measurements a price is applied to (a throughput, a time, an epoch count): names that say a quantity.
 # A boolean or a non-finite number there is never a measurement; text is one (a note) except in the figures
 # the prices are computed from.
@@ -59,7 +57,7 @@ def not_numbers(measurements: dict) -> list[str]:
             continue
         for x in v if isinstance(v, list) else [v]:
             text_ok = k not in _PRICED_FIGURES and isinstance(x, (str, dict, list))
-            if x is not None and not text_ok and not _number(x):
+            if x is not None and not text_ok and not finite_number(x):
                 out.append(f"{k}={v!r} is not a finite number")
                 break
     return out
@@ -70,11 +68,11 @@ def problems(platform: dict) -> list[str]:
     out = []
     name = platform.get("name", "?")
     for key in ("utilisation", "commitment_months", "minimum_charge_s"):
-        if platform.get(key) is not None and not _number(platform[key]):
+        if platform.get(key) is not None and not finite_number(platform[key]):
             out.append(f"platform {name!r}: {key}={platform[key]!r} must be a finite number")
     for c in platform.get("price") or []:
         for key in ("amount", "count", "discount", "minimum_charge_s"):
-            if c.get(key) is not None and not _number(c[key]):
+            if c.get(key) is not None and not finite_number(c[key]):
                 out.append(f"platform {name!r} price component {c.get('name', '?')!r}: {key}={c[key]!r} must be a "
                            "finite number")
     if out:

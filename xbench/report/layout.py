@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
+from xbench.metrics.numbers import compact  # noqa: E402
 from xbench.report.escape import plot_text  # noqa: E402
 
 FONT = 8.0  # points, every text but the titles
@@ -48,12 +49,8 @@ STYLE = {"axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.s
 
 
 def nice(v: float | None) -> str:
-    """A value as a reader would write it: 8,000 / 3.2 / 0.0137."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    if 100 <= abs(v) < 1e15:
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
+    """A value as a reader would write it: 8,000 / 3.2 / 0.0137 (the findings' form)."""
+    return compact(v, 3, whole_from=100, missing="n/a")
 
 
 def short(text: str, n: int = LABEL_CHARS) -> str:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from xbench.analysis.frame import LIST_COLUMNS
+from xbench.metrics.numbers import compact
 from xbench.records import safe_io
 from xbench.report.escape import csv_frame, md
 from xbench.report.rows import Table
@@ -52,17 +52,10 @@ class Report:
 
 
 def fmt(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
+    """A table cell: a float as metrics.numbers.compact (4 digits, whole from 1,000), a true flag "yes"."""
     if isinstance(v, bool):
         return "yes" if v else ""
-    if isinstance(v, float):
-        if 1000 <= abs(v) < 1e15:  # 23,640 reads better than 2.364e+04 (1e308 is not 309 digits)
-            return f"{v:,.0f}"
-        if v.is_integer():
-            return str(int(v))
-        return f"{v:.4g}"
-    return str(v)
+    return compact(v) if v is None or isinstance(v, float) else str(v)
 
 
 def _row_class(row: pd.Series) -> str:

@@ -22,8 +22,8 @@ from xbench.analysis.workload import (
     WORK,
     configuration_label,
     label_names,
-    number_text,
 )
+from xbench.metrics.numbers import whole
 
 KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
               "devices": "devices", "threads": "threads", "pricing_model": "pricing",
@@ -127,7 +127,7 @@ def varying_keys(rows: Rows, keys=CONFIGURATION) -> list[str]:
 
 def constant_caption(rows: Rows, keys=CONFIGURATION) -> str:
     """"All rows: model=..., ..." for the keys every row shares (option and shape details left out)."""
-    parts = [f"{KEY_LABELS.get(k, k)}={number_text(rows[0][k])}" for k in keys
+    parts = [f"{KEY_LABELS.get(k, k)}={whole(rows[0][k])}" for k in keys
              if k not in DETAILS and rows and rows[0].get(k) is not None and not _varies(rows, k)]
     return ("All rows: " + ", ".join(parts) + ".") if parts else ""
 

@@ -43,7 +43,7 @@ from xbench.report.rows import (
 )
 
 # Optional train-to-target figures (another part of xbench writes them; shown only when present).
-# Names as xbench/bench/target.py and metrics/derived.py write them; `train_*` exclude evaluation and
+# Names as xbench/bench/training.py and metrics/derived.py write them; `train_*` exclude evaluation and
 # start-up (the studies' figure), `wall_*` / `cost_to_target_*` include them.
 TO_TARGET = (("target_status", "target status"), ("train_time_to_target_s", "training time to target [s]"),
              ("wall_time_to_target_s", "wall time to target [s]"), ("time_to_target_s", "time to target [s]"),

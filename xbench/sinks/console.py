@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import sys
 
 from tqdm import tqdm
 
 from xbench.metrics import targets
 from xbench.metrics.cost import currency
+from xbench.metrics.numbers import finite_number, human
 from xbench.records.record import RunRecord
 
 
@@ -88,35 +88,9 @@ class Progress:
         self.epoch = None
 
 
-def human(v, digits: int = 4) -> str:
-    """A number as people read it: thousands separators and fixed decimals, never an exponent:
-    24,150 samples/s, 241.5, 2.415 s, 0.02415 s (`digits` significant digits below 1,000)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    if v == 0 or not math.isfinite(v):
-        return f"{v:g}"
-    magnitude = math.floor(math.log10(abs(v)))
-    if magnitude >= digits - 1:
-        return f"{v:,.0f}"
-    decimals = digits - 1 - magnitude
-    if decimals > 9:  # below a nanounit: no fixed form is readable
-        return f"{v:.{digits - 1}e}"
-    return f"{v:,.{decimals}f}"
-
-
-def _fmt(v, digits=4):
-    return human(v, digits)
-
-
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def seconds(v) -> str:
-    """A duration in the unit it reads best in: 850 us, 21.17 ms, 2.415 s, 3.5 min, 1.25 h."""
-    if not _num(v):
+    """A duration in the unit it reads best in: 850.0 us, 21.17 ms, 2.415 s, 5.00 min, 4.00 h (tests/test_console.py)."""
+    if not finite_number(v):
         return str(v)
     a = abs(v)
     if 0 < a < 1e-3:
@@ -129,12 +103,12 @@ def seconds(v) -> str:
 
 
 def percent(v) -> str:
-    return f"{human(v * 100, 3)}%" if _num(v) else str(v)
+    return f"{human(v * 100, 3)}%" if finite_number(v) else str(v)
 
 
 def scaled(v, unit: str) -> str:
     """A count with a metric prefix where it is large: 11.69 M, 24.3 GFLOP, 3.846 GFLOP/s."""
-    if not _num(v):
+    if not finite_number(v):
         return str(v)
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(v) >= factor:
@@ -144,9 +118,9 @@ def scaled(v, unit: str) -> str:
 
 def _throughput(v: dict) -> str | None:
     tp = v.get("throughput_samples_per_s")
-    if not _num(tp):
+    if not finite_number(tp):
         return None
-    steps = tp / v["global_batch_size"] if _num(v.get("global_batch_size")) and v["global_batch_size"] else None
+    steps = tp / v["global_batch_size"] if finite_number(v.get("global_batch_size")) and v["global_batch_size"] else None
     return f"{human(tp)} samples/s" + (f" ({human(steps, 3)} steps/s)" if steps else "")
 
 
@@ -172,7 +146,7 @@ def _warmup(v: dict) -> str | None:
 
 def _flops_rate(v: dict) -> str | None:
     t = v.get("achieved_tflops")
-    return None if not _num(t) else scaled(t * 1e12, "FLOP/s")
+    return None if not finite_number(t) else scaled(t * 1e12, "FLOP/s")
 
 
 def _target(v: dict) -> str | None:
@@ -185,7 +159,7 @@ def _target(v: dict) -> str | None:
 
 def _flops_per_sample(v: dict) -> str | None:
     fwd, train = v.get("flops_per_sample_forward"), v.get("flops_per_sample_train")
-    parts = [f"{scaled(x, 'FLOP')} {what}" for x, what in ((fwd, "forward"), (train, "training step")) if _num(x)]
+    parts = [f"{scaled(x, 'FLOP')} {what}" for x, what in ((fwd, "forward"), (train, "training step")) if finite_number(x)]
     return ", ".join(parts) or None
 
 
@@ -201,7 +175,7 @@ def _memory(used: str, total: str):
     def row(v: dict) -> str | None:
         if v.get(used) is None:
             return None
-        return f"{human(v[used])} GiB" + (f" of {human(v[total])} GiB" if _num(v.get(total)) else "")
+        return f"{human(v[used])} GiB" + (f" of {human(v[total])} GiB" if finite_number(v.get(total)) else "")
     return row
 
 
@@ -281,14 +255,14 @@ def summary(record: RunRecord, path) -> str:
                      f"{values.get('batch_search_limit')}")
     for t, row in targets.summary_rows(values):  # several targets: one line each
         costs = [row.get(f"{k}_{targets.label(t)}_{cur}") for k in ("train_cost_to_target", "cost_to_target")]
-        cost = (f", {' / '.join(_fmt(c) for c in costs)} {cur.upper()} train / wall"
+        cost = (f", {' / '.join(human(c) for c in costs)} {cur.upper()} train / wall"
                 if any(c is not None for c in costs) else "")
         goal = f"to {t:g}"  # the target and the epochs as counted, not as measured figures
         if row["epochs"] is None:
             lines.append(f"  {goal:<30} not reached")
             continue
-        lines.append(f"  {goal:<30} {row['epochs']:g} epochs, {_fmt(row['train_time_s'])} / "
-                     f"{_fmt(row['wall_s'])} s train / wall{cost}")
+        lines.append(f"  {goal:<30} {row['epochs']:g} epochs, {human(row['train_time_s'])} / "
+                     f"{human(row['wall_s'])} s train / wall{cost}")
     for w in record.warnings:
         lines.append(f"  WARNING: {w}")
     lines.append(f"  record: {path}")
