@@ -256,7 +256,7 @@ def test_ranks_read_disjoint_shards_and_epochs_cycle():
         nb = device_feed(make_loader(ds, cfg, rank, 2, seed=0), torch.device("cpu"))
         epoch0 = torch.cat([nb()[1] for _ in range(2)])  # 10 samples per rank = 2 batches
         epoch1 = torch.cat([nb()[1] for _ in range(2)])  # cycles into a new epoch, reshuffled
-        assert sorted(epoch0.tolist()) != epoch0.tolist() or sorted(epoch1.tolist()) != epoch1.tolist()
+        assert sorted(epoch0.tolist()) != epoch0.tolist() and sorted(epoch1.tolist()) != epoch1.tolist()  # shuffled
         assert not torch.equal(epoch0, epoch1)
         seen.append(set(epoch0.tolist()))
     assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(20))
