@@ -88,6 +88,7 @@ def xbench_side(runtime: str, a) -> Side:
     from omegaconf import OmegaConf
 
     from xbench.bench import loop, meters
+    from xbench.bench.plan import resolve
     from xbench.bench.worker import prepare_rank, rank_meters
     from xbench.config import config_dir, register_configs
     from xbench.launch.inline import context
@@ -96,7 +97,7 @@ def xbench_side(runtime: str, a) -> Side:
     register_configs()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides(runtime, a)))
-    p = prepare_rank(cfg, host_facts(), context(cfg))
+    p = prepare_rank(resolve(cfg, host_facts()), context(cfg))
     b = cfg.bench
     wu = loop.warmup(p.hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
 

@@ -302,6 +302,7 @@ def _measure(monkeypatch, *overrides, first_step=None):
 
     from xbench.api import compose
     from xbench.bench import worker
+    from xbench.bench.plan import resolve
     from xbench.bench.windows import WindowPlan, measure_rank
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
@@ -323,7 +324,7 @@ def _measure(monkeypatch, *overrides, first_step=None):
     monkeypatch.setattr(worker, "make_step", make_step)
     plan = WindowPlan(warmup_min_steps=2, warmup_max_steps=4, warmup_stable_steps=2, warmup_cv_tol=10.0, steps=5,
                       repeats=2)
-    return measure_rank(cfg, host_facts(), RankContext(threads=1), plan, batch_size=16)
+    return measure_rank(resolve(cfg, host_facts()), RankContext(threads=1), plan, batch_size=16)
 
 
 def test_a_warmup_only_host_allocation_is_not_in_the_peak(monkeypatch):

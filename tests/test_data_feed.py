@@ -131,12 +131,13 @@ def test_the_rank_says_whether_its_data_was_pinned_and_prefetched():
     from omegaconf import OmegaConf
 
     from xbench.api import compose
+    from xbench.bench.plan import resolve
     from xbench.bench.worker import prepare_rank
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 
     cfg = OmegaConf.to_object(compose(["model=mlp", "data=digits", "platform=cpu", "logger=none"]))
-    p = prepare_rank(cfg, host_facts(), RankContext(threads=1))
+    p = prepare_rank(resolve(cfg, host_facts()), RankContext(threads=1))
     assert p.data_info["data_pinned"] is False and p.data_info["data_prefetch"] is False
     x, y = p.hooks.next_batch()
     assert x.shape == (32, 64) and y.shape == (32,)

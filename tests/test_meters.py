@@ -454,6 +454,7 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
 
     from xbench.api import compose
     from xbench.bench import training as target
+    from xbench.bench.plan import resolve
     from xbench.bench.worker import device_gpus
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
@@ -470,7 +471,7 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
         return real(*a)
 
     monkeypatch.setattr(target, "build_workload", build_with_a_spike)
-    m = target.TargetTraining(cfg, host_facts(), RankContext(threads=1), tmp_path).run().measurements
+    m = target.TargetTraining(resolve(cfg, host_facts()), RankContext(threads=1), tmp_path).run().measurements
     assert m["peak_memory_since"] == "training" and m["steps_done"] > 0
     assert seen["rss_gib"] - seen["before_gib"] > 0.4  # the spike was real
     assert m["peak_host_rss_gib"] < seen["rss_gib"] - 0.1  # ru_maxrss since the process started: >= the spike

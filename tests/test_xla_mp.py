@@ -92,6 +92,7 @@ def test_replica_threads_build_the_seeds_weights_whatever_their_turns():
     from omegaconf import OmegaConf
 
     from xbench.api import compose
+    from xbench.bench.plan import resolve
     from xbench.bench.worker import build_workload
     from xbench.parallel.ddp import params_sha256
     from xbench.platforms.detect import host_facts
@@ -99,16 +100,16 @@ def test_replica_threads_build_the_seeds_weights_whatever_their_turns():
 
     cfg = OmegaConf.to_object(compose(["model=mlp", "model.options.hidden=32", "data=synthetic_mnist",
                                        "platform=cpu", "logger=none", "bench.seed=7"]))
-    facts = host_facts()
+    plan = resolve(cfg, host_facts())
     torch.manual_seed(cfg.bench.seed)
-    alone = params_sha256(build_workload(cfg, facts, RankContext()).model)
+    alone = params_sha256(build_workload(plan, RankContext()).model)
     for attempt in range(3):
         met, got = threading.Barrier(2), {}
 
         def replica(ordinal, met, got):
             torch.manual_seed(cfg.bench.seed)  # as prepare_rank does, before the device is set up
             met.wait()
-            got[ordinal] = params_sha256(build_workload(cfg, facts, RankContext(rank=ordinal, world_size=2)).model)
+            got[ordinal] = params_sha256(build_workload(plan, RankContext(rank=ordinal, world_size=2)).model)
 
         threads = [threading.Thread(target=replica, args=(i, met, got)) for i in (0, 1)]
         for t in threads:

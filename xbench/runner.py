@@ -141,6 +141,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
     run_id = prior["run_id"] if prior else new_run_id(cfg.store.run_name)
     with RunEnvelope(cfg, resolved, run_id, prior, lock) as env:
         from xbench import compat, modes
+        from xbench.bench.plan import resolve
         from xbench.modes.base import Run
         from xbench.platforms.detect import host_facts, torch_env
 
@@ -151,11 +152,12 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         reasons = compat.check(cfg, facts)
         if reasons:
             raise ConfigError(reasons)
+        plan = resolve(cfg, facts)  # once, after compat: what every rank's work carries (bench/plan.py)
         faults.at_phase(cfg.fault, "start-up")
         env.check_stop("start-up")
         mode = modes.get(cfg.bench.mode)
         env.progress = mode.progress(cfg)
-        mode.execute(Run(cfg, facts, env.record, env.run_dir, resolved, env.stop, env.progress, baseline,
+        mode.execute(Run(cfg, facts, plan, env.record, env.run_dir, resolved, env.stop, env.progress, baseline,
                          env.wandb))
     if env.unsaved:
         raise SystemExit(EXIT_UNSAVED)
@@ -172,10 +174,11 @@ def _xla_device_first(cfg, facts) -> None:
 def join(cfg: XBenchConfig) -> None:
     """Run this process's ranks and write nothing: the record is rank 0's. A failure exits non-zero."""
     from xbench import compat, modes
+    from xbench.bench.plan import resolve
     from xbench.platforms.detect import host_facts
 
     SIGNALS.uninstall()  # no record to save here: a signal from the launcher ends this rank as it always did
     facts = host_facts()
     if compat.check(cfg, facts):  # rank 0 records the reasons; this rank just does not start
         raise SystemExit(1)
-    modes.get(cfg.bench.mode).join(cfg, facts)
+    modes.get(cfg.bench.mode).join(resolve(cfg, facts))

@@ -18,6 +18,7 @@ from xbench.bench.epochs import EvalShard, TrainFeed, metric_value, score
 from xbench.bench.figures import build_figures, closing_figures, samples_per_step
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.mlperf_log import LOG_FILE, for_rank
+from xbench.bench.plan import Plan
 from xbench.bench.worker import (
     build_workload,
     check_finite,
@@ -26,10 +27,8 @@ from xbench.bench.worker import (
     make_step,
     set_threads,
 )
-from xbench.config import XBenchConfig
 from xbench.data import loaders
 from xbench.metrics import targets as tg
-from xbench.platforms.detect import HostFacts
 from xbench.rank import RankContext, RankResult, StopFlag, StopRequested, point_started_at
 from xbench.records import safe_io
 from xbench.records.run_files import CHECKPOINT_FILE, CURVE_FILE, CurveWriter
@@ -120,15 +119,16 @@ class TargetTraining:
     `p` (Progress) is everything a checkpoint needs to continue; the clocks are described above.
     """
 
-    def __init__(self, cfg, facts, ctx: RankContext, run_dir: Path, started_at: float | None = None,
+    def __init__(self, plan: Plan, ctx: RankContext, run_dir: Path, started_at: float | None = None,
                  on_step=None, stop=None):
+        cfg = plan.cfg
         self.created = started_at or point_started_at()  # this run's start (a sweep point's own: launch/isolation.py)
         self.cfg, self.goal, self.ctx = cfg, cfg.goal, ctx
         self.targets = tg.effective_targets(cfg.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
         self.threads = set_threads(ctx.threads, cfg.bench.interop_threads)
         torch.manual_seed(cfg.bench.seed)
-        self.w = build_workload(cfg, facts, ctx)
+        self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
         self._data()
         ckpt = self._load()
@@ -425,8 +425,7 @@ class TargetTraining:
 class TargetWork:
     """One rank's training to the target (picklable: it crosses into launched processes)."""
 
-    cfg: XBenchConfig
-    facts: HostFacts
+    plan: Plan  # resolved once on the record side (bench/plan.py)
     run_dir: str
     started_at: float | None = None  # the launching process's start (wall time counts from there)
 
@@ -436,10 +435,10 @@ class TargetWork:
 
     def bar(self) -> tuple[int, int] | None:
         """The totals of the bar a launched rank 0 draws (launch/preamble.py): modes/base.console_progress's."""
-        b = self.cfg.bench
-        return (b.warmup_max_steps, b.steps * b.repeats) if self.cfg.logger.progress else None
+        b = self.plan.cfg.bench
+        return (b.warmup_max_steps, b.steps * b.repeats) if self.plan.cfg.logger.progress else None
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
-        return TargetTraining(self.cfg, self.facts, ctx, Path(self.run_dir), self.started_at, on_step, stop).run()
+        return TargetTraining(self.plan, ctx, Path(self.run_dir), self.started_at, on_step, stop).run()
 
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from xbench.bench import breakdown, contention, loop, meters, profile
 from xbench.bench.figures import build_figures, closing_figures
+from xbench.bench.plan import Plan
 from xbench.bench.worker import PreparedRank, check_finite, device_gpus, prepare_rank, rank_meters
-from xbench.config import XBenchConfig
 from xbench.metrics.stats import summarize
-from xbench.platforms.detect import HostFacts, device_type
 from xbench.rank import RankContext, RankResult, StopRequested, point_started_at
 from xbench.records.run_files import WINDOWS_FILE, CurveWriter
 
@@ -52,10 +51,9 @@ class WindowPlan:
 class ThroughputWork:
     """One rank's throughput measurement (picklable: it crosses into launched processes)."""
 
-    cfg: XBenchConfig
-    facts: HostFacts
+    plan: Plan  # resolved once on the record side (bench/plan.py)
     batch_size: int | None = None  # per device; None: data.batch_size (the self-check and trials set it)
-    plan: WindowPlan | None = None  # None: the config's bench.* plan
+    windows: WindowPlan | None = None  # None: the config's bench.* windows
     show_progress: bool = True
     run_dir: str | None = None  # where bench.profile writes (None: this rank keeps no profile)
     live: bool = False  # rank 0 writes each closed window to run_dir/windows.jsonl for W&B (sinks/curve.py)
@@ -64,16 +62,16 @@ class ThroughputWork:
 
     def bar(self) -> tuple[int, int | None] | None:
         """The totals of the bar a launched rank 0 draws (launch/preamble.py), or None for no bar."""
-        if not (self.show_progress and self.cfg.logger.progress):
+        if not (self.show_progress and self.plan.cfg.logger.progress):
             return None
-        p = self.plan or WindowPlan.of(self.cfg.bench)
+        p = self.windows or WindowPlan.of(self.plan.cfg.bench)
         # Time-sized windows: the count is known after warm-up, so the bar counts without a total.
         return p.warmup_max_steps, None if p.min_window_s > 0 else p.steps * p.repeats
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
         live = window_log(self.run_dir, ctx) if self.live and self.run_dir else None
-        return measure_rank(self.cfg, self.facts, ctx, self.plan or WindowPlan.of(self.cfg.bench),
-                            self.batch_size, on_step, stop, self.run_dir, live)
+        return measure_rank(self.plan, ctx, self.windows or WindowPlan.of(self.plan.cfg.bench), self.batch_size,
+                            on_step, stop, self.run_dir, live)
 
 
 def window_log(run_dir: str, ctx: RankContext):
@@ -98,15 +96,15 @@ def window_log(run_dir: str, ctx: RankContext):
     return live
 
 
-def measure_rank(cfg, facts, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
+def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
                  on_step=None, stop=None, run_dir: str | None = None, live=None) -> RankResult:
     """Probe the machine, build the rank, warm it up, size and time `plan.repeats` windows, and report
-    this rank's figures."""
-    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    this rank's figures (`run`: the run's plan, bench/plan.py; `plan`: its windows)."""
+    cfg, dev = run.cfg, run.device_type
     main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
     probe_s = cfg.bench.contention_probe_s if main else 0
     before = contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank)) if probe_s > 0 else None
-    p = prepare_rank(cfg, facts, ctx, batch_size, on_step, stop)
+    p = prepare_rank(run, ctx, batch_size, on_step, stop)
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
     check_finite(wu.losses, 0, "warmup")

@@ -27,11 +27,11 @@ from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.energy import EnergyMeter
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.meters.utilisation import UtilisationMeter
+from xbench.bench.plan import Plan
 from xbench.config import XBenchConfig
 from xbench.data import feed, loaders
 from xbench.data.spec import InputSpec
 from xbench.data.synthetic import synthetic_pool
-from xbench.platforms.detect import HostFacts, device_type
 from xbench.precision import resolve
 from xbench.rank import Diverged, RankContext, StopFlag
 from xbench.training.optim import make_optimizer
@@ -118,13 +118,13 @@ class Workload:
 _BUILD_LOCK = threading.Lock()
 
 
-def build_workload(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext) -> Workload:
+def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     """strategy -> runtime/device -> precision -> model (on the device, in the parameter dtype and memory
     format, wrapped by the strategy) -> optimizer. FLOPs are measured on the meta device first."""
+    cfg, spec = plan.cfg, plan.spec
     strategy = parallel.create(cfg.parallel, ctx)
-    runtime = runtimes.create(cfg.runtime, device_type(cfg.platform.device, cfg.runtime.name, facts), ctx.local_rank)
-    precision = runtime.adapt_precision(resolve(cfg.precision.name, runtime.device.type))
-    spec = InputSpec.from_data(cfg.data)
+    runtime = runtimes.create(cfg.runtime, plan.device_type, ctx.local_rank)
+    precision = runtime.adapt_precision(resolve(plan.precision, runtime.device.type))
     entry = models.get(cfg.model.name)
     flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))
     with _BUILD_LOCK:  # seed -> weights in one go: replicas that are threads of one process share the RNG
@@ -175,11 +175,12 @@ class PreparedRank:
         return samples_per_step(self.batch_size, self.devices_per_rank, self.accumulate)
 
 
-def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_size: int | None = None,
-                 on_step=None, stop: StopFlag | None = None) -> PreparedRank:
+def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on_step=None,
+                 stop: StopFlag | None = None) -> PreparedRank:
     """threads -> seed -> workload -> step -> data -> the loop's hooks, at `batch_size` per device
     (default `data.batch_size`). Also used as is by scripts/bench_overhead.py, so the harness it
     measures is exactly this one."""
+    cfg = plan.cfg
     threads = set_threads(ctx.threads, cfg.bench.interop_threads)
     torch.manual_seed(cfg.bench.seed)
     warnings: list[str] = threads_not_applied(ctx.threads, cfg.bench.interop_threads, threads)
@@ -190,7 +191,7 @@ def prepare_rank(cfg: XBenchConfig, facts: HostFacts, ctx: RankContext, batch_si
                         f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)")
     batch_size = batch_size or cfg.data.batch_size
 
-    work = build_workload(cfg, facts, ctx)
+    work = build_workload(plan, ctx)
     runtime, precision, spec, entry, strategy = work.runtime, work.precision, work.spec, work.entry, work.strategy
     step = make_step(work, cfg, ctx.rank)
     accumulate = cfg.optim.accumulate_steps

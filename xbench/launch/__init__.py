@@ -1,16 +1,17 @@
 """Launchers start the ranks a parallel strategy needs, run the work they are handed on every rank,
 and gather the ranks' results. They know how to start ranks, never what a rank does.
 
-`run(cfg, work, facts)` picks the launcher named by the strategy's registry line:
+`run(work)` picks the launcher the work's plan names (bench/plan.py: the strategy's registry line):
 - inline: this process is the only rank (or, with `fresh=True`, one freshly spawned process);
 - torchrun: one process per rank through torch.distributed's elastic launcher, or joined when the
   `torchrun` command already started this process as a rank (launch/torchrun.py);
 - xla: a fresh process for SPMD, or torch_xla.launch's processes on a TPU (launch/xla.py).
 
-`work` is a picklable callable `work(ctx, on_step, stop) -> RankResult` (a mode's rank work) with a
-`progress()` method that makes the bar a launched rank 0 draws itself. Every launcher runs a rank
+`work` is a picklable callable `work(ctx, on_step, stop) -> RankResult` (bench/windows.ThroughputWork,
+bench/training.TargetWork) carrying the run's `plan`, with a `bar()` method that gives the totals of the bar
+a launched rank 0 draws itself. Every launcher runs a rank
 through `preamble.run_rank`, so the rank's facts, warnings and progress are handled once.
-Add a launcher: a module with `launch(cfg, work, facts, on_step, stop, fresh)` and a line in LAUNCHERS.
+Add a launcher: a module with `launch(work, on_step, stop, fresh)` and a line in LAUNCHERS.
 """
 
 from __future__ import annotations
@@ -52,14 +53,15 @@ def process_environment(cfg) -> dict[str, str]:
     return {"ATEN_CPU_CAPABILITY": cap} if cap else {}
 
 
-def run(cfg, work, facts, on_step=None, stop=None, fresh: bool | None = None) -> LaunchResult | None:
+def run(work, on_step=None, stop=None, fresh: bool | None = None) -> LaunchResult | None:
     """Every rank's results (rank 0 first), or None in a process that does not write the record.
 
     `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats, or settings
     torch reads at start); None: as `bench.isolation` says (launch/isolation.py: a sweep's points are
     isolated by default). The other launchers start fresh processes anyway."""
-    module, fn = LAUNCHERS[launcher(cfg)].split(":")
+    cfg = work.plan.cfg
+    module, fn = LAUNCHERS[work.plan.launcher].split(":")
     env = process_environment(cfg)
     fresh = isolated(cfg) if fresh is None else fresh
     with env_vars.temporarily(env):  # fresh processes inherit it at exec, before torch
-        return getattr(importlib.import_module(module), fn)(cfg, work, facts, on_step, stop, fresh or bool(env))
+        return getattr(importlib.import_module(module), fn)(work, on_step, stop, fresh or bool(env))

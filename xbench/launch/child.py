@@ -79,7 +79,8 @@ def stop_on_signals() -> StopFlag:
     once the work is done, exit at once. The process also dies with its parent, and its console is
     redacted like the parent's.
 
-    Installed once per process, by its main thread: Python runs signal handlers only there, and
+    Called by launch/preamble.process_stop, the one place a launcher installs it. Installed once per
+    process, by its main thread: Python runs signal handlers only there, and
     `signal.signal` raises ValueError in any other thread. Every later call, from any thread, returns
     the same flag, so ranks that are threads of one process (torch_xla.launch's replicas on PJRT CPU
     and TPU v2/v3) share it. A process forked from one that installed it inherits the handlers and the
@@ -97,7 +98,7 @@ def stop_on_signals() -> StopFlag:
             raise RuntimeError(
                 f"the stop flag was first asked for in thread {threading.current_thread().name!r}: signal "
                 "handlers can only be installed by the main thread, so a launcher that runs ranks in "
-                "threads must call launch.child.stop_on_signals() in the main thread before starting them")
+                "threads must call launch.preamble.process_stop() in the main thread before starting them")
         flag = _ChildFlag()
 
         def handle(signum, frame):

@@ -26,8 +26,8 @@ def _fresh_rank(work, ctx):
         return run_rank(work, ctx, None, stop)
 
 
-def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult:
-    ctx = context(cfg)
+def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult:
+    ctx = context(work.plan.cfg)
     if fresh:
         result = child.in_fresh_process(_fresh_rank, (work, ctx), stop, "the fresh process of this run")
     else:

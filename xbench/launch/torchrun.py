@@ -27,7 +27,7 @@ from datetime import timedelta
 
 from xbench.env_vars import launched_rank
 from xbench.launch import child, slurm_ranks
-from xbench.launch.preamble import run_rank, threads_asked, world_size_warning
+from xbench.launch.preamble import process_stop, run_rank, threads_asked, world_size_warning
 from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, RankResult, StopRequested
 
 
@@ -56,18 +56,18 @@ def _threads_for_rank(cfg, dev_type: str, local_world: int) -> dict:
     return threads_asked(cfg, local_world if dev_type == "cpu" else 1)
 
 
-def rank_main(cfg, work, facts, on_step=None, stop=None):
+def rank_main(work, on_step=None, stop=None):
     """One rank: process group -> the work -> gather. Returns the RankResults on rank 0, else None."""
     import torch
     import torch.distributed as dist
 
     from xbench.parallel.ddp import resolve_backend
-    from xbench.platforms.detect import device_type
+
+    cfg, dev_type = work.plan.cfg, work.plan.device_type
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    dev_type = device_type(cfg.platform.device, cfg.runtime.name, facts)
     ctx = RankContext(rank, world, local_rank, local_world, **_threads_for_rank(cfg, dev_type, local_world),
                       warnings=world_size_warning(cfg, world, f"torchrun started {world} ranks"))
     if dev_type == "cuda":
@@ -145,16 +145,15 @@ def _left(exchange: str) -> dict:
     return out
 
 
-def _spawned_rank(cfg, work, facts, exchange: str | None = None):
+def _spawned_rank(work, exchange: str | None = None):
     """Entry point of a rank started by elastic_launch (picklable: a module-level function). Its console is
     EPIPE-proof and redacted, it dies with its parent, and a stop signal stops it after the step (it exits
     at the latest bench.stop_grace_s later); a stopped rank leaves what it measured for the launcher."""
-    stop = child.stop_on_signals()  # also: die_with_parent, the launcher's EPIPE-proof, redacting streams
-    child.exit_within(cfg.bench.stop_grace_s)
+    stop = process_stop(work.plan.cfg)  # also: die_with_parent, EPIPE-proof redacting streams, the grace
     rank = int(os.environ.get("RANK", "0"))
     try:
         with child.reason_on_stop(stop):
-            out = rank_main(cfg, work, facts, None, stop)
+            out = rank_main(work, None, stop)
     except StopRequested as e:
         _leave(exchange, rank, e)
         raise
@@ -221,11 +220,11 @@ def _failures(err) -> list[dict]:
     return sorted(out, key=lambda d: (d["timestamp"], d["rank"]))
 
 
-def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
+def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
     """Run every rank (fresh processes in any case); rank 0's gathered results, or None on a process or
     node without rank 0."""
     if under_torchrun():
-        gathered = rank_main(cfg, work, facts, on_step, stop)
+        gathered = rank_main(work, on_step, stop)
         return None if gathered is None else _results(gathered, stop)
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -236,7 +235,7 @@ def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> La
     exchange = tempfile.mkdtemp(prefix="xbench-ranks-")  # private (0700): where stopped ranks leave figures
     try:
         with _marks_stopping(exchange):
-            out = elastic_launch(_launch_config(cfg), _spawned_rank)(cfg, work, facts, exchange)
+            out = elastic_launch(_launch_config(work.plan.cfg), _spawned_rank)(work, exchange)
         gathered = (out or {}).get(0)
         if gathered is None:  # rank 0 left its result instead of returning it (a stop only the ranks saw)
             gathered = _left(exchange).get(0)

@@ -50,8 +50,9 @@ def host_index() -> int:
 
 # ---------- xla_spmd ----------
 
-def _spmd_process(cfg, work, env: dict):
+def _spmd_process(work, env: dict):
     """Entry point of the fresh SPMD process (module level: picklable)."""
+    cfg = work.plan.cfg
     os.environ.update(env)
     from xbench.runtimes import xla as rx
 
@@ -68,8 +69,8 @@ def _spmd_process(cfg, work, env: dict):
     return result, process_index
 
 
-def _run_spmd(cfg, work, stop) -> LaunchResult | None:
-    result, process_index = child.in_fresh_process(_spmd_process, (cfg, work, xla_env(cfg)), stop,
+def _run_spmd(work, stop) -> LaunchResult | None:
+    result, process_index = child.in_fresh_process(_spmd_process, (work, xla_env(work.plan.cfg)), stop,
                                                    "the XLA process")
     if process_index != 0:  # another host of a pod slice: host 0 holds the record
         return None
@@ -78,13 +79,14 @@ def _run_spmd(cfg, work, stop) -> LaunchResult | None:
 
 # ---------- xla_mp ----------
 
-def _mp_process(index, cfg, work, out_path: str):
+def _mp_process(index, work, out_path: str):
     """One replica of torch_xla.launch: run the work, gather every replica's result to ordinal 0.
 
     A replica runs in a worker thread (torch_xla runs each replica of a process in a thread, one per
     device it addresses), so it takes its process's stop flag rather than installing one."""
     from xbench.runtimes import xla as rx
 
+    cfg = work.plan.cfg
     ordinal, world, local = rx.replica()
     ctx = RankContext(ordinal, world, local, **threads_asked(cfg),
                       warnings=world_size_warning(cfg, world, f"torch_xla.launch started {world} replicas "
@@ -105,7 +107,7 @@ def _mp_process(index, cfg, work, out_path: str):
         tmp.replace(out_path)
 
 
-def _mp_parent(cfg, work, out_path: str, env: dict):
+def _mp_parent(work, out_path: str, env: dict):
     """The process torch_xla.launch runs in (the environment set before torch_xla is imported).
 
     Its main thread installs the stop flag once; the replicas share it: as threads of this process
@@ -116,26 +118,27 @@ def _mp_parent(cfg, work, out_path: str, env: dict):
     from xbench.runtimes import xla as rx
 
     with child.reason_on_stop(stop):
-        rx.launch_processes(_mp_process, (cfg, work, out_path), single_process=cfg.parallel.world_size == 1,
+        rx.launch_processes(_mp_process, (work, out_path), single_process=work.plan.cfg.parallel.world_size == 1,
                             start_method="fork")
 
 
-def _run_mp(cfg, work, stop) -> LaunchResult | None:
+def _run_mp(work, stop) -> LaunchResult | None:
     with tempfile.TemporaryDirectory(prefix="xbench-xla-mp-") as tmp:
         out = str(Path(tmp) / "ranks.pkl")
         # torch_xla.launch needs an uninitialised XLA runtime in its process: a fresh one, as for SPMD.
-        child.in_fresh_process(_mp_parent, (cfg, work, out, xla_env(cfg)), stop, "the XLA process")
+        child.in_fresh_process(_mp_parent, (work, out, xla_env(work.plan.cfg)), stop, "the XLA process")
         if not Path(out).exists():  # ordinal 0 lives on another host of the slice
             return None
         gathered = pickle.loads(Path(out).read_bytes())
     return LaunchResult.of(gathered)
 
 
-def launch(cfg, work, facts, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
+def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
     """Progress is drawn by the launched process itself (`on_step` cannot cross into it); every XLA
     run is in a fresh process anyway."""
+    cfg = work.plan.cfg
     if cfg.parallel.name in ("xla_spmd", "xla_fsdp"):  # one SPMD process; xla_fsdp also shards the parameters
-        return _run_spmd(cfg, work, stop)
+        return _run_spmd(work, stop)
     if cfg.parallel.name == "xla_mp":
-        return _run_mp(cfg, work, stop)
+        return _run_mp(work, stop)
     raise ValueError(f"launcher xla runs parallel=xla_spmd, xla_fsdp or xla_mp, not {cfg.parallel.name!r}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xbench import launch
+from xbench.bench.plan import Plan
 from xbench.config import XBenchConfig
 from xbench.platforms.detect import HostFacts
 from xbench.rank import StopFlag
@@ -20,6 +21,7 @@ class Run:
 
     cfg: XBenchConfig
     facts: HostFacts
+    plan: Plan  # resolved once after compat (bench/plan.py): what the rank work carries down
     record: RunRecord
     run_dir: Path
     resolved: dict  # the resolved, redacted config (what derived figures read)
@@ -47,15 +49,15 @@ class Mode:
         """The console progress of this mode (closed by the runner whatever happens)."""
         return console_progress(cfg)
 
-    def work(self, cfg, facts, run_dir=None):
-        """The rank work every rank runs (picklable: it crosses into launched processes)."""
+    def work(self, plan: Plan, run_dir=None):
+        """The rank work every rank runs (picklable: it crosses into launched processes), carrying `plan`."""
         raise NotImplementedError
 
     def execute(self, run: Run) -> None:
         """Run every rank, fill run.record (measurements, series, warnings, derived) and finish it."""
         raise NotImplementedError
 
-    def join(self, cfg, facts) -> None:
+    def join(self, plan: Plan) -> None:
         """A process that does not write the record (a rank > 0 under torchrun, a node > 0): run its
         ranks only; rank 0 records the results."""
-        launch.run(cfg, self.work(cfg, facts), facts)
+        launch.run(self.work(plan))

@@ -21,10 +21,10 @@ import time
 
 from xbench import launch
 from xbench.bench.memory import host_memory_guard, is_oom, memory_figures
+from xbench.bench.plan import resolve
 from xbench.bench.windows import ThroughputWork, WindowPlan
 from xbench.metrics.aggregate import aggregate
 from xbench.modes.base import Mode, Run
-from xbench.platforms.detect import device_type
 from xbench.rank import StopRequested
 
 
@@ -48,7 +48,8 @@ class _OutOfTime(Exception):
 def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
     """Run the search; return the measurements for the record (the trials included). No trial starts
     after `bench.max_batch_search_s` (`batch_search_time_bound_reached`)."""
-    dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
+    plan = resolve(cfg, facts)
+    dev = plan.device_type
     limit, rtol = cfg.bench.max_batch_limit, cfg.bench.max_batch_rtol
     trials: list[dict] = []
     t_start = time.perf_counter()
@@ -60,8 +61,8 @@ def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
             raise _OutOfTime
         row: dict = {"batch_size": bs}
         try:
-            work = ThroughputWork(cfg, facts, batch_size=bs, plan=_trial_plan(cfg), show_progress=False)
-            m = aggregate([r.measurements for r in launch.run(cfg, work, facts, stop=stop, fresh=False).ranks])
+            work = ThroughputWork(plan, batch_size=bs, windows=_trial_plan(cfg), show_progress=False)
+            m = aggregate([r.measurements for r in launch.run(work, stop=stop, fresh=False).ranks])
             step_s = m["step_time_s_median"]
             row.update(fits=True, step_time_s=step_s,
                        throughput_samples_per_s=m["global_batch_size"] / step_s if step_s else None,

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from xbench import launch, models
 from xbench.bench.epochs import METRICS
+from xbench.bench.plan import Plan
 from xbench.bench.training import HIGHER_IS_BETTER, TargetWork
 from xbench.launch.isolation import point_started_at
 from xbench.metrics import targets as tg
@@ -107,18 +108,19 @@ class TrainToTarget(Mode):
                        "runtime.target=model (the default) or runtime=xla")
         return out
 
-    def work(self, cfg, facts, run_dir=None, started_at: float | None = None) -> TargetWork:
-        return TargetWork(cfg, facts, str(run_dir), started_at)
+    def work(self, plan: Plan, run_dir=None, started_at: float | None = None) -> TargetWork:
+        return TargetWork(plan, str(run_dir), started_at)
 
-    def join(self, cfg, facts) -> None:
+    def join(self, plan: Plan) -> None:
         """A rank > 0 under the torchrun command, or a node > 0: it writes nothing, but a resume reads the
         checkpoint from the run's folder (on a multi-node run, store.root must be storage every node sees)."""
+        cfg = plan.cfg
         run_dir = find_run(cfg.resume, cfg.store.root).parent if cfg.resume else None
-        launch.run(cfg, self.work(cfg, facts, run_dir), facts)
+        launch.run(self.work(plan, run_dir))
 
     def execute(self, run: Run) -> None:
         started = point_started_at()  # the runner's mark for this point (launch/isolation.py)
-        work = self.work(run.cfg, run.facts, run.run_dir, started)
+        work = self.work(run.plan, run.run_dir, started)
         curve = Path(run.run_dir) / CURVE_FILE
         curve.unlink(missing_ok=True)  # rank 0 writes it afresh (a resume: from the checkpoint's curve)
         tail = None
@@ -126,7 +128,7 @@ class TrainToTarget(Mode):
             tail = CurveTail(curve, run.wandb.log_point)
             tail.start()
         try:
-            result = launch.run(run.cfg, work, run.facts, run.progress, run.stop)
+            result = launch.run(work, run.progress, run.stop)
         finally:
             if tail is not None:
                 tail.stop()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from xbench import launch
 from xbench.bench import faults, profile
+from xbench.bench.plan import Plan
 from xbench.bench.windows import ThroughputWork
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
 from xbench.metrics.derived import derive
@@ -34,20 +35,20 @@ from xbench.sinks.curve import WINDOWS_FILE, CurveTail
 class Throughput(Mode):
     name = "throughput"
 
-    def work(self, cfg, facts, run_dir=None) -> ThroughputWork:
-        return ThroughputWork(cfg, facts, run_dir=str(run_dir) if run_dir is not None else None)
+    def work(self, plan: Plan, run_dir=None) -> ThroughputWork:
+        return ThroughputWork(plan, run_dir=str(run_dir) if run_dir is not None else None)
 
     def execute(self, run: Run) -> None:
         cfg, rec, b = run.cfg, run.record, run.cfg.bench
-        work = self.work(cfg, run.facts, run.run_dir)
+        work = self.work(run.plan, run.run_dir)
         tail = live_windows(run, work)
         try:
             with profile.environment(cfg, run.run_dir):
                 if b.process_repeats > 1:
-                    result, processes = repeated(cfg, work, run.facts, run.progress, run.stop)
+                    result, processes = repeated(work, run.progress, run.stop)
                     rec.measurements = across_processes(processes, b.noisy_cv)
                 else:
-                    result = launch.run(cfg, work, run.facts, run.progress, run.stop)
+                    result = launch.run(work, run.progress, run.stop)
                     rec.measurements = aggregate([r.measurements for r in result.ranks], b.noisy_cv)
         finally:
             if tail is not None:
@@ -77,11 +78,11 @@ class Throughput(Mode):
         rec.warnings += record_gates(rec.measurements, rec.derived)
         rec.finish("ok")
 
-    def join(self, cfg, facts) -> None:
-        if cfg.bench.process_repeats > 1:  # a node > 0 joins every repeat of node 0
-            repeated(cfg, self.work(cfg, facts), facts)
+    def join(self, plan: Plan) -> None:
+        if plan.cfg.bench.process_repeats > 1:  # a node > 0 joins every repeat of node 0
+            repeated(self.work(plan))
         else:
-            super().join(cfg, facts)
+            super().join(plan)
 
 
 def live_windows(run: Run, work: ThroughputWork) -> CurveTail | None:
@@ -109,7 +110,7 @@ class SelfCheck(Mode):
         if half == cfg.data.batch_size:
             run.record.warnings.append("self-check skipped: batch size 1 cannot be halved")
             return
-        res = launch.run(cfg, ThroughputWork(cfg, run.facts, batch_size=half), run.facts, run.progress, run.stop)
+        res = launch.run(ThroughputWork(run.plan, batch_size=half), run.progress, run.stop)
         run.progress.close()
         tp_small = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
         points = [(half, tp_small), (cfg.data.batch_size, m["throughput_samples_per_s"])]
@@ -118,16 +119,16 @@ class SelfCheck(Mode):
         run.record.warnings += batch_scaling_gate(points)
 
 
-def repeated(cfg, work: ThroughputWork, facts, on_step=None, stop=None):
+def repeated(work: ThroughputWork, on_step=None, stop=None):
     """The run `bench.process_repeats` times, each in fresh processes: (a LaunchResult whose ranks hold
     every process's windows, each process's rank measurements); (None, []) off the record writer."""
-    n = cfg.bench.process_repeats
+    n = work.plan.cfg.bench.process_repeats
     results: list[LaunchResult] = []
     for i in range(n):
         if stop is not None and stop.requested:  # asked between two repeats: start no new process
             raise StopRequested({"phase": "between process repeats", "process_repeat": i + 1})
         try:
-            res = launch.run(cfg, work, facts, on_step, stop, fresh=True)
+            res = launch.run(work, on_step, stop, fresh=True)
         except StopRequested as e:
             e.partial["process_repeat"] = i + 1
             raise
