@@ -154,3 +154,22 @@ def test_fsdp_options_under_ddp_are_refused_not_ignored():
     cfg = OmegaConf.to_object(compose([*LLM, "parallel=ddp", "logger=none", "+parallel.options.activation_checkpointing=true"]))
     assert any("parallel.options (activation_checkpointing) are read by parallel=fsdp" in r for r in _check(cfg))
     assert _check(OmegaConf.to_object(compose([*LLM, "parallel=ddp", "logger=none"]))) == []
+
+
+@pytest.mark.slow
+def test_find_max_batch_runs_under_fsdp_on_2_gloo_ranks(store):
+    """bench.mode=find_max_batch parallel=fsdp: every trial trains the tiny decoder under FSDP2 on both ranks
+    (its samples/s are the global batch's, 2 x the per-device batch, over its step time); the CPU has no
+    out-of-memory to find, so the search doubles from 4 to bench.max_batch_limit=8 and says it stopped there."""
+    p = run_cli(*FAST, *LLM, "parallel=fsdp", "bench.mode=find_max_batch", "bench.max_batch_limit=8", store=store)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [r] = records(store)
+    m = r["measurements"]
+    assert r["status"] == "ok", r["reason"]
+    assert r["config"]["parallel"]["name"] == "fsdp" and r["config"]["parallel"]["world_size"] == 2
+    assert [t["batch_size"] for t in m["batch_search_trials"]] == [4, 8]
+    assert all(t["fits"] for t in m["batch_search_trials"])
+    assert m["max_batch_size_per_device"] == 8 and m["min_failing_batch_size_per_device"] is None
+    assert m["batch_search_limit_reached"] is True
+    for t in m["batch_search_trials"]:
+        assert t["throughput_samples_per_s"] == pytest.approx(2 * t["batch_size"] / t["step_time_s"], rel=0.05)
