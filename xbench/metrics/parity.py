@@ -1,9 +1,8 @@
 """Quality parity: do two configs train the same? Compare loss trajectories step by step (pure Python).
 
 Tolerance is relative (|a - b| / max(|a|, |b|, 1e-12)) and set by the looser precision of the two:
-reduction order differs between eager, inductor and XLA kernels, so fp32 runs agree to ~1e-5 and
-drift slowly; bf16 keeps ~3 significant digits. A deliberately different learning rate exceeds every
-tolerance within a few steps.
+reduction order differs between eager, inductor and XLA kernels, so fp32 runs agree closely but not bit for
+bit and drift slowly; bf16 has an 8-bit significand (2-3 significant decimal digits).
 """
 
 from __future__ import annotations

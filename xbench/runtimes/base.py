@@ -60,7 +60,7 @@ class Runtime:
         """`step` as the loops call it: what it returns is what they keep of each step's loss.
 
         On the CPU the host is the device and every op has finished when the step returns, so the loss
-        is read as a float at once (no synchronisation; ~0.2 us). Holding a window's thousand 4-byte loss
+        is read as a float at once (no synchronisation). Holding a window's thousand 4-byte loss
         tensors instead scatters long-lived small blocks through the heap the step's large buffers are
         carved from, and the allocator's splitting and merging around them cost 4-9% of a 1.5-ms MLP
         step (measured in its own process: scripts/bench_process.py, docs/measurement.md). On a GPU or
