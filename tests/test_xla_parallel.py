@@ -73,7 +73,7 @@ def test_xla_mp_with_several_replicas_is_accepted_on_cpu_threads_and_on_tpu(monk
     assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=1"), CPU_HOST) == []
     assert xla_env(_cfg("parallel=xla_mp", "parallel.world_size=2")) == {
         "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2", "XLA_ENABLE_PARAM_ALIASING": "false"}
-    monkeypatch.delenv("PJRT_DEVICE", raising=False)  # importing runtimes/xla.py above set it for this process
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)  # an XLA run earlier in this process set it (runtimes.xla_module)
     on_tpu = HostFacts(torch_xla=True, logical_cores=96, torch_version="2.9.0", tpu_chips=4)
     assert compat.check(_cfg("parallel=xla_mp", "parallel.world_size=8"), on_tpu) == []
 
