@@ -19,8 +19,9 @@ def samples_per_step(batch_size: int, devices_per_rank: int, accumulate: int = 1
     return batch_size * devices_per_rank * accumulate
 
 
-def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: dict) -> dict:
-    """What the rank built and runs: device, batch, model size and FLOPs, the dtype, the threads in force."""
+def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: dict, cpu_capability: str) -> dict:
+    """What the rank built and runs: device, batch, model size and FLOPs, the dtype, the threads and ATen's
+    CPU kernels in force (bench/worker.setup_rank)."""
     precision, devices = work.precision, work.strategy.devices_per_rank
     return {
         "rank": rank,
@@ -34,6 +35,7 @@ def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: di
         "compute_dtype": precision.compute_dtype,
         **({"tf32_api": precision.tf32_api} if precision.tf32_api else {}),  # CUDA: how TF32 was set
         **threads,
+        "cpu_capability_in_force": cpu_capability,
     }
 
 

@@ -25,7 +25,7 @@ from xbench.bench.worker import (
     device_gpus,
     input_format,
     make_step,
-    set_threads,
+    setup_rank,
 )
 from xbench.data import loaders
 from xbench.metrics import targets as tg
@@ -34,7 +34,8 @@ from xbench.records import safe_io
 from xbench.records.run_files import CHECKPOINT_FILE, CURVE_FILE, CurveWriter
 from xbench.training import schedule as schedules
 
-HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "mlm_accuracy": True, "perplexity": False}
+HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "mlm_accuracy": True, "perplexity": False,
+                    "log_perplexity": False}
 CURVE_KEYS = ("eval", "attempt", "epoch", "step", "samples_seen", "train_time_s", "wall_s", "train_loss", "lr")
 CONTROL_EVERY_STEPS = 8  # several processes: how often they agree on a stop (one tiny all-reduce)
 
@@ -126,8 +127,7 @@ class TargetTraining:
         self.cfg, self.goal, self.ctx = cfg, cfg.goal, ctx
         self.targets = tg.effective_targets(cfg.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
-        self.threads = set_threads(ctx.threads, cfg.bench.interop_threads)
-        torch.manual_seed(cfg.bench.seed)
+        self.threads, self.cpu_capability, setup_warnings = setup_rank(cfg, ctx)  # as the throughput rank does
         self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
         self._data()
@@ -148,7 +148,7 @@ class TargetTraining:
         self.control_every = 1 if ctx.world_size == 1 else CONTROL_EVERY_STEPS
         self.lr = self.sched.lr(self.p.step)
         self.losses: list = []
-        self.warnings: list[str] = []
+        self.warnings: list[str] = setup_warnings
 
     def _data(self) -> None:
         """This rank's training feed and eval shard, and the batch sizes that follow from the strategy."""
@@ -376,7 +376,7 @@ class TargetTraining:
                                  "checkpoint is not counted")
         last = reached[self.targets[-1]] if self.targets else None
         m = {
-            **build_figures(self.ctx.rank, w, self.bs, self.accumulate, self.threads),  # samples_per_step: this rank's
+            **build_figures(self.ctx.rank, w, self.bs, self.accumulate, self.threads, self.cpu_capability),
             "devices": self.ctx.devices,
             "world_size": self.ctx.world_size,
             "eval_batch_size_per_device": self.eval_bs,

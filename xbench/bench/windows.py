@@ -233,8 +233,7 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
     (bench/figures.py), its warm-up and windows, the meters' figures from the first window."""
     st = summarize([t for w in windows for t in w.step_times_s])
     m = {
-        **build_figures(ctx.rank, p.work, p.batch_size, p.accumulate, p.threads),
-        "cpu_capability_in_force": p.cpu_capability,
+        **build_figures(ctx.rank, p.work, p.batch_size, p.accumulate, p.threads, p.cpu_capability),
         "warmup_steps": wu.steps,
         "warmup_s": wu.time_s,
         "warmup_stable": wu.stable,

@@ -150,6 +150,20 @@ def make_step(w: Workload, cfg: XBenchConfig, rank: int = 0):
     return w.runtime.keep_loss(_inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step)
 
 
+def setup_rank(cfg: XBenchConfig, ctx: RankContext) -> tuple[dict, str, list[str]]:
+    """The first thing both loops do on a rank (prepare_rank here, bench/training.TargetTraining): threads ->
+    seed. (threads in force, ATen's CPU kernels in force, warnings for what is not as asked.)"""
+    threads = set_threads(ctx.threads, cfg.bench.interop_threads)
+    torch.manual_seed(cfg.bench.seed)
+    warnings: list[str] = threads_not_applied(ctx.threads, cfg.bench.interop_threads, threads)
+    cpu_capability = torch.backends.cpu.get_cpu_capability()
+    asked = cfg.bench.cpu_capability
+    if asked and asked.upper() != cpu_capability:
+        warnings.append(f"bench.cpu_capability={asked}, but ATen runs {cpu_capability} kernels (this CPU lacks "
+                        f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)")
+    return threads, cpu_capability, warnings
+
+
 @dataclass
 class PreparedRank:
     """Everything built before the first step: what the loop runs (`hooks`) and what the record needs."""
@@ -181,14 +195,7 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
     (default `data.batch_size`). Also used as is by scripts/bench_overhead.py, so the harness it
     measures is exactly this one."""
     cfg = plan.cfg
-    threads = set_threads(ctx.threads, cfg.bench.interop_threads)
-    torch.manual_seed(cfg.bench.seed)
-    warnings: list[str] = threads_not_applied(ctx.threads, cfg.bench.interop_threads, threads)
-    cpu_capability = torch.backends.cpu.get_cpu_capability()
-    asked = cfg.bench.cpu_capability
-    if asked and asked.upper() != cpu_capability:
-        warnings.append(f"bench.cpu_capability={asked}, but ATen runs {cpu_capability} kernels (this CPU lacks "
-                        f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)")
+    threads, cpu_capability, warnings = setup_rank(cfg, ctx)
     batch_size = batch_size or cfg.data.batch_size
 
     work = build_workload(plan, ctx)
