@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import FAST, records, run_cli
+from tests.conftest import records, run_cli
 from tests.test_llm import _corpus
 
 TAIL_WORD = "zqxjvw"  # only in the held-out tail: a BPE trained on the training split must not know it
@@ -82,13 +82,45 @@ def test_bpe_bad_inputs_say_what_is_allowed(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_decoder_trains_on_bpe_tokens_through_the_cli(tmp_path):
+def test_tiny_decoder_trains_to_a_target_log_perplexity_on_bpe_tokens_through_the_cli(tmp_path):
+    """The real CLI: BPE (512 tokens) trained on the file's first 90%, the tiny decoder trained until the held-out
+    log-perplexity is at most 2.5 nats (uniform over 512 tokens would be 6.24); the curve falls epoch by epoch."""
     path = _corpus(tmp_path / "corpus.txt")
     store = tmp_path / "results"
-    p = run_cli(*FAST, "+workload=llama_tiny_tokens", "data=text_bpe", f"data.path={path}", "data.vocab_size=512",
-                "data.num_classes=512", "data.seq_len=64", "platform=cpu", "bench.threads=1", store=store)
+    p = run_cli("+workload=llama_tiny_tokens", "data=text_bpe", f"data.path={path}", "data.vocab_size=512",
+                "data.num_classes=512", "data.seq_len=64", "data.batch_size=8", "optim.lr=0.003", "platform=cpu",
+                "bench.threads=1", "bench.mode=train_to_target", "goal.metric=log_perplexity", "goal.target=2.5",
+                "goal.max_epochs=10", "logger=none", "logger.progress=false", store=store)
     assert p.returncode == 0, p.stderr[-3000:]
     [r] = records(store)
     m = r["measurements"]
     assert r["status"] == "ok" and r["config"]["data"]["source"] == "text_bpe"
-    assert m["loss_first"] > m["loss_last"] and r["derived"]["tokens_per_s"] > 0
+    assert m["goal_metric"] == "log_perplexity" and m["target_reached"] is True and m["metric_final"] <= 2.5
+    curve = r["series"]["log_perplexity"]
+    assert curve[0] > curve[-1] and all(0 < v < 6.3 for v in curve)
+
+def test_log_perplexity_is_a_goal_metric_lower_is_better():
+    """goal.metric=log_perplexity: the mean held-out cross-entropy (nats), ln of perplexity; reached at or below
+    the target; accepted for a language model with any positive target (not a fraction), refused for a
+    classifier, and several targets must decrease."""
+    import math
+
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+    from xbench.bench.epochs import metric_value
+    from xbench.bench.training import better
+    from xbench.modes.target import goal_rules
+
+    assert metric_value("log_perplexity", 0, 10, 33.0) == pytest.approx(3.3)
+    assert metric_value("log_perplexity", 0, 10, 33.0) == pytest.approx(math.log(metric_value("perplexity", 0, 10, 33.0)))
+    assert better("log_perplexity", 3.29, 3.3) and not better("log_perplexity", 3.31, 3.3)
+
+    def rules(*o):
+        return goal_rules(OmegaConf.to_object(compose(["+workload=llama_tiny_tokens", "logger=none", *o])))
+
+    assert rules("goal.metric=log_perplexity", "goal.target=3.3") == []
+    assert any("must decrease" in r for r in rules("goal.metric=log_perplexity", "goal.targets=[2.0,3.0]"))
+    [r] = [r for r in goal_rules(OmegaConf.to_object(compose(["model=mlp", "goal.metric=log_perplexity",
+                                                                "goal.target=3.3", "logger=none"])))]
+    assert "needs a lm/mlm model" in r

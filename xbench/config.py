@@ -271,8 +271,8 @@ class BenchConfig:
 class GoalConfig:
     """Train to a quality target (bench.mode=train_to_target); see xbench/modes/target.py."""
 
-    metric: str = "top1"  # top1 | accuracy (same as top1) | top5 | mlm_accuracy | perplexity (lower is better)
-    # fraction for accuracies (0.95, not 95); perplexity value. None (and no `targets`): train max_epochs
+    metric: str = "top1"  # top1 | accuracy (same as top1) | top5 | mlm_accuracy | perplexity | log_perplexity (lower is better)
+    # fraction for accuracies (0.95, not 95); perplexity value; log-perplexity in nats (MLPerf Llama: 3.3). None (and no `targets`): train max_epochs
     # epochs and record the final metric and the whole training's time and cost.
     target: float | None = None
     # Several targets in one run, in the order they are reached (e.g. [0.757, 0.764]): epochs, time and cost

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Where a train-to-target curve lives in record.series: the goal's metric (measurement `goal_metric`,
 # see xbench/bench/training.py), else the first of these names present.
-CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "eval_accuracy")
+CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "log_perplexity", "eval_accuracy")
 CURVE_TIME_KEYS = ("train_time_s", "elapsed_s", "time_s")
 CURVE_EPOCH_KEYS = ("epoch", "epochs")
 TARGET_KEYS = ("goal_target", "target_accuracy")

@@ -49,7 +49,7 @@ from xbench.sinks.curve import CURVE_FILE, CurveTail
 from xbench.training import schedule as schedules
 
 GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "mlm_accuracy": "mlm",
-                "perplexity": "lm/mlm"}
+                "perplexity": "lm/mlm", "log_perplexity": "lm/mlm"}
 assert set(GOAL_METRICS) == set(METRICS)
 
 
@@ -68,7 +68,7 @@ def goal_rules(cfg) -> list[str]:
         out.append(f"goal.target={g.target} and goal.targets={list(g.targets)} disagree: give goal.targets alone "
                    "(goal.target=null), the run stops at its last")
     ts = tg.effective_targets(g)
-    accuracy = HIGHER_IS_BETTER[g.metric] and g.metric != "perplexity"
+    accuracy = HIGHER_IS_BETTER[g.metric]  # every higher-is-better metric is an accuracy (a fraction)
     for t in ts:
         if accuracy and not 0 < t <= 1:
             out.append(f"goal target {t} for {g.metric} must be a fraction in (0, 1] (0.95, not 95)")
