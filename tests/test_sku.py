@@ -15,8 +15,9 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
+from tests import studies_checks
 from tests.conftest import CONF
-from xbench import compat, studies
+from xbench import compat
 from xbench.config import XBenchConfig
 from xbench.cost import load_platform
 from xbench.platforms import detect, sku
@@ -122,7 +123,7 @@ def test_every_gpu_platform_declares_memory_and_sms_and_every_tpu_platform_its_t
 
 
 def test_two_gpu_platforms_accept_each_others_hosts_only_when_they_are_one_sku():
-    """The simulated host of each GPU platform (studies.simulated_host, what the study checks use) passes
+    """The simulated host of each GPU platform (tests/studies_checks.py simulated_host, what the study checks use) passes
     its own platform, and another platform's only when name, memory and SMs are the same."""
     gpu = [n for n in sorted(p.stem for p in (CONF / "platform").glob("*.yaml"))
            if load_platform(n)["device"] == "cuda"]
@@ -130,7 +131,7 @@ def test_two_gpu_platforms_accept_each_others_hosts_only_when_they_are_one_sku()
     cfgs = {n: platform_cfg(n, device_count=1) for n in gpu}
     for a, b in itertools.product(gpu, gpu):
         pa, pb = plain[a], plain[b]
-        facts = HostFacts(**studies.simulated_host(pa))
+        facts = HostFacts(**studies_checks.simulated_host(pa))
         same = (pa["accelerator"], pa["memory_gib"], pa["sm_count"]) == (pb["accelerator"], pb["memory_gib"],
                                                                           pb["sm_count"])
         reasons = [r for r in platform_reasons(cfgs[b], facts) if "expects" in r]

@@ -14,6 +14,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
+from tests import studies_checks
 from tests.conftest import CONF, REPO, cli_env, records
 from xbench import compat, studies
 from xbench.cost import load_platform
@@ -103,7 +104,7 @@ def test_command_composes_to_the_study(study_id, which):
     entry = _entry(study_id, which)
     got = _facts(entry["command"])
     assert got, entry["command"]
-    assert studies.mismatches(got, entry["expect"]) == [], entry["command"]
+    assert studies_checks.mismatches(got, entry["expect"]) == [], entry["command"]
     idle = entry.get("idle_devices", 0)  # a study's own under-use (study 3's LeaderGPU: 1 of 2 GPUs), stated
     for f, (job, _) in zip(got, _points(entry["command"])):
         assert f["devices_billed"] is not None and f["devices_used"] + idle == f["devices_billed"], (
@@ -130,7 +131,7 @@ def test_full_scale_command_passes_compat_on_its_platform(study_id, which, monke
         monkeypatch.setattr(compat, "_version", lambda dist: XLA_CUDA_PAIR if dist == "torch-xla" else None)
     for job, cfg in _points(entry["command"]):
         obj = OmegaConf.to_object(cfg)
-        host = studies.simulated_host(OmegaConf.to_container(cfg.platform, resolve=True))
+        host = studies_checks.simulated_host(OmegaConf.to_container(cfg.platform, resolve=True))
         facts = HostFacts(**{**host, "torch_version": XLA_CUDA_PAIR} if xla_cuda else host)
         assert compat.check(obj, facts) == [], " ".join(job)
 
@@ -142,7 +143,7 @@ def test_study_4_runs_fp16_on_xla_cuda_where_torch_xla_has_it(monkeypatch):
     cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
                if c.parallel.name == "xla_spmd")
     assert cfg.precision.name == "amp_fp16" and cfg.platform.accelerator == "V100" and cfg.platform.memory_gib == 16
-    host = studies.simulated_host(load_platform("gce_n1_standard_64_8xv100"))
+    host = studies_checks.simulated_host(load_platform("gce_n1_standard_64_8xv100"))
     for release, refused in (("2.8.0", False), ("2.9.0", True)):
         monkeypatch.setattr(compat, "_version", lambda dist, r=release: r if dist == "torch-xla" else None)
         reasons = [r for r in compat.check(cfg, HostFacts(**{**host, "torch_version": release}))
@@ -206,7 +207,7 @@ def test_small_command_passes_compat_here(study_id, monkeypatch):
 
 def test_every_platform_bills_exactly_the_devices_it_declares():
     for path in sorted((CONF / "platform").glob("*.yaml")):
-        assert studies.platform_problems(load_platform(path.stem)) == [], path.name
+        assert studies_checks.platform_problems(load_platform(path.stem)) == [], path.name
 
 
 def test_cpu_vs_gpu_small_trains_the_six_distinct_workloads():
@@ -373,7 +374,7 @@ def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
                if c.parallel.name == "xla_spmd")
-    facts = HostFacts(**studies.simulated_host(load_platform("gce_n1_standard_64_8xv100")))
+    facts = HostFacts(**studies_checks.simulated_host(load_platform("gce_n1_standard_64_8xv100")))
     reasons = compat.check(cfg, facts)
     assert xla_env(cfg)["PJRT_DEVICE"] == "CUDA" and "PJRT_DEVICE" not in os.environ  # the check set nothing
     assert not any("would run XLA on" in r for r in reasons)  # the runtime's rule: PJRT is the billed GPUs
@@ -384,7 +385,7 @@ def test_an_spmd_world_size_other_than_the_slice_is_refused(monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     cfg = compose_point(CONF, ["+experiment=pod_scaling", "workload=resnet50_imagenet_synthetic", "platform=tpu_v2_32",
                                "parallel=xla_spmd", "parallel.world_size=8", "precision=bf16"])
-    facts = HostFacts(**studies.simulated_host(load_platform("tpu_v2_32")))
+    facts = HostFacts(**studies_checks.simulated_host(load_platform("tpu_v2_32")))
     assert any("world_size" in r for r in compat.check(OmegaConf.to_object(cfg), facts))
 
 
