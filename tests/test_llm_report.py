@@ -77,3 +77,22 @@ def test_shards_needed_is_the_least_that_fits():
     n = size_params("70b")
     k = shards_needed(n, "adamw", 80)
     assert state_gib_per_device(n, "adamw", k) <= 80 < state_gib_per_device(n, "adamw", k - 1)
+
+
+def test_memory_plot_draws_every_llm_work_and_says_why_without_sharded_runs(tmp_path):
+    import json
+
+    from xbench.report.fake import fake_record
+    from xbench.report.plots import build_plots
+
+    root = tmp_path / "results"
+    for r in fake_llm_records():
+        write_record(root, r)
+    made, skipped = build_plots(load([root], progress=False).frame, Context(), tmp_path / "plots")
+    assert "llm_memory" in made and made["llm_memory"][0].stat().st_size > 2000
+    drawn = json.loads((tmp_path / "plots" / "llm_memory.json").read_text())["works_drawn"]
+    assert len(drawn) == 2 and any("synthetic_c4_llama3" in w for w in drawn)
+    plain = tmp_path / "plain"
+    write_record(plain, fake_record("plain", throughput=100.0))
+    _, skipped = build_plots(load([plain], progress=False).frame, Context(), tmp_path / "plots2")
+    assert "memory_*_gib" in skipped["llm_memory"]

@@ -166,10 +166,13 @@ def fake_store_record(i: int, rng: random.Random, series_len: int = 40) -> RunRe
 
 def write_fake_store(root: str | Path, n: int, seed: int = 0) -> Path:
     """n fake records spread over works, platforms (two in EUR), runtimes, batch sizes, strategies and device
-    counts, some trained to a target (load testing, and the report's layout at scale)."""
+    counts, some trained to a target (load testing, and the report's layout at scale); from 100 records on,
+    fake_llm_records' 6 (DDP vs FSDP token runs) follow them, so every table and plot has its data."""
     rng = random.Random(seed)
-    for i in range(n):
-        rec = fake_store_record(i, rng)
+    llm = fake_llm_records("FAKE_load_test") if n >= 100 else []
+    for i in range(n + len(llm)):
+        rec = fake_store_record(i, rng) if i < n else llm[i - n]
+        rec.run_id = f"fake-{i:06d}"
         # The store's format without its per-file fsync: this is throwaway load-test data.
         folder = Path(root) / rec.run_id
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """LLM pretraining's tables: DDP against the sharded strategies at the same global batch (tokens/s, step
 time and memory per device by what holds it), and which Llama sizes fit one device's memory under which
-strategy. tables.py registers them in TABLES (this module does not import it: no cycle).
+strategy; and a plot of the memory per device by holder beside tokens/s per device. tables.py and plots.py
+register them (this module imports neither: no cycle).
 
 The memory figures are the ranks' own (xbench/training/memory.py: read from the tensors, local shards
 under FSDP2); the fit table is arithmetic on the published shapes (xbench/metrics/llm_sizes.py, the
@@ -12,9 +13,13 @@ from __future__ import annotations
 from xbench.analysis.rows import NoData, Rows, groups
 from xbench.analysis.workload import CONFIGURATION
 from xbench.metrics.llm_sizes import PUBLISHED, shards_needed, size_params, state_gib_per_device
+from xbench.report import layout
+from xbench.report.layout import Bar, Facet, hbar_figure
 from xbench.report.rows import (
     Context,
     Table,
+    bar_keys,
+    bar_label,
     constant_caption,
     frame,
     key_cols,
@@ -108,3 +113,36 @@ def fit_table(rows: Rows, ctx: Context) -> Table:
                  "1/devices each when sharded; activations come on top (a 'fits' here is the states only). "
                  "xbench refuses a run that cannot fit before any work (parallel/fit.py, the same rule). "
                  "Parameters from Meta's published shapes with the 128,256-token vocabulary.")
+
+
+HOLDERS = (("memory_params_gib", "parameters"), ("memory_grads_gib", "gradients"),
+           ("memory_optimizer_gib", "optimizer state"), ("memory_activations_gib", "activations"))
+
+
+def memory_plot(rows: Rows, ctx: Context, works):
+    """Per work, memory per device by what holds it (a bar per holder and configuration, coloured by holder) and
+    tokens/s per device, DDP beside the sharded strategies. `works` is plots.py's `workloads` (the works it
+    draws, the rest on a next page)."""
+    llm = llm_rows(rows).ok()
+    if not any(r.get("parallel") in REPLICATED and r.get("memory_states_gib") is not None for r in llm):
+        raise NoData("no token run under parallel=fsdp or xla_fsdp with memory per device (memory_*_gib)")
+    found, left = works(llm, facets_per_work=2)
+    facets = []
+    for title, sub in found:
+        names = bar_keys(sub, ctx) or ["parallel"]
+        configs = groups(sub)
+        mem = [Bar(f"{bar_label(keys, names)}: {label}", g.median(c) * MIB, hue=label, runs=len(g))
+               for keys, g in configs for c, label in HOLDERS if g.median(c) is not None]
+        tps = [Bar(bar_label(keys, names), g.median("tokens_per_s_per_device"), runs=len(g))
+               for keys, g in configs if g.median("tokens_per_s_per_device") is not None]
+        if mem:  # xla_spmd records no memory breakdown: its tokens/s only
+            facets.append(Facet(f"memory per device: {title}", mem[:layout.MAX_BARS], xlabel="memory per device [MiB]"))
+        if tps:
+            facets.append(Facet(f"tokens/s per device: {title}", tps[:layout.MAX_BARS],
+                                xlabel="tokens/s per device [tokens/s] (higher is better)"))
+    hues = {label: color for (_, label), (color, _) in zip(HOLDERS, layout.palette())}
+    return hbar_figure(facets, "Memory per device by holder and tokens/s per device: DDP against FSDP (same global batch)",
+                       "", " ".join(x for x in (
+                           constant_caption(llm), "Each bar: one configuration (median over its runs); rank 0's "
+                           "figures, read from the tensors (FSDP2: local shards). The llm_strategies table has "
+                           "the ratios.", left) if x), hues=hues)

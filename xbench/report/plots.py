@@ -27,7 +27,7 @@ from xbench.analysis.spread import spread
 from xbench.analysis.workload import SCALING, WORK
 from xbench.metrics import targets
 from xbench.records import safe_io
-from xbench.report import layout
+from xbench.report import layout, llm
 from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
 from xbench.report.rows import (
     Context,
@@ -475,6 +475,12 @@ def memory(rows: Rows, ctx: Context):
             f.title, f.xlabel = f"{f.title}: {label.split(' [')[0]}", label
         facets += fs
     return hbar_figure(facets, "Peak memory per configuration", "", notes)
+
+
+@plot("llm_memory")
+def llm_memory(rows: Rows, ctx: Context):
+    """LLM pretraining: memory per device by holder and tokens/s per device, DDP beside FSDP (report/llm.py)."""
+    return llm.memory_plot(rows, ctx, workloads)
 
 
 @plot("published")
