@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.test_report import _row as _one
 from xbench.analysis.frame import load
 from xbench.metrics.llm_sizes import SIZES, shards_needed, size_params, state_gib_per_device
 from xbench.records.store import write_record
@@ -20,14 +21,6 @@ def llm_tables(tmp_path_factory):
         write_record(root, r)
     made, skipped = build_tables(load([root], progress=False).frame, Context())
     return {t.name: t for t in made}, skipped
-
-
-def _one(frame, **match):
-    sel = frame
-    for k, v in match.items():
-        sel = sel[sel[k] == v]
-    assert len(sel) == 1, f"expected one row for {match}:\n{frame}"
-    return sel.iloc[0]
 
 
 def test_strategies_table_compares_fsdp_with_ddp_at_the_same_global_batch(llm_tables):
