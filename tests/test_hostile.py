@@ -398,7 +398,7 @@ def _drill(tmp_path, only: str) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case, rows", [("resume_safety", 5), ("signal_phases", 6), ("orphans", 2),
-                                        ("odd_store", 4), ("secrets", 2), ("wandb_blackhole", 1)])
+                                        ("odd_store", 4), ("secrets", 4), ("wandb_blackhole", 1)])
 def test_drill_case(tmp_path, case, rows):
     got = _drill(tmp_path, case)
     assert len(got) == rows, [r["fault"] for r in got]

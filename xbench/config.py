@@ -405,7 +405,8 @@ def _numbers(node, path: str):
 
 
 # model.options: free-form builder keywords; sizes (`width`, `depth`, `num_heads` ...) are whole numbers >= 1
-_SIZE_OPTION = re.compile(r"(^|_)(width|depth|dim|dims|heads|layers|channels|hidden|size|features|blocks|experts)($|_)")
+# A size is named by its last word (hidden_size, num_layers, width): hidden_dropout_prob is a probability.
+_SIZE_OPTION = re.compile(r"(^|_)(width|depth|dim|dims|heads|layers|channels|hidden|size|features|blocks|experts)$")
 
 
 def _plain(cfg) -> dict:

@@ -55,7 +55,12 @@ class Progress:
         if "window_steps" in info:  # the timed windows are sized: N steps x R windows
             self.window_steps = int(info["window_steps"])
             self.windows_seen = 0
-            self._bar("timed", self.window_steps * int(info.get("windows") or 1), "timed steps")
+            total = self.window_steps * int(info.get("windows") or 1)
+            self.totals["timed"] = total
+            if (bar := self.bars.get("timed")) is not None:
+                bar.total = max(total, bar.n)
+                bar.refresh()
+            # Else the bar appears with the first timed step: "timed steps" on the console says they began.
             return
         bar = self.bars.get(phase)
         epoch = info.get("epoch")
