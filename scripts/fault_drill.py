@@ -990,11 +990,14 @@ class _Plant:
         return open, (self.marker, "w")
 
 
-def _stopped_target_run(store: Path) -> dict | None:
+def _stopped_target_run(store: Path, row: Row) -> dict | None:
+    """A train-to-target run stopped by SIGTERM with its checkpoint, or None with `row` marked lost."""
     cli(store, *TARGET, "fault.kind=sigterm", "fault.at_step=60")
     rec, _ = one_record(store)
-    ok = rec and rec["status"] == "interrupted" and (store / rec["run_id"] / "checkpoint.pt").is_file()
-    return rec if ok else None
+    if rec and rec["status"] == "interrupted" and (store / rec["run_id"] / "checkpoint.pt").is_file():
+        return rec
+    row.observed, row.lost = "no stopped run", 1
+    return None
 
 
 def planted_checkpoint(tmp: Path) -> list[Row]:
@@ -1004,9 +1007,7 @@ def planted_checkpoint(tmp: Path) -> list[Row]:
 
     store, marker = tmp / "s", tmp / "code-ran"
     row = Row("resume of a planted checkpoint (code in a pickle)", "not run")
-    rec = _stopped_target_run(store)
-    if rec is None:
-        row.observed, row.lost = "no stopped run", 1
+    if (rec := _stopped_target_run(store, row)) is None:
         return [row]
     (store / rec["run_id"] / "checkpoint.pt").write_bytes(pickle.dumps(_Plant(str(marker))))
     p = cli(store, f"resume={rec['run_id']}", "logger=none", "logger.progress=false", timeout=300)
@@ -1021,9 +1022,7 @@ def planted_links(tmp: Path) -> list[Row]:
     replaced by links to someone else's file; resuming must not write through them."""
     store, victim = tmp / "s", tmp / "victim.txt"
     row = Row("resume through planted .lock / mlperf.log links", "refused")
-    rec = _stopped_target_run(store)
-    if rec is None:
-        row.observed, row.lost = "no stopped run", 1
+    if (rec := _stopped_target_run(store, row)) is None:
         return [row]
     victim.write_text("untouched\n")
     run = store / rec["run_id"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from xbench.bench import breakdown, contention, loop, meters, profile
@@ -42,9 +42,8 @@ class WindowPlan:
 
     @classmethod
     def of(cls, bench) -> WindowPlan:
-        return cls(bench.warmup_min_steps, bench.warmup_max_steps, bench.warmup_stable_steps,
-                   bench.warmup_cv_tol, bench.steps, bench.repeats, bench.min_window_s, bench.max_window_steps,
-                   bench.stall_factor, bench.stall_fraction, bench.stall_remeasure)
+        """Every field from the bench section's key of the same name."""
+        return cls(**{f.name: getattr(bench, f.name) for f in fields(cls)})
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -17,12 +17,5 @@ class InputSpec:
 
     @classmethod
     def from_data(cls, data) -> InputSpec:
-        return cls(
-            modality=data.modality,
-            num_classes=data.num_classes,
-            image_size=data.image_size,
-            channels=data.channels,
-            seq_len=data.seq_len,
-            vocab_size=data.vocab_size,
-            num_features=data.num_features,
-        )
+        """Every field from the data section's key of the same name."""
+        return cls(**{f.name: getattr(data, f.name) for f in fields(cls)})
