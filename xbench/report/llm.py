@@ -131,7 +131,7 @@ def memory_plot(rows: Rows, ctx: Context, works):
     for title, sub in found:
         names = bar_keys(sub, ctx) or ["parallel"]
         configs = groups(sub)
-        mem = [Bar(f"{bar_label(keys, names)}: {label}", g.median(c) * MIB, hue=label, runs=len(g))
+        mem = [Bar(f"{bar_label(keys, names)} / {label}", g.median(c) * MIB, hue=label, runs=len(g))
                for keys, g in configs for c, label in HOLDERS if g.median(c) is not None]
         tps = [Bar(bar_label(keys, names), g.median("tokens_per_s_per_device"), runs=len(g))
                for keys, g in configs if g.median("tokens_per_s_per_device") is not None]
