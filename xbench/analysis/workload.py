@@ -47,7 +47,10 @@ DATA_SHAPE = ("image_size", "channels", "seq_len", "vocab_size", "num_features",
 # without a modality (an older one) keeps every field it has.
 MODALITY_SHAPE = {"image": ("image_size", "channels", "num_classes"), "tokens": ("seq_len", "vocab_size", "num_classes"),
                   "features": ("num_features", "num_classes")}
-RUNTIME_OPTIONS = ("backend", "mode", "target", "fullgraph", "dynamic")
+# The runtime section's options each runtime reads (runtimes/compiled.py, runtimes/xla.py): the schema gives every
+# runtime all of them, so an eager row would otherwise carry compile's unused `backend=inductor target=model`.
+RUNTIME_OPTIONS = {"compile": ("backend", "mode", "target", "fullgraph", "dynamic"),
+                   "xla_compile": ("backend", "fullgraph", "dynamic")}
 
 assert set(WORK) <= set(WORKLOAD) <= set(CONFIGURATION) and set(PLACEMENT) <= set(CONFIGURATION)
 
@@ -64,7 +67,7 @@ def detail_columns(config: dict) -> dict:
         options["channels_last"] = True
     return {"model_options": _text(options),
             "data_shape": _text({k: data[k] for k in MODALITY_SHAPE.get(data.get("modality"), DATA_SHAPE) if k in data}),
-            "runtime_options": _text({k: runtime[k] for k in RUNTIME_OPTIONS if k in runtime})}
+            "runtime_options": _text({k: runtime[k] for k in RUNTIME_OPTIONS.get(runtime.get("name"), ()) if k in runtime})}
 
 
 def device_kind(platform: dict, cpu_model: str | None = None) -> str | None:
