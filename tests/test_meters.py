@@ -478,3 +478,40 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
     # the GPUs a train-to-target rank meters: its own, or every one under DataParallel; none off CUDA
     assert device_gpus("cuda", 3, 1) == [3] and device_gpus("cuda", 0, 2) == [0, 1]
     assert device_gpus("cpu", 0, 1) == []
+
+
+@pytest.mark.slow  # the profiler's first start in a process (~10 s on a busy machine); later starts take ms
+def test_the_breakdown_meter_stops_its_profiler_on_every_path_out_of_its_window():
+    """The breakdown is a meter (bench/breakdown.BreakdownMeter on bench/meters/profiler.py): torch.profiler
+    runs over its own window of untimed steps and is stopped however the window ends (an error, a
+    divergence, a stop raised inside a step); the window's own error is the one raised, and no figures
+    are taken from a partial window. A profiler already active leaves the steps to run unprofiled and
+    says so. Before: the profiled steps ran inside one `with profile()`, a RuntimeError from a step was
+    swallowed as 'could not start'."""
+    from xbench.bench import breakdown, loop
+    from xbench.rank import Diverged, StopRequested
+
+    _is_profiler_enabled = torch._C._autograd._profiler_enabled  # what torch.autograd.profiler reads
+    x = torch.zeros(2, 2)
+    for error in (ValueError("a bug in the step"), RuntimeError("CUDA out of memory"), Diverged(2, float("nan"), "t"),
+                  StopRequested({})):
+        profiled = []
+
+        def step(a, b, error=error, profiled=profiled):
+            profiled.append(_is_profiler_enabled())
+            if len(profiled) == 2:
+                raise error
+            return a.sum()
+
+        hooks = loop.Hooks(step=step, next_batch=lambda: (x, None), sync=lambda: None)
+        with pytest.raises(type(error)) as got:
+            breakdown.split(hooks, "cpu", {}, 3, 100, 0.01)
+        assert got.value is error and profiled == [True, True]  # profiled until the step that failed...
+        assert not _is_profiler_enabled()  # ...and stopped on its way out
+    done = []
+    with torch.profiler.profile():  # someone else's profiler (bench.profile's, say)
+        fig = breakdown.split(loop.Hooks(step=lambda a, b: done.append(_is_profiler_enabled()),
+                                         next_batch=lambda: (x, None), sync=lambda: None), "cpu", {}, 3, 100, 0.01)
+    assert done == [True] * 3 and list(fig) == ["breakdown_unavailable"]
+    assert "torch.profiler could not start" in fig["breakdown_unavailable"]
+    assert not _is_profiler_enabled()

@@ -1,5 +1,7 @@
 """Where a steady step's time goes, for every runtime: host (Python, dispatch, autograd bookkeeping,
-tracing, launches) against device (the kernels). Measured after the timed windows, never inside them.
+tracing, launches) against device (the kernels). Measured after the timed windows, never inside them, by
+a meter (`BreakdownMeter`, on bench/meters/profiler.py) whose window is the profiled steps: the profiler
+starts at its window's start and is stopped on every path out of it (an error, a divergence, a stop).
 
 - XLA: the runtime's own clocks: host = tracing the step + the sync that cuts and launches its graph
   (medians), device = PJRT's `ExecuteTime` per execution.
@@ -34,8 +36,7 @@ the same count: the window's count is agreed), at least one; 0 turns this off.
 
 from __future__ import annotations
 
-import contextlib
-import os
+from xbench.bench.meters.profiler import ProfilerMeter, profiled_window
 
 # Leaf ops that move no data through arithmetic: their self time is dispatch, not compute.
 NO_COMPUTE = frozenset({
@@ -185,40 +186,43 @@ def xla_split(overhead: dict) -> dict:
             "phases_unavailable": "xla: forward, backward and optimizer are one graph (fused), executed as one"}
 
 
-def profiled_split(hooks, device_type: str, steps: int, steady_s: float) -> dict:
-    """Host and device time per step from torch.profiler over `steps` steps (see the module doc)."""
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # a CUDA build on a CPU host logs a GPU probe failure
-    from torch.profiler import ProfilerActivity
+class BreakdownMeter(ProfilerMeter):
+    """The breakdown as a meter (bench/meters/profiler.py): its window is the profiled one after the timed
+    windows; `close` returns the split. XLA runs no profiled steps: its split is read from the runtime's own
+    clocks (`overhead`, the rank's figures) at close."""
 
-    from xbench.bench.profile import stepped
+    def __init__(self, device_type: str, configured: int, window_steps: int, steady_s: float,
+                 overhead: dict | None = None):
+        xla = device_type == "xla"
+        super().__init__(device_type == "cuda", 0 if xla else profile_steps(configured, window_steps),
+                         {"breakdown_unavailable": "torch.profiler could not start (another profiler is active?)"})
+        self.xla, self.on, self.steady_s, self.overhead = xla, configured > 0, steady_s, overhead or {}
 
-    cuda = device_type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    got: list = []
-    # One ProfilerStep per step marks the steps for `phases`; the split below leaves those spans out, so
-    # the host/device figures are what they were without them.
-    stepped(hooks, steps, activities, lambda prof: got.extend(prof.events()))
-    split_of = phases(got, cuda)
-    events = [e for e in got if not e.name.startswith(STEP)]
-    if cuda:
-        source = ("torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
-                  "the ops less sync waits (host)")
-        return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps, **split_of}
-    device = sum(e.self_cpu_time_total for e in events
-                 if not e.cpu_children and e.name not in NO_COMPUTE) / steps / 1e6
-    host = max(0.0, steady_s - device)
-    source = "torch.profiler: self time of computing leaf ops (device), steady step minus that (host)"
-    return {"host_s_per_step": host, "device_s_per_step": device, "breakdown_source": source,
-            "breakdown_steps": steps, **split_of}
+    def close(self) -> dict:
+        if not self.on:
+            return {}
+        return xla_split(self.overhead) if self.xla else super().close()
+
+    def figures_of(self, prof) -> dict:
+        """Host and device time per step from the profiled steps (see the module doc)."""
+        got, steps, cuda = prof.events(), self.steps, self.cuda
+        split_of = phases(got, cuda)
+        # One ProfilerStep per step marks the steps for `phases`; the split below leaves those spans out, so
+        # the host/device figures are what they were without them.
+        events = [e for e in got if not e.name.startswith(STEP)]
+        if cuda:
+            source = ("torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
+                      "the ops less sync waits (host)")
+            return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps, **split_of}
+        device = sum(e.self_cpu_time_total for e in events
+                     if not e.cpu_children and e.name not in NO_COMPUTE) / steps / 1e6
+        host = max(0.0, self.steady_s - device)
+        source = "torch.profiler: self time of computing leaf ops (device), steady step minus that (host)"
+        return {"host_s_per_step": host, "device_s_per_step": device, "breakdown_source": source,
+                "breakdown_steps": steps, **split_of}
 
 
 def split(hooks, device_type: str, overhead: dict, configured: int, window_steps: int, steady_s: float) -> dict:
-    """The breakdown for the record: XLA from its clocks, the rest profiled; {} when off."""
-    if configured <= 0:
-        return {}
-    if device_type == "xla":
-        return xla_split(overhead)
-    steps = profile_steps(configured, window_steps)
-    with contextlib.suppress(RuntimeError):  # a profiler already active (bench.profile): leave it alone
-        return profiled_split(hooks, device_type, steps, steady_s)
-    return {"breakdown_unavailable": "torch.profiler could not start (another profiler is active?)"}
+    """The breakdown for the record: XLA from its clocks, the rest profiled over a window of its own after the
+    timed ones; {} when off."""
+    return profiled_window(hooks, BreakdownMeter(device_type, configured, window_steps, steady_s, overhead))

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 from xbench import env_vars
+from xbench.bench.meters.profiler import ProfilerMeter, profiled_window
 
 DIR = "profile"
 
@@ -63,44 +64,30 @@ def _steps(h, steps: int) -> None:
     h.sync()  # inside the profile: the device work of the last step is in the trace too
 
 
-def stepped(h, steps: int, activities, on_trace_ready, **options) -> None:
-    """Run `steps` steps of hooks `h` under torch.profiler, one `ProfilerStep#N` span each (prof.step() after
-    every step, all of them active), which TensorBoard's profiler plugin reads as the step boundaries; the
-    last step ends with a sync, so its device work is inside its span. `on_trace_ready(prof)` gets the result.
-    No profiler warm-up step: the timed windows already warmed the step."""
-    import warnings
+class _Trace(ProfilerMeter):
+    """The profiled window's trace and its top operators table, written once every step of it ran."""
 
-    from torch.profiler import profile, schedule
+    def __init__(self, cuda: bool, steps: int, trace: Path, ops: Path, **options):
+        super().__init__(cuda, steps, **options)
+        self.trace, self.ops = trace, ops
 
-    h.sync()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
-        with profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=steps, repeat=1),
-                     on_trace_ready=on_trace_ready, **options) as prof:
-            for i in range(steps):
-                h.step(*h.next_batch())
-                if i == steps - 1:
-                    h.sync()
-                prof.step()
+    def figures_of(self, prof) -> dict:
+        prof.export_chrome_trace(str(self.trace))
+        sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+        self.ops.write_text(prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
+        return {}
 
 
 def _torch(h, steps: int, device_type: str, out: Path | None, rank: int, run_dir: Path | None):
-    from torch.profiler import ProfilerActivity
-
     if out is None:  # a rank whose record another process writes: run the steps, keep nothing
         _steps(h, steps)
         return {}, []
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     trace, ops = out / f"rank{rank}.pt.trace.json", out / f"rank{rank}_ops.txt"
-    done: list = []
-
-    def ready(prof):
-        prof.export_chrome_trace(str(trace))
-        done.append(prof)
-
-    stepped(h, steps, activities, ready, record_shapes=True)
-    sort = "self_cuda_time_total" if device_type == "cuda" else "self_cpu_time_total"
-    ops.write_text(done[0].key_averages().table(sort_by=sort, row_limit=40) + "\n")
+    cuda = device_type == "cuda"
+    profiled_window(h, _Trace(cuda, steps, trace, ops, record_shapes=True))
+    if not trace.exists():
+        return {}, ["bench.profile=torch: torch.profiler could not start (another profiler is active?); the "
+                    "profiled steps ran without it and wrote no trace"]
     return {"profile_trace": str(trace.relative_to(run_dir)), "profile_ops": str(ops.relative_to(run_dir))}, []
 
 
