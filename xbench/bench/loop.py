@@ -34,6 +34,13 @@ Rules
    raises Diverged, on every rank at the same point (the ranks agree first). NaN and inf are the
    modes' check (worker.check_finite). Training to a target also diverges when an accuracy is below
    half of chance (1/num_classes; top-5: 5/num_classes) after a full epoch (BelowChance).
+10. A stop (a signal) ends one rank at the next step. Ranks of one run stop at the same step without a
+   per-step collective: a rank that sees the stop inside a timed window runs the window to its end (every
+   rank runs the same count), and the window's edge agreement, which is already there for stalls, also
+   carries "anyone asked to stop", so every rank stops at that edge (`window_end_stop`). The window the
+   stop arrived in is reported as the open one (`timed_steps`), not among `windows_completed`. When the
+   window's other steps would take longer than `Hooks.finish_window_s` (a share of bench.stop_grace_s),
+   the rank stops after the step as one rank does, and its figures say why (`stop_not_agreed`).
 """
 
 from __future__ import annotations
@@ -65,6 +72,12 @@ class Hooks:
     # or their collectives fall out of step and hang).
     agree: Callable[[bool], bool] = lambda ok: ok
     watch: LossWatch | None = None  # rule 9; None: no check for finite blow-ups
+    # Rule 10: multi-rank runs only (0 on one rank): a stop seen inside a timed window lets the window run to
+    # its end when its other steps should take at most this long (finish_window_s below).
+    finish_window_s: float = 0.0
+    # The device's own synchronisation, without the strategy's barrier: what a rank that stops without its
+    # peers (rule 10) waits for (a barrier would meet a peer's gradient all-reduce and hang). None: `sync`.
+    device_sync: Callable[[], None] | None = None
 
 
 @dataclass
@@ -141,6 +154,7 @@ class WindowResult:
     losses: list[float]
     compiles_during: int | None
     data_wait_s: float
+    stop_seen_at_step: int | None = None  # rule 10: the steps done when this rank saw a stop (it ran on to the end)
 
 
 def cv(values: list[float]) -> float:
@@ -238,6 +252,7 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
     timer = h.make_timer(steps) if h.make_timer else None
     step, next_batch, on_step, stop = h.step, h.next_batch, h.on_step, h.stop
     wait = 0.0
+    stop_seen = None
     h.sync()
     c0 = h.compile_count()  # after the edge sync: what it compiles (work traced before) is not the window's
     t0 = perf_counter()
@@ -254,12 +269,14 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
         stamps[i] = perf_counter()
         if on_step:
             on_step("timed", i)
-        if stop.requested:
-            h.sync()
+        if stop.requested and stop_seen is None:
             done = i + 1
-            part = stamps[:done]
-            raise StopRequested({"phase": "timed", "timed_steps": done, "window_s": perf_counter() - t0,
-                                 "timed_step_times_s": [part[0] - t0] + [b - a for a, b in zip(part, part[1:])]})
+            left_s = (stamps[i] - t0) / done * (steps - done)  # at the window's pace so far (rule 10)
+            if h.finish_window_s > 0 and left_s <= h.finish_window_s:
+                stop_seen = done  # run on to the edge: the ranks stop there together
+            else:
+                _stop_now(h, done, steps, left_s, stamps, t0)
+
     h.sync()
     t1 = perf_counter()
     if timer:
@@ -270,7 +287,48 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
     losses = h.read_losses(losses)
     check_blowup(h, losses, "timed")
     return WindowResult(steps, t1 - t0, step_times, source, losses,
-                        _delta(h.compile_count(), c0), wait)
+                        _delta(h.compile_count(), c0), wait, stop_seen)
+
+
+def _stop_now(h: Hooks, done: int, steps: int, left_s: float, stamps: list[float], t0: float):
+    """A stop after step `done` of the window: what it measured so far (rule 10: on a multi-rank run, why
+    this rank did not wait for the window's edge)."""
+    (h.device_sync if h.finish_window_s > 0 and h.device_sync else h.sync)()  # its peers are still stepping
+    part = stamps[:done]
+    partial = {"phase": "timed", "timed_steps": done, "window_s": perf_counter() - t0,
+               "timed_step_times_s": [part[0] - t0] + [b - a for a, b in zip(part, part[1:])]}
+    if h.finish_window_s > 0:
+        partial["stop_not_agreed"] = (
+            f"stopped after step {done} of the window's {steps} without the other ranks: its other "
+            f"{steps - done} steps (~{left_s:.3g} s) would outlast {h.finish_window_s:.3g} s, the share "
+            f"of bench.stop_grace_s a window may run on after a stop")
+    raise StopRequested(partial)
+
+
+FINISH_WINDOW_SHARE = 0.5  # of bench.stop_grace_s; the rest: the edge agreement, the gather, leaving the figures
+
+
+def finish_window_s(stop_grace_s: float, world_size: int) -> float:
+    """Rule 10: how long a window may run on after a stop (0 on one rank: it stops at the next step)."""
+    return FINISH_WINDOW_SHARE * stop_grace_s if world_size > 1 else 0.0
+
+
+def window_end_stop(h: Hooks, w: WindowResult, stalled: bool) -> bool:
+    """At a timed window's edge, every rank's verdict: True when any rank's window stalled (rule 8); raises
+    StopRequested on every rank, at this edge, when any rank was asked to stop (rule 10; `w` then is the
+    window the stop arrived in, run to its end). One collective when nothing happened (as the stall check
+    alone took), a second only when the first said no."""
+    asked = h.stop.requested  # read once: both answers must come from the same reading
+    if h.agree(not (stalled or asked)):
+        return False
+    if h.agree(not asked):
+        return True
+    partial = {"phase": "timed", "timed_steps": w.steps, "window_s": w.wall_s,
+               "timed_step_times_s": list(w.step_times_s), "stop_at_window_end": True,
+               "stop_seen_at_step": w.stop_seen_at_step}
+    if h.finish_window_s > 0:  # set on multi-rank runs only: every rank raises here (launch/torchrun gathers)
+        partial["ranks_agreed"] = True
+    raise StopRequested(partial)
 
 
 class CudaEventTimer:

@@ -104,6 +104,9 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
     probe_s = cfg.bench.contention_probe_s if main else 0
     before = contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank)) if probe_s > 0 else None
     p = prepare_rank(run, ctx, batch_size, on_step, stop)
+    # loop.py rule 10: how ranks stop together (one rank: at the next step)
+    p.hooks.finish_window_s = loop.finish_window_s(cfg.bench.stop_grace_s, ctx.world_size)
+    p.hooks.device_sync = p.work.runtime.sync
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
     check_finite(wu.losses, 0, "warmup")
@@ -182,7 +185,7 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
                 check_finite(w.losses, done_steps, "timed")
                 done_steps += w.steps
                 st = loop.stall(w, plan.stall_factor, plan.stall_fraction)
-                any_stalled = not p.hooks.agree(not st.stalled)
+                any_stalled = loop.window_end_stop(p.hooks, w, st.stalled)  # a stop on any rank: every rank's, here
                 if any_stalled and len(dropped) < plan.stall_remeasure:
                     for m in rank:
                         m.discard()
@@ -199,14 +202,10 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
                 if w.compiles_during:
                     warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
         except StopRequested as e:  # interrupted: keep what was measured before the signal
-            part = e.partial
-            part.update(warmup_steps=wu.steps, warmup_s=wu.time_s, first_step_s=wu.first_step_s,
-                        batch_size_per_device=p.batch_size, windows_completed=len(windows),
-                        window_s_completed=[x.wall_s for x in windows])
-            samples = p.samples_per_step * (sum(x.steps for x in windows) + part.get("timed_steps", 0))
-            seconds = sum(x.wall_s for x in windows) + part.get("window_s", 0.0)
-            if samples and seconds > 0:
-                part["throughput_samples_per_s_partial"] = samples / seconds
+            e.partial.update(_measured_so_far(p, wu, windows, e.partial))
+            raise
+        except Exception as e:  # e.g. a collective whose peer has gone: the launcher may keep this rank's windows
+            e.xbench_partial = _measured_so_far(p, wu, windows, {"phase": "timed"})  # (launch/torchrun.py)
             raise
     figures = meters.collect(rank)
     kept = [i for i, st in enumerate(stalls) if st.stalled]
@@ -225,6 +224,19 @@ def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[st
                         f"outlier steps (over {plan.stall_factor:g}x the median) and are in the figures "
                         f"(bench.stall_remeasure={plan.stall_remeasure})")
     return windows, figures
+
+
+def _measured_so_far(p: PreparedRank, wu, windows: list, part: dict) -> dict:
+    """`part` (the open window's figures, if any) with the warm-up and the closed windows: an interrupted
+    rank's figures."""
+    part.update(warmup_steps=wu.steps, warmup_s=wu.time_s, first_step_s=wu.first_step_s,
+                batch_size_per_device=p.batch_size, windows_completed=len(windows),
+                window_s_completed=[x.wall_s for x in windows])
+    samples = p.samples_per_step * (sum(x.steps for x in windows) + part.get("timed_steps", 0))
+    seconds = sum(x.wall_s for x in windows) + part.get("window_s", 0.0)
+    if samples and seconds > 0:
+        part["throughput_samples_per_s_partial"] = samples / seconds
+    return part
 
 
 def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, meters: dict) -> dict:

@@ -23,12 +23,22 @@ import signal
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from xbench.env_vars import launched_rank
 from xbench.launch import child, slurm_ranks
 from xbench.launch.preamble import process_stop, run_rank, threads_asked, world_size_warning
 from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, RankResult, StopRequested
+
+
+@dataclass
+class RankLost:
+    """What a rank measured before an error ended it (a collective whose peer had gone: killed, or stopped
+    without waiting), left in the launcher's folder: the record keeps its closed windows."""
+
+    error: str
+    partial: dict
 
 
 class RankFailed(Exception):
@@ -79,9 +89,14 @@ def rank_main(work, on_step=None, stop=None):
     try:
         result = run_rank(work, ctx, on_step, stop)
     except StopRequested as e:
+        e.partial.setdefault("rank", rank)  # which rank's figures these are, wherever they end up
         if not e.partial.get("ranks_agreed"):
             raise
-        result = e  # every rank stopped at the same step (train_to_target agrees on stops): gather as usual
+        # Every rank stopped at the same step (train_to_target's control points, throughput's window edges,
+        # bench/loop.py rule 10): gather as usual. The signal's name, on the ranks that got it.
+        if stop is not None and stop.reason:
+            e.partial.setdefault("stop_reason", stop.reason)
+        result = e
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(result, gathered, dst=0)
     dist.destroy_process_group()
@@ -157,6 +172,11 @@ def _spawned_rank(work, exchange: str | None = None):
     except StopRequested as e:
         _leave(exchange, rank, e)
         raise
+    except Exception as e:
+        partial = getattr(e, "xbench_partial", None)  # bench/windows.py: the windows this rank had closed
+        if partial is not None:
+            _leave(exchange, rank, RankLost(f"{type(e).__name__}: {e}", dict(partial, rank=rank)))
+        raise
     if stop.requested:
         _leave(exchange, rank, out)
         if exchange and os.path.exists(os.path.join(exchange, STOPPING)):
@@ -176,8 +196,7 @@ def _stopped(left: dict, stop) -> StopRequested:
     gathered = left.get(0) if isinstance(left.get(0), list) else None
     world = len(gathered) if gathered is not None else (max(left) + 1 if left else 0)
     per_rank = gathered if gathered is not None else [left.get(r) for r in range(world)]
-    partials = [r.partial if isinstance(r, StopRequested) else r.measurements if isinstance(r, RankResult) else None
-                for r in per_rank]
+    partials = [_partial(r) for r in per_rank]
     reason = next(filter(None, [p.pop("stop_reason", None) for p in partials if p]), None)
     if stop is not None:
         stop.requested, stop.reason = True, stop.reason or reason
@@ -189,6 +208,17 @@ def _stopped(left: dict, stop) -> StopRequested:
     out["rank_partials"] = partials
     out["ranks_reporting"] = sum(p is not None for p in partials)
     return StopRequested(out)
+
+
+def _partial(left) -> dict | None:
+    """One rank's figures from what it left: its stop's, its whole result's, or those before its error."""
+    if isinstance(left, StopRequested):
+        return left.partial
+    if isinstance(left, RankResult):
+        return left.measurements
+    if isinstance(left, RankLost):
+        return dict(left.partial, error=left.error)
+    return None
 
 
 def _launch_config(cfg):
@@ -207,8 +237,9 @@ def _launch_config(cfg):
                         start_method="spawn", **rdzv)
 
 
-def _failures(err) -> list[dict]:
-    """ChildFailedError -> one dict per failed rank, the earliest (the root cause) first."""
+def _failures(err, left: dict | None = None) -> list[dict]:
+    """ChildFailedError -> one dict per failed rank, the earliest (the root cause) first; with the figures a
+    rank measured before it failed (`left`: a RankLost it left), e.g. a survivor of a killed peer."""
     out = []
     for rank, f in err.failures.items():
         msg, tb = f.message, None
@@ -217,6 +248,9 @@ def _failures(err) -> list[dict]:
             msg = msg.get("message")
         out.append({"rank": rank, "error": msg, "traceback": tb, "exitcode": f.exitcode,
                     "timestamp": f.timestamp})
+        lost = (left or {}).get(rank)
+        if isinstance(lost, RankLost):
+            out[-1]["figures"] = lost.partial
     return sorted(out, key=lambda d: (d["timestamp"], d["rank"]))
 
 
@@ -243,7 +277,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
         left = _left(exchange)
         if any(isinstance(r, StopRequested) for r in left.values()):  # the ranks were signalled, not the launcher
             raise _stopped(left, stop) from None
-        raise RankFailed(_failures(e)) from e
+        raise RankFailed(_failures(e, left)) from e
     except SignalException as e:  # Ctrl-C / SIGTERM while the ranks ran: the launcher stopped them
         if stop is not None:
             stop.requested, stop.reason = True, e.sigval.name

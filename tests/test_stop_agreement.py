@@ -1,0 +1,173 @@
+"""Issue 27 item 4: a signalled multi-rank throughput run keeps every rank's figures (bench/loop.py rule 10).
+
+Ranks agree on a stop without a per-step collective: a rank that sees the stop inside a timed window runs
+the window to its end, and the window's edge agreement carries "anyone asked to stop", so every rank stops
+at that edge and the launcher gathers every rank's partial figures. The loop's rule is checked in process on
+a real (small) CPU workload; the ranks' agreement on two real gloo ranks through the CLI, once per way a
+stop reaches them (the whole run signalled; one rank alone).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, cli_env, records
+from tests.test_loop import Probe
+from xbench.bench import loop
+
+
+def _stop_at(flag: loop.StopFlag, step: int):
+    def on_step(phase, i):
+        if i == step:
+            flag.requested = True
+    return on_step
+
+
+def _peer(asked: bool):
+    """The agreement of this rank with one peer whose flag says `asked` (a MIN over both, as
+    parallel/ddp.py's all-reduce computes it; the real collective runs in the CLI tests below)."""
+    seen = []
+
+    def agree(ok: bool) -> bool:
+        seen.append(ok)
+        return ok and not asked
+    agree.seen = seen
+    return agree
+
+
+def test_a_stop_mid_window_on_several_ranks_runs_the_window_to_its_edge_and_every_rank_stops_there():
+    p, flag = Probe(), loop.StopFlag()
+    h = p.hooks(on_step=_stop_at(flag, 3), stop=flag, finish_window_s=loop.finish_window_s(30.0, 2))
+    w = loop.timed_window(h, steps=20)
+    assert p.steps == 20 and w.steps == 20 and w.stop_seen_at_step == 4  # every step of the window ran
+    assert p.syncs == [0, 20]  # still synchronised at the edges only
+    with pytest.raises(loop.StopRequested) as e:
+        loop.window_end_stop(h, w, stalled=False)
+    part = e.value.partial
+    assert part["ranks_agreed"] and part["stop_at_window_end"] and part["stop_seen_at_step"] == 4
+    assert part["timed_steps"] == 20 and part["window_s"] == w.wall_s and len(part["timed_step_times_s"]) == 20
+
+
+def test_a_rank_that_got_no_signal_stops_at_the_same_edge_as_its_signalled_peer():
+    p = Probe()
+    h = p.hooks(agree=_peer(asked=True), finish_window_s=loop.finish_window_s(30.0, 2))
+    w = loop.timed_window(h, steps=10)
+    assert w.stop_seen_at_step is None and w.steps == 10
+    with pytest.raises(loop.StopRequested) as e:
+        loop.window_end_stop(h, w, stalled=False)
+    assert e.value.partial["ranks_agreed"] and h.agree.seen == [True, True]  # "not stalled, not asked" twice
+
+
+def test_without_a_stop_the_edge_costs_one_agreement_and_still_reports_a_stall():
+    for stalled in (False, True):
+        agree = _peer(asked=False)
+        h = Probe().hooks(agree=agree, finish_window_s=15.0)
+        w = loop.timed_window(h, steps=5)
+        assert loop.window_end_stop(h, w, stalled=stalled) is stalled
+        assert agree.seen == ([True] if not stalled else [False, True])  # the second only after a "no"
+
+
+def test_a_window_too_long_for_the_grace_stops_the_rank_at_once_and_says_why():
+    p, flag = Probe(sleep_s=0.002), loop.StopFlag()
+    h = p.hooks(on_step=_stop_at(flag, 2), stop=flag, finish_window_s=0.05)  # 997 more steps: ~2 s > 0.05 s
+    with pytest.raises(loop.StopRequested) as e:
+        loop.timed_window(h, steps=1000)
+    part = e.value.partial
+    assert p.steps == 3 and part["timed_steps"] == 3 and "ranks_agreed" not in part
+    assert "stopped after step 3 of the window's 1000 without the other ranks" in part["stop_not_agreed"]
+    assert "bench.stop_grace_s" in part["stop_not_agreed"]
+
+
+def test_one_rank_still_stops_at_the_next_step():
+    p, flag = Probe(), loop.StopFlag()
+    assert loop.finish_window_s(30.0, 1) == 0.0
+    with pytest.raises(loop.StopRequested) as e:
+        loop.timed_window(p.hooks(on_step=_stop_at(flag, 3), stop=flag), steps=50)
+    assert p.steps == 4 and e.value.partial["timed_steps"] == 4 and "stop_not_agreed" not in e.value.partial
+
+
+# --- two real gloo ranks through the CLI ---------------------------------------------------------------
+
+WINDOW_STEPS = 50
+DDP = ("parallel=ddp", "parallel.world_size=2", "model=mlp", "data.batch_size=8", "bench.threads=1",
+       "bench.min_window_s=0", f"bench.steps={WINDOW_STEPS}", "bench.warmup_max_steps=6", "bench.warmup_min_steps=2",
+       "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10", "bench.self_check=false",
+       "bench.contention_probe_s=0", "bench.breakdown_steps=0", "bench.stop_grace_s=60", "logger=none")
+
+
+def _both_ranks_agreed(rec: dict, windows: int | None = None) -> list[dict]:
+    m, ranks = rec["measurements"], rec["ranks"]
+    assert rec["status"] == "interrupted" and "SIGTERM" in rec["reason"], rec["reason"]
+    assert m["ranks_reporting"] == 2 and len(ranks) == 2 and all(r.get("figures", 1) is not None for r in ranks)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:  # both stopped at the same window edge: the same closed windows, the open one run out
+        assert r["phase"] == "timed" and r["ranks_agreed"] and r["stop_at_window_end"], r
+        assert r["timed_steps"] == WINDOW_STEPS and r["throughput_samples_per_s_partial"] > 0
+        assert "stop_not_agreed" not in r and "error" not in r
+    assert ranks[0]["windows_completed"] == ranks[1]["windows_completed"]
+    assert len(ranks[0]["window_s_completed"]) == ranks[0]["windows_completed"]
+    if windows is not None:
+        assert ranks[0]["windows_completed"] == windows
+    assert m["windows_completed"] == ranks[0]["windows_completed"] and m["timed_steps"] == WINDOW_STEPS
+    return ranks
+
+
+def _start(store, *extra) -> tuple[subprocess.Popen, int, bytes]:
+    """The run, its console pipe, and what it printed up to rank 0's first timed step (its bar)."""
+    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *DDP, "bench.repeats=1000", *extra]
+    r, w = os.pipe()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=w, stderr=w)
+    os.close(w)
+    seen, deadline = b"", time.monotonic() + 300
+    while b"timed steps" not in seen and time.monotonic() < deadline:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        seen += chunk
+    assert b"timed steps" in seen, seen[-2000:]
+    time.sleep(1.5)  # into the windows (1,000 of them: the run cannot end first)
+    return proc, r, seen
+
+
+def _drain(proc: subprocess.Popen, r: int) -> int:
+    while os.read(r, 65536):  # keep the console drained until the launcher exits
+        pass
+    os.close(r)
+    return proc.wait(timeout=180)
+
+
+@pytest.mark.slow
+def test_sigterm_to_rank_0_alone_stops_both_ranks_at_the_same_window_edge(store):
+    """A real SIGTERM to rank 0's own process (fault.kind=signal: os.kill of its pid) 20 steps into the second
+    window: rank 1 got no signal, learns of the stop at the window's edge, and both report; the run is
+    `interrupted` with both ranks' figures, one closed window each, the second run to its end."""
+    at = 3 + WINDOW_STEPS + 20  # the warm-up's 3 steps, one whole window, then 20 steps
+    p = subprocess.run([sys.executable, "-m", "xbench", f"store.root={store}", *DDP, "bench.repeats=3",
+                        "logger.progress=false", "fault.kind=signal", "fault.signal=SIGTERM", "fault.rank=0",
+                        f"fault.at_step={at}"], cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
+    [rec] = records(store)
+    assert p.returncode == 130, p.stderr[-3000:]
+    ranks = _both_ranks_agreed(rec, windows=1)
+    assert ranks[0]["stop_seen_at_step"] == 21 and ranks[1]["stop_seen_at_step"] is None
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_mid_window_keeps_both_ranks_closed_windows(store):
+    """A spot preemption: SIGTERM to the launching process while the windows run. The elastic agent passes it
+    to both ranks; each runs its window to the edge, they stop there together, rank 0 gathers, and the record
+    holds both ranks' figures with the same closed windows, within bench.stop_grace_s."""
+    proc, r, seen = _start(store)
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    rc = _drain(proc, r)
+    exit_s = time.monotonic() - t0
+    [rec] = records(store)
+    assert rc == 130, seen[-2000:]
+    _both_ranks_agreed(rec)
+    assert exit_s < 60, exit_s
