@@ -1,6 +1,7 @@
 """Hydra's own files and folders, kept bounded, secret-free and out of the way (a Hydra callback).
 
-Wired in conf/config.yaml as `hydra.callbacks.guard` (before the distinct-points check):
+Wired in conf/config.yaml as `hydra.callbacks.guard`; it runs before the sweeper (hydra_plugins/xbench_sweeper,
+which checks that the points are distinct) is built:
 
 - **A sweep too big is refused before anything is composed**: the points are counted from the override
   grammar alone (the product of each swept key's choices, the config's `hydra.sweeper.params` first, the
@@ -8,10 +9,11 @@ Wired in conf/config.yaml as `hydra.callbacks.guard` (before the distinct-points
   exits 2 with the count and the setting to raise.
 - **A stop signal while the sweep is being prepared exits at once** (130): until the first point starts,
   nothing has been measured, so there is nothing to save and no reason to wait for composition.
-- **No plain-text sweep file**: Hydra's basic sweeper writes `multirun.yaml` (the whole config and the
-  command line) before the first point; here its `OmegaConf.save` is replaced, for that module only, by
-  one that redacts first (xbench/records/redact.py), so the file is born redacted and a SIGKILL at any
-  moment leaves no secret on disk.
+- **No plain-text sweep file**: the sweeper writes `multirun.yaml` (the whole config and the command line)
+  before the first point. xbench's sweeper (hydra_plugins/xbench_sweeper, the default) writes it through
+  `save_sweep_file`; for Hydra's basic sweeper (`hydra/sweeper=basic`) its `OmegaConf.save` is replaced,
+  for that module only, by one that redacts first. Either way the file is born redacted
+  (xbench/records/redact.py) and a SIGKILL at any moment leaves no secret on disk.
 - **A store that cannot hold Hydra's folder** (read-only, full, a file in the way) is exit 74 with the
   folder and the reason, before Hydra's own traceback; and Hydra's per-run and per-point folders, empty
   since xbench keeps no Hydra files (`hydra.output_subdir: null`), are removed when the process ends.
@@ -55,13 +57,26 @@ def sweep_size(params: dict | None, overrides: list[str]) -> int:
     return math.prod(choices.values()) if choices else 1
 
 
-def _redacting_save():
-    """OmegaConf.save, redacted first: what Hydra's basic sweeper writes as multirun.yaml."""
+def _redacted(config) -> DictConfig:
     from xbench.records.redact import redact
 
+    tree = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else config
+    return OmegaConf.create(redact(tree))
+
+
+def save_sweep_file(config: DictConfig, path: Path) -> None:
+    """multirun.yaml as xbench's sweeper writes it (hydra_plugins/xbench_sweeper): redacted first, then
+    atomically and never through a link (records/safe_io.py)."""
+    from xbench.records.safe_io import atomic_write
+
+    atomic_write(path, OmegaConf.to_yaml(_redacted(config)), fsync=False)
+
+
+def _redacting_save():
+    """OmegaConf.save, redacted first: what Hydra's basic sweeper (hydra/sweeper=basic) writes as multirun.yaml."""
+
     def save(config, f, resolve: bool = False) -> None:
-        tree = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else config
-        OmegaConf.save(OmegaConf.create(redact(tree)), f, resolve=resolve)
+        OmegaConf.save(_redacted(config), f, resolve=resolve)
 
     class RedactingOmegaConf:
         def __getattr__(self, name):
