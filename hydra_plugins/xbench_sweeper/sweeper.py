@@ -242,6 +242,7 @@ class XbenchSweeper(Sweeper):
                 if ret.status == JobStatus.FAILED and isinstance(ret._return_value, RepeatedPoint):
                     continue
                 _ = ret.return_value  # a point that raised ends the sweep, as with Hydra's basic sweeper
+                ret.cfg = ret.hydra_cfg = None  # nothing reads them after the point: 2,000 configs held for nothing
                 returns.append([ret])
         finally:
             log.removeFilter(quiet)
