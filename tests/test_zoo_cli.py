@@ -1,4 +1,5 @@
-"""Workload presets compose, and the real CLI runs on real-format files and refuses a missing data set."""
+"""Workload presets compose, and a run on real-format files trains and one on a missing data set fails with its
+record (through the Python API in this process: the CLI's runner; tests/test_cli.py has the CLI's exit statuses)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import CONF, FAST, records, run_cli
+import xbench
+from tests.conftest import CONF, FAST, records
 from tests.test_config import _compose
 from tests.test_loaders import _write_idx
 from xbench.compat import check
@@ -43,15 +45,15 @@ def test_model_task_must_match_the_real_data_targets(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_trains_on_real_mnist_files_and_reports_data_wait(store, tmp_path):
+def test_a_run_trains_on_real_mnist_files_and_reports_data_wait(store, tmp_path, capsys):
     rng = np.random.default_rng(0)
     for prefix, n in (("train", 64), ("t10k", 16)):
         _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
                    2051, True)
         _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n, dtype=np.uint8), 2049, True)
-    p = run_cli(*FAST, "model=mlp", "model.options.hidden=32", "data=mnist", f"data.path={tmp_path}",
-                "data.batch_size=16", "data.num_workers=1", store=store)
-    assert p.returncode == 0, p.stderr[-3000:]
+    done = xbench.run([*FAST, "model=mlp", "model.options.hidden=32", "data=mnist", f"data.path={tmp_path}",
+                       "data.batch_size=16", "data.num_workers=1", f"store.root={store}"])
+    assert done.status == "ok", done.reason
     [rec] = records(store)
     m = rec["measurements"]
     assert rec["status"] == "ok"
@@ -59,14 +61,14 @@ def test_cli_trains_on_real_mnist_files_and_reports_data_wait(store, tmp_path):
     # 4 batches per epoch, so the run crossed epochs; the wait for data is measured and reported.
     assert m["warmup_steps"] + 5 > 4
     assert 0 < m["data_wait_fraction"] < 1
-    assert "waiting for data" in p.stdout
+    assert "waiting for data" in capsys.readouterr().out  # the console's summary line
 
 
 @pytest.mark.slow
-def test_cli_missing_data_path_fails_with_a_record_naming_it(store, tmp_path):
+def test_a_missing_data_path_fails_the_run_with_a_record_naming_it(store, tmp_path):
     missing = tmp_path / "no_cifar_here"
-    p = run_cli(*FAST, "model=vgg_cifar", "data=cifar10", f"data.path={missing}", store=store)
-    assert p.returncode == 1
+    done = xbench.run([*FAST, "model=vgg_cifar", "data=cifar10", f"data.path={missing}", f"store.root={store}"])
+    assert done.status == "failed"  # the CLI exits 1 on it
     [rec] = records(store)
     assert rec["status"] == "failed" and rec["measurements"] == {}
     assert str(missing) in rec["reason"] and "data_batch_1" in rec["reason"]
