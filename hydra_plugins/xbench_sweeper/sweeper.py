@@ -138,7 +138,8 @@ class Seen:
         if first_num == num:
             return None
         idle = [o for o in job if o not in first_job]
-        why = (f"{', '.join(idle)} changes nothing (the preset or a later override sets the same keys)" if idle
+        why = (f"{', '.join(idle)} changes nothing (a preset or a later override sets the same keys, or the field's "
+               "type makes the values equal)" if idle
                else "the sweep lists the same values twice")
         line = (f"point {num + 1}/{self.total:,} (#{num}) [{self.shown(job)}] and point {first_num + 1} (#{first_num}) "
                 f"[{self.shown(first_job)}] compose to the same config: {why}; point {num + 1} is not run")

@@ -9,7 +9,9 @@ and names the parameters that change nothing. No torch import: it runs at the st
     from xbench.studies.sweep import distinct_points
     distinct_points("conf", ["+experiment=cpu_vs_gpu"])   # [] when every point differs
 
-The CLI calls it through the Hydra callback `DistinctSweep` (on_multirun_start), before any job starts.
+The studies' tests call it on every study command and preset. The CLI's sweeper (hydra_plugins/xbench_sweeper)
+checks the same as the points run, without composing them all first; `DistinctSweep` (a Hydra callback that
+runs this before any job) is no longer wired by default.
 """
 
 from __future__ import annotations
