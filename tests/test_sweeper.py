@@ -88,7 +88,9 @@ class BatchLauncher(Launcher):
 def _signals_kept():
     """The guard installs its 'exit at once while preparing' handlers; a refused sweep in this process
     would otherwise leave them for the next test."""
-    kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    from xbench.rank import STOP_SIGNALS
+
+    kept = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     try:
         yield
     finally:
