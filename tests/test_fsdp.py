@@ -1,5 +1,9 @@
 """parallel=fsdp (xbench/parallel/fsdp.py): FSDP2 over 2 gloo ranks for real, memory per device against DDP
-at the same global batch, and the strategy's refusals before any work."""
+at the same global batch, and the strategy's refusals before any work.
+
+The gloo runs share one module fixture: four runs through the Python API in this process (the CLI's runner;
+their ranks are fresh processes either way), DDP, FSDP2, FSDP2 with activation checkpointing, and
+find_max_batch under FSDP2. The XLA:CPU run is the real CLI."""
 
 from __future__ import annotations
 
@@ -10,6 +14,27 @@ from xbench.config import XBenchConfig
 from xbench.platforms.detect import HostFacts
 
 LLM = ("+workload=llama_tiny_tokens", "platform=cpu", "precision=amp_bf16", "parallel.world_size=2")
+
+
+# One run each, in this process (xbench.run), its own store; the FSDP2 run without checkpointing serves both the
+# memory claim against DDP and the checkpointing one.
+GLOO_RUNS = {"ddp": ("parallel=ddp",), "fsdp": ("parallel=fsdp",),
+             "fsdp_ac": ("parallel=fsdp", "parallel.options.activation_checkpointing=true"),
+             "max_batch": ("parallel=fsdp", "bench.mode=find_max_batch", "bench.max_batch_limit=8")}
+
+
+@pytest.fixture(scope="module")
+def gloo_runs(tmp_path_factory) -> dict:
+    """{name: its record as stored}; every run ok (a failed one fails here, with its reason)."""
+    import xbench
+
+    root = tmp_path_factory.mktemp("fsdp_gloo")
+    out = {}
+    for name, extra in GLOO_RUNS.items():
+        rec = xbench.run([*FAST, *LLM, *extra, f"store.root={root / name}"])
+        assert rec.status == "ok", (name, rec.reason)
+        [out[name]] = records(root / name)
+    return out
 
 
 def _check(cfg, **facts):
@@ -60,13 +85,11 @@ def test_a_model_that_cannot_fit_even_sharded_is_refused():
 
 
 @pytest.mark.slow
-def test_fsdp_halves_parameter_gradient_and_optimizer_memory_against_ddp(store):
+def test_fsdp_halves_parameter_gradient_and_optimizer_memory_against_ddp(gloo_runs):
     """The same tiny decoder and global batch on 2 gloo ranks under DDP and FSDP2: FSDP's parameters +
     gradients + optimizer state per device, read from the local shards, are half of DDP's (within 10%);
     parameters are DTensors, both train, both record tokens/s and memory per device."""
-    p = run_cli("-m", *FAST, *LLM, "parallel=ddp,fsdp", store=store)
-    assert p.returncode == 0, p.stderr[-3000:]
-    recs = {r["config"]["parallel"]["name"]: r for r in records(store)}
+    recs = {r["config"]["parallel"]["name"]: r for r in (gloo_runs["ddp"], gloo_runs["fsdp"])}
     assert sorted(recs) == ["ddp", "fsdp"]
     for name, r in recs.items():
         m = r["measurements"]
@@ -133,13 +156,11 @@ def test_ddp_refuses_a_model_whose_replica_cannot_fit_and_points_to_fsdp():
 
 
 @pytest.mark.slow
-def test_activation_checkpointing_under_fsdp_keeps_less_and_trains_the_same(store):
+def test_activation_checkpointing_under_fsdp_keeps_less_and_trains_the_same(gloo_runs):
     """Each block checkpointed inside its FSDP unit: autograd keeps under a quarter of the activations
     (3.6 MiB -> 0.42 MiB here), and the recomputation gives the same losses, bf16 casts included."""
-    p = run_cli("-m", *FAST, *LLM, "parallel=fsdp", "parallel.options.activation_checkpointing=false,true",
-                store=store)
-    assert p.returncode == 0, p.stderr[-3000:]
-    recs = {r["measurements"]["fsdp_activation_checkpointing"]: r["measurements"] for r in records(store)}
+    recs = {r["measurements"]["fsdp_activation_checkpointing"]: r["measurements"]
+            for r in (gloo_runs["fsdp"], gloo_runs["fsdp_ac"])}
     assert sorted(recs) == [False, True]
     assert 0 < recs[True]["memory_activations_gib"] < 0.25 * recs[False]["memory_activations_gib"]
     assert recs[True]["memory_states_gib"] == recs[False]["memory_states_gib"]
@@ -157,13 +178,11 @@ def test_fsdp_options_under_ddp_are_refused_not_ignored():
 
 
 @pytest.mark.slow
-def test_find_max_batch_runs_under_fsdp_on_2_gloo_ranks(store):
+def test_find_max_batch_runs_under_fsdp_on_2_gloo_ranks(gloo_runs):
     """bench.mode=find_max_batch parallel=fsdp: every trial trains the tiny decoder under FSDP2 on both ranks
     (its samples/s are the global batch's, 2 x the per-device batch, over its step time); the CPU has no
     out-of-memory to find, so the search doubles from 4 to bench.max_batch_limit=8 and says it stopped there."""
-    p = run_cli(*FAST, *LLM, "parallel=fsdp", "bench.mode=find_max_batch", "bench.max_batch_limit=8", store=store)
-    assert p.returncode == 0, p.stderr[-3000:]
-    [r] = records(store)
+    r = gloo_runs["max_batch"]
     m = r["measurements"]
     assert r["status"] == "ok", r["reason"]
     assert r["config"]["parallel"]["name"] == "fsdp" and r["config"]["parallel"]["world_size"] == 2
