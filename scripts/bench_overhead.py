@@ -102,7 +102,7 @@ def xbench_side(runtime: str, a) -> Side:
     wu = loop.warmup(p.hooks, b.warmup_min_steps, b.warmup_max_steps, b.warmup_stable_steps, b.warmup_cv_tol)
 
     def window():  # the mode's meters, on one stack, at the window's edges (modes/throughput.py)
-        rank = rank_meters(cfg, p)
+        rank = rank_meters(cfg.bench, p)
         with contextlib.ExitStack() as stack:
             for m in rank:
                 stack.enter_context(m)

@@ -34,8 +34,8 @@ def test_the_plan_is_resolved_once_frozen_and_pickles_without_the_host_facts(cfg
 
     facts = host_facts()
     plan = resolve(cfg, facts)
-    assert (plan.device_type, plan.launcher, plan.strategy, plan.runtime) == ("cpu", "inline", "single", "eager")
-    assert plan.spec == InputSpec.from_data(plan.cfg.data) and plan.precision == plan.cfg.precision.name
+    assert (plan.device_type, plan.launcher, plan.strategy, plan.runtime.name) == ("cpu", "inline", "single", "eager")
+    assert plan.spec == InputSpec.from_data(plan.data) and plan.precision == cfg.precision.name
     ddp = copy.deepcopy(cfg)
     ddp.parallel.name = "ddp"
     assert resolve(ddp, facts).launcher == "torchrun" and plan.launcher == "inline"
@@ -46,6 +46,27 @@ def test_the_plan_is_resolved_once_frozen_and_pickles_without_the_host_facts(cfg
         assert not any(isinstance(getattr(work, f.name), HostFacts) for f in dataclasses.fields(work))
         assert b"HostFacts" not in pickle.dumps(work)
     assert Plan.__dataclass_params__.frozen
+
+
+def test_the_plan_carries_the_sections_a_rank_applies_and_never_the_root_config(cfg):
+    """The plan's sections are the config's own typed ones under their names (a rank reads `plan.bench.seed`);
+    the root config, the store, the logger's W&B settings and the platform's prices never cross into a rank:
+    the pickled work names none of their classes. Before: `Plan.cfg` was the whole XBenchConfig."""
+    from xbench.bench.plan import SECTIONS, PlatformName, resolve
+    from xbench.bench.windows import ThroughputWork
+    from xbench.platforms.detect import host_facts
+
+    plan = resolve(cfg, host_facts())
+    assert not hasattr(plan, "cfg") and {f.name for f in dataclasses.fields(plan)} >= set(SECTIONS)
+    for name in SECTIONS:
+        assert getattr(plan, name) == getattr(cfg, name), name
+    assert plan.platform == PlatformName(cfg.platform.name, cfg.platform.device)
+    assert plan.progress is cfg.logger.progress
+    sent = pickle.dumps(ThroughputWork(plan))
+    for kept_back in (b"XBenchConfig", b"StoreConfig", b"LoggerConfig", b"WandbConfig", b"PlatformConfig",
+                      b"PriceConfig", b"PrecisionConfig"):
+        assert kept_back not in sent, kept_back
+    assert b"BenchConfig" in sent and b"OptimConfig" in sent  # the check can see a class name when it is there
 
 
 def test_only_the_preamble_installs_a_launched_process_stop_flag():

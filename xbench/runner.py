@@ -181,4 +181,4 @@ def join(cfg: XBenchConfig) -> None:
     facts = host_facts()
     if compat.check(cfg, facts):  # rank 0 records the reasons; this rank just does not start
         raise SystemExit(1)
-    modes.get(cfg.bench.mode).join(resolve(cfg, facts))
+    modes.get(cfg.bench.mode).join(resolve(cfg, facts), cfg)

@@ -19,12 +19,16 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 from mlperf_logging.mllog import constants as C
 from mlperf_logging.mllog.mllog import MLLogger
 
 from xbench.records import safe_io
+
+if TYPE_CHECKING:
+    from xbench.bench.plan import Plan
 
 LOG_FILE = "mlperf.log"
 RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are written for (see above)
@@ -51,22 +55,23 @@ class MLPerfLog:
         self._logger.addHandler(self._handler)
         self.ml = MLLogger(logger=self._logger, default_stack_offset=1)
 
-    def run_start(self, cfg, train_samples: int, eval_samples: int, global_batch: int,
+    def run_start(self, plan: Plan, train_samples: int, eval_samples: int, global_batch: int,
                   hyper: dict | None = None, started_at: float | None = None) -> None:
-        """`started_at`: the run's start, wall seconds (default: this process's start), logged as init_start."""
+        """`plan`: the run's (bench/plan.py). `started_at`: the run's start, wall seconds (default: this
+        process's start), logged as init_start."""
         e = self.ml.event
         start_ms = round(1000 * (started_at if started_at is not None else psutil.Process().create_time()))
         self.ml.start(key=C.INIT_START, time_ms=start_ms)
         e(key=C.CACHE_CLEAR, value=False)  # MLPerf asks whether caches were dropped; xbench drops none
-        e(key=C.SUBMISSION_BENCHMARK, value=mlperf_benchmark(cfg.goal.metric))
-        e(key="xbench_workload", value=f"{cfg.model.name}_{cfg.data.name}")
+        e(key=C.SUBMISSION_BENCHMARK, value=mlperf_benchmark(plan.goal.metric))
+        e(key="xbench_workload", value=f"{plan.model.name}_{plan.data.name}")
         e(key=C.SUBMISSION_ORG, value="xbench")
         e(key=C.SUBMISSION_DIVISION, value=C.OPEN)
         e(key=C.SUBMISSION_STATUS, value=C.RESEARCH)
-        e(key=C.SUBMISSION_PLATFORM, value=cfg.platform.name)
-        e(key=C.SEED, value=cfg.bench.seed)
+        e(key=C.SUBMISSION_PLATFORM, value=plan.platform.name)
+        e(key=C.SEED, value=plan.bench.seed)
         e(key=C.GLOBAL_BATCH_SIZE, value=global_batch)
-        for key, value in recipe_events(cfg.optim, hyper or {"lr_base": cfg.optim.lr, "lr_schedule": "constant"}):
+        for key, value in recipe_events(plan.optim, hyper or {"lr_base": plan.optim.lr, "lr_schedule": "constant"}):
             e(key=key, value=value)
         e(key=C.TRAIN_SAMPLES, value=train_samples)
         e(key=C.EVAL_SAMPLES, value=eval_samples)

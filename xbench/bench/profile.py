@@ -45,10 +45,10 @@ def environment(cfg, run_dir):
         yield
 
 
-def capture(cfg, p, run_dir, rank: int) -> tuple[dict[str, str], list[str]]:
-    """Run the profiled steps of a prepared rank `p` (bench/worker.py) and write this rank's files.
-    Returns (artifacts: name -> path relative to the run folder, warnings)."""
-    kind, steps, h = cfg.bench.profile, cfg.bench.profile_steps, p.hooks
+def capture(bench, p, run_dir, rank: int) -> tuple[dict[str, str], list[str]]:
+    """Run the profiled steps of a prepared rank `p` (bench/worker.py) and write this rank's files (`bench`:
+    the plan's bench section). Returns (artifacts: name -> path relative to the run folder, warnings)."""
+    kind, steps, h = bench.profile, bench.profile_steps, p.hooks
     out = Path(run_dir) / DIR / kind if run_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -122,25 +122,24 @@ class TargetTraining:
 
     def __init__(self, plan: Plan, ctx: RankContext, run_dir: Path, started_at: float | None = None,
                  on_step=None, stop=None):
-        cfg = plan.cfg
         self.created = started_at or point_started_at()  # this run's start (a sweep point's own: launch/isolation.py)
-        self.cfg, self.goal, self.ctx = cfg, cfg.goal, ctx
-        self.targets = tg.effective_targets(cfg.goal)
+        self.plan, self.goal, self.ctx = plan, plan.goal, ctx
+        self.targets = tg.effective_targets(plan.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
-        self.threads, self.cpu_capability, setup_warnings = setup_rank(cfg, ctx)  # as the throughput rank does
+        self.threads, self.cpu_capability, setup_warnings = setup_rank(plan.bench, ctx)  # as the throughput rank does
         self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
         self._data()
         ckpt = self._load()
-        self.step = make_step(self.w, cfg, ctx.rank)
-        self.sched = schedules.Schedule(cfg.optim, self.global_batch, self.steps_per_epoch, self.goal.max_epochs)
-        self.hyper = schedules.hyperparameters(cfg.optim, self.global_batch, self.steps_per_epoch,
+        self.step = make_step(self.w, plan, ctx.rank)
+        self.sched = schedules.Schedule(plan.optim, self.global_batch, self.steps_per_epoch, self.goal.max_epochs)
+        self.hyper = schedules.hyperparameters(plan.optim, self.global_batch, self.steps_per_epoch,
                                                self.goal.max_epochs)
         self.mlog = for_rank(self.run_dir / LOG_FILE, ctx.rank)
         if ckpt:
             self.mlog.resumed(self.p.resumes, self.epoch_f(), self.p.samples)
         else:
-            self.mlog.run_start(cfg, self.train_samples, self.eval_samples, self.global_batch, self.hyper,
+            self.mlog.run_start(plan, self.train_samples, self.eval_samples, self.global_batch, self.hyper,
                                 started_at=self.created)  # MLPerf init_start: the run's start, start-up included
         # Rank 0 writes the curve as it grows (the launching process tails it into W&B); a resume starts
         # the file again from the checkpoint's curve.
@@ -152,18 +151,18 @@ class TargetTraining:
 
     def _data(self) -> None:
         """This rank's training feed and eval shard, and the batch sizes that follow from the strategy."""
-        cfg, ctx, w = self.cfg, self.ctx, self.w
-        splits = loaders.build(cfg.data, w.entry.task)
+        data, ctx, w = self.plan.data, self.ctx, self.w
+        splits = loaders.build(data, w.entry.task)
         devices = w.strategy.devices_per_rank
-        self.bs = cfg.data.batch_size  # per device
-        self.accumulate = cfg.optim.accumulate_steps
+        self.bs = data.batch_size  # per device
+        self.accumulate = self.plan.optim.accumulate_steps
         self.rank_batch = samples_per_step(self.bs, devices, self.accumulate)
         self.global_batch = self.rank_batch * ctx.world_size  # samples of one optimizer step, all ranks
-        self.feed = TrainFeed(splits.train, ctx.rank, ctx.world_size, self.rank_batch, cfg.bench.seed, cfg.data,
+        self.feed = TrainFeed(splits.train, ctx.rank, ctx.world_size, self.rank_batch, self.plan.bench.seed, data,
                               splits.collate, w.runtime.device)
         self.steps_per_epoch = self.feed.steps_per_epoch
         self.eval_bs = self.goal.eval_batch_size or self.bs
-        self.shard = EvalShard(splits.eval, ctx.rank, ctx.world_size, self.eval_bs * devices, cfg.data,
+        self.shard = EvalShard(splits.eval, ctx.rank, ctx.world_size, self.eval_bs * devices, data,
                                splits.collate, w.runtime.device)
         self.train_samples, self.eval_samples = len(splits.train), len(splits.eval)
 
@@ -171,16 +170,16 @@ class TargetTraining:
         """A host batch on this rank's device(s), in the model's input format, as the strategy takes it."""
         w, dev = self.w, self.w.runtime.device
         nb = dev.type == "cuda"  # asynchronous from pinned batches (TrainFeed.pin); a plain copy otherwise
-        x = input_format(x.to(dev, non_blocking=nb), w.precision, self.cfg.model.channels_last)
+        x = input_format(x.to(dev, non_blocking=nb), w.precision, self.plan.model.channels_last)
         return w.strategy.place_batch(x, y.to(dev, non_blocking=nb))
 
     def _load(self) -> dict | None:
         """Model, optimizer, scaler and this rank's RNG from the checkpoint when resuming; the progress so far.
         Every rank reads the one file rank 0 wrote."""
-        cfg, w = self.cfg, self.w
-        ckpt = load_checkpoint(self.run_dir) if cfg.resume else None
-        if cfg.resume and ckpt is None:
-            raise FileNotFoundError(f"resume={cfg.resume!r}: no {CHECKPOINT_FILE} in {self.run_dir} "
+        resume, w = self.plan.resume, self.w
+        ckpt = load_checkpoint(self.run_dir) if resume else None
+        if resume and ckpt is None:
+            raise FileNotFoundError(f"resume={resume!r}: no {CHECKPOINT_FILE} in {self.run_dir} "
                                     f"(set goal.checkpoint_every_evals, or stop the run with SIGTERM, to leave one)")
         if ckpt:
             if ckpt.get("world_size", 1) != self.ctx.world_size:
@@ -263,7 +262,7 @@ class TargetTraining:
                 p.reached[tg.label(t)] = point
         if self.curve_out is not None:
             self.curve_out.write(point)
-        chance = loop.chance_level(goal.metric, self.cfg.data.num_classes)  # loop.py rule 9: a finite blow-up
+        chance = loop.chance_level(goal.metric, self.plan.data.num_classes)  # loop.py rule 9: a finite blow-up
         if chance is not None and epoch_f >= 1 and value < chance / 2:
             raise loop.BelowChance(p.step, value, chance, goal.metric)
         if goal.checkpoint_every_evals and p.evals % goal.checkpoint_every_evals == 0:
@@ -383,7 +382,7 @@ class TargetTraining:
             "accumulate_steps": self.accumulate,
             "global_batch_size": self.global_batch,
             **self.hyper,
-            "optimizer": self.cfg.optim.name,
+            "optimizer": self.plan.optim.name,
             "goal_metric": metric,
             "goal_target": self.targets[-1] if self.targets else None,
             "goal_targets": list(self.targets),
@@ -435,8 +434,8 @@ class TargetWork:
 
     def bar(self) -> tuple[int, int] | None:
         """The totals of the bar a launched rank 0 draws (launch/preamble.py): modes/base.console_progress's."""
-        b = self.plan.cfg.bench
-        return (b.warmup_max_steps, b.steps * b.repeats) if self.plan.cfg.logger.progress else None
+        b = self.plan.bench
+        return (b.warmup_max_steps, b.steps * b.repeats) if self.plan.progress else None
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
         return TargetTraining(self.plan, ctx, Path(self.run_dir), self.started_at, on_step, stop).run()

@@ -61,15 +61,15 @@ class ThroughputWork:
 
     def bar(self) -> tuple[int, int | None] | None:
         """The totals of the bar a launched rank 0 draws (launch/preamble.py), or None for no bar."""
-        if not (self.show_progress and self.plan.cfg.logger.progress):
+        if not (self.show_progress and self.plan.progress):
             return None
-        p = self.windows or WindowPlan.of(self.plan.cfg.bench)
+        p = self.windows or WindowPlan.of(self.plan.bench)
         # Time-sized windows: the count is known after warm-up, so the bar counts without a total.
         return p.warmup_max_steps, None if p.min_window_s > 0 else p.steps * p.repeats
 
     def __call__(self, ctx: RankContext, on_step=None, stop=None) -> RankResult:
         live = window_log(self.run_dir, ctx) if self.live and self.run_dir else None
-        return measure_rank(self.plan, ctx, self.windows or WindowPlan.of(self.plan.cfg.bench), self.batch_size,
+        return measure_rank(self.plan, ctx, self.windows or WindowPlan.of(self.plan.bench), self.batch_size,
                             on_step, stop, self.run_dir, live)
 
 
@@ -99,13 +99,13 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
                  on_step=None, stop=None, run_dir: str | None = None, live=None) -> RankResult:
     """Probe the machine, build the rank, warm it up, size and time `plan.repeats` windows, and report
     this rank's figures (`run`: the run's plan, bench/plan.py; `plan`: its windows)."""
-    cfg, dev = run.cfg, run.device_type
+    bench, dev = run.bench, run.device_type
     main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
-    probe_s = cfg.bench.contention_probe_s if main else 0
+    probe_s = bench.contention_probe_s if main else 0
     before = contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank)) if probe_s > 0 else None
     p = prepare_rank(run, ctx, batch_size, on_step, stop)
     # loop.py rule 10: how ranks stop together (one rank: at the next step)
-    p.hooks.finish_window_s = loop.finish_window_s(cfg.bench.stop_grace_s, ctx.world_size)
+    p.hooks.finish_window_s = loop.finish_window_s(bench.stop_grace_s, ctx.world_size)
     p.hooks.device_sync = p.work.runtime.sync
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
@@ -127,24 +127,24 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
         warnings.append(f"timed windows capped at bench.max_window_steps={plan.max_window_steps} steps "
                         f"({steps * step_s:.2g} s, under bench.min_window_s={plan.min_window_s})")
     p.work.runtime.mark_timed()  # from the first window: the compile's *_timed figures (the memory meter: peaks)
-    windows, meters = _timed_windows(cfg, p, plan, wu, warnings, steps, before, dev, live)
+    windows, meters = _timed_windows(run, p, plan, wu, warnings, steps, before, dev, live)
     wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
     if wait_fraction > INPUT_BOUND_FRACTION:
         warnings.append(f"input-bound: {wait_fraction:.0%} of the timed window waited for data "
-                        f"(data.source={cfg.data.source}, num_workers={cfg.data.num_workers}); "
+                        f"(data.source={run.data.source}, num_workers={run.data.num_workers}); "
                         "this measures the loader, not the chip")
-    m = _rank_figures(cfg, ctx, p, plan, wu, windows, meters)
+    m = _rank_figures(run.data, ctx, p, plan, wu, windows, meters)
     m.update(sizing, startup_to_first_step_s=startup_to_first_step_s)
     warnings += p.work.runtime.warnings()
     steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
-    m.update(breakdown.split(p.hooks, dev, m, cfg.bench.breakdown_steps if main else 0, steps, steady_s))
+    m.update(breakdown.split(p.hooks, dev, m, bench.breakdown_steps if main else 0, steps, steady_s))
     if m.get("xla_compiles_before_run"):
         warnings.append(f"compile figures read low: {m['xla_compiles_before_run']} XLA graph(s) were compiled "
                         "earlier in this process and identical ones came from its cache (bench.isolation=shared); "
                         "run it isolated for its own compile count and time")
     artifacts = {}
-    if cfg.bench.profile and main:  # the run's own batch (not the self-check's or a trial's)
-        artifacts, notes = profile.capture(cfg, p, run_dir, ctx.rank)
+    if bench.profile and main:  # the run's own batch (not the self-check's or a trial's)
+        artifacts, notes = profile.capture(bench, p, run_dir, ctx.rank)
         warnings += notes
     return RankResult(ctx.rank, m, _series(wu, windows), warnings, artifacts)
 
@@ -164,17 +164,17 @@ def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_hos
             "include waiting for cores (bench.threads, or leave it unset for the free cores)"]
 
 
-def _timed_windows(cfg, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
+def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
                    before: dict | None = None, dev: str = "cpu", live=None):
     """The timed windows, with energy, utilisation, memory peaks and other processes' use metered at their edges
     (never inside a step): the meters (bench/meters/) enter on one stack at the first window's edge
     and exit on every path out (a divergence, an OOM, a stop, any exception). A stalled window (loop.py
     rule 8) is measured again, at most `plan.stall_remeasure` times, when every rank agrees one stalled;
     the meters forget it. `live` hears of each kept window once it has closed (W&B), before the next
-    one starts."""
+    one starts. `run`: the run's plan, whose bench section sets the meters."""
     windows, stalls, dropped = [], [], []
     done_steps = wu.steps
-    rank = rank_meters(cfg, p, dev, before)
+    rank = rank_meters(run.bench, p, dev, before)
     with contextlib.ExitStack() as stack:
         for m in rank:
             stack.enter_context(m)
@@ -239,7 +239,7 @@ def _measured_so_far(p: PreparedRank, wu, windows: list, part: dict) -> dict:
     return part
 
 
-def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, meters: dict) -> dict:
+def _rank_figures(data, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, meters: dict) -> dict:
     """This rank's measurements (the run's are aggregated from every rank's in the parent): what it built
     (bench/figures.py), its warm-up and windows, the meters' figures from the first window."""
     st = summarize([t for w in windows for t in w.step_times_s])
@@ -262,7 +262,7 @@ def _rank_figures(cfg, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, mete
         "step_time_s_p90": st["p90"],
         "step_time_cv": st["cv"],
         "data_wait_s": sum(w.data_wait_s for w in windows),
-        "data_source": cfg.data.source,
+        "data_source": data.source,
         **p.data_info,
         "loss_first": wu.losses[0],
         "loss_last": windows[-1].losses[-1],

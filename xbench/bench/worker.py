@@ -28,7 +28,7 @@ from xbench.bench.meters.energy import EnergyMeter
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.meters.utilisation import UtilisationMeter
 from xbench.bench.plan import Plan
-from xbench.config import XBenchConfig
+from xbench.config import BenchConfig
 from xbench.data import feed, loaders
 from xbench.data.spec import InputSpec
 from xbench.data.synthetic import synthetic_pool
@@ -121,43 +121,42 @@ _BUILD_LOCK = threading.Lock()
 def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     """strategy -> runtime/device -> precision -> model (on the device, in the parameter dtype and memory
     format, wrapped by the strategy) -> optimizer. FLOPs are measured on the meta device first."""
-    cfg, spec = plan.cfg, plan.spec
-    strategy = parallel.create(cfg.parallel, ctx)
-    runtime = runtimes.create(cfg.runtime, plan.device_type, ctx.local_rank)
+    spec, m, optim = plan.spec, plan.model, plan.optim
+    strategy = parallel.create(plan.parallel, ctx)
+    runtime = runtimes.create(plan.runtime, plan.device_type, ctx.local_rank)
     precision = runtime.adapt_precision(resolve(plan.precision, runtime.device.type))
-    entry = models.get(cfg.model.name)
-    flops = flops_per_sample(cfg.model.name, spec, dict(cfg.model.options))
+    entry = models.get(m.name)
+    flops = flops_per_sample(m.name, spec, dict(m.options))
     with _BUILD_LOCK:  # seed -> weights in one go: replicas that are threads of one process share the RNG
-        torch.manual_seed(cfg.bench.seed)
-        model = models.build(cfg.model.name, spec, dict(cfg.model.options))
+        torch.manual_seed(plan.bench.seed)
+        model = models.build(m.name, spec, dict(m.options))
     params_count = sum(p.numel() for p in model.parameters())
-    memory_format = torch.channels_last if cfg.model.channels_last else torch.contiguous_format
+    memory_format = torch.channels_last if m.channels_last else torch.contiguous_format
     model = model.to(device=runtime.device, dtype=precision.param_dtype, memory_format=memory_format)
     model = strategy.wrap(model, runtime.device)
     model.train()
     # The linear scaling rule (optim.lr_reference_batch) reads the global batch of one optimizer step.
-    global_batch = cfg.data.batch_size * ctx.devices * cfg.optim.accumulate_steps
-    traced = cfg.runtime.name == "compile" and cfg.runtime.target == "step"  # dynamo skips fused kernels
-    optimizer = strategy.wrap_optimizer(make_optimizer(cfg.optim, model, base_lr(cfg.optim, global_batch),
-                                                       traced=traced))
+    global_batch = plan.data.batch_size * ctx.devices * optim.accumulate_steps
+    traced = plan.runtime.name == "compile" and plan.runtime.target == "step"  # dynamo skips fused kernels
+    optimizer = strategy.wrap_optimizer(make_optimizer(optim, model, base_lr(optim, global_batch), traced=traced))
     return Workload(runtime, precision, strategy, spec, entry, model, optimizer, flops, params_count)
 
 
-def make_step(w: Workload, cfg: XBenchConfig, rank: int = 0):
-    """The runtime's step over the workload (after any checkpoint was loaded), with a fault if asked,
-    returning the loss the way the runtime keeps it (Runtime.keep_loss)."""
-    step = w.runtime.prepare(w.model, w.optimizer, w.entry.task, w.precision, StepOptions.of(cfg.optim))
-    return w.runtime.keep_loss(_inject_fault(step, cfg.fault, rank) if cfg.fault.kind else step)
+def make_step(w: Workload, plan: Plan, rank: int = 0):
+    """The runtime's step over the workload (after any checkpoint was loaded), with the plan's fault if one is
+    asked, returning the loss the way the runtime keeps it (Runtime.keep_loss); its options: plan.optim's."""
+    step = w.runtime.prepare(w.model, w.optimizer, w.entry.task, w.precision, StepOptions.of(plan.optim))
+    return w.runtime.keep_loss(_inject_fault(step, plan.fault, rank) if plan.fault.kind else step)
 
 
-def setup_rank(cfg: XBenchConfig, ctx: RankContext) -> tuple[dict, str, list[str]]:
+def setup_rank(bench: BenchConfig, ctx: RankContext) -> tuple[dict, str, list[str]]:
     """The first thing both loops do on a rank (prepare_rank here, bench/training.TargetTraining): threads ->
     seed. (threads in force, ATen's CPU kernels in force, warnings for what is not as asked.)"""
-    threads = set_threads(ctx.threads, cfg.bench.interop_threads)
-    torch.manual_seed(cfg.bench.seed)
-    warnings: list[str] = threads_not_applied(ctx.threads, cfg.bench.interop_threads, threads)
+    threads = set_threads(ctx.threads, bench.interop_threads)
+    torch.manual_seed(bench.seed)
+    warnings: list[str] = threads_not_applied(ctx.threads, bench.interop_threads, threads)
     cpu_capability = torch.backends.cpu.get_cpu_capability()
-    asked = cfg.bench.cpu_capability
+    asked = bench.cpu_capability
     if asked and asked.upper() != cpu_capability:
         warnings.append(f"bench.cpu_capability={asked}, but ATen runs {cpu_capability} kernels (this CPU lacks "
                         f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)")
@@ -194,24 +193,24 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
     """threads -> seed -> workload -> step -> data -> the loop's hooks, at `batch_size` per device
     (default `data.batch_size`). Also used as is by scripts/bench_overhead.py, so the harness it
     measures is exactly this one."""
-    cfg = plan.cfg
-    threads, cpu_capability, warnings = setup_rank(cfg, ctx)
-    batch_size = batch_size or cfg.data.batch_size
+    data, bench = plan.data, plan.bench
+    threads, cpu_capability, warnings = setup_rank(bench, ctx)
+    batch_size = batch_size or data.batch_size
 
     work = build_workload(plan, ctx)
     runtime, precision, spec, entry, strategy = work.runtime, work.precision, work.spec, work.entry, work.strategy
-    step = make_step(work, cfg, ctx.rank)
-    accumulate = cfg.optim.accumulate_steps
+    step = make_step(work, plan, ctx.rank)
+    accumulate = plan.optim.accumulate_steps
     per_rank = samples_per_step(batch_size, strategy.devices_per_rank, accumulate)
 
     def prepare_inputs(x):
-        return input_format(x, precision, cfg.model.channels_last)
+        return input_format(x, precision, plan.model.channels_last)
 
     data_info = {}
-    if cfg.data.source == "synthetic":
+    if data.source == "synthetic":
         # Each rank gets its own data (seed + rank), as a data-parallel sampler would give it.
-        pool = synthetic_pool(spec, per_rank, entry.task, cfg.data.synthetic_batches, runtime.device,
-                              cfg.bench.seed + ctx.rank)
+        pool = synthetic_pool(spec, per_rank, entry.task, data.synthetic_batches, runtime.device,
+                              bench.seed + ctx.rank)
         pool = [strategy.place_batch(prepare_inputs(x), y) for x, y in pool]
         cursor = [0]
         n_pool = len(pool)
@@ -222,11 +221,11 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
             return pool[i % n_pool]
     else:
         # Real files: a per-rank shard through a DataLoader; the loop measures the wait (data_wait_s).
-        splits = loaders.build(cfg.data, entry.task)
+        splits = loaders.build(data, entry.task)
         info = splits.info or {}
         data_info = {name: info[k] for k, name in (("train", "data_train_samples"), ("eval", "data_eval_samples"),
                                                     ("vocab", "data_vocab_size")) if k in info}
-        train_loader = feed.make_loader(splits.train, cfg.data, ctx.rank, ctx.world_size, cfg.bench.seed,
+        train_loader = feed.make_loader(splits.train, data, ctx.rank, ctx.world_size, bench.seed,
                                         splits.collate, batch_size=per_rank, device=runtime.device)
         if runtime.drives_xla:  # MpDeviceLoader: background transfer; SPMD: each device gets only its shard
             fetch = runtime.device_feed(train_loader, prepare_inputs, strategy.feed_sharding())
@@ -243,7 +242,7 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
         read_losses=runtime.read_losses,
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
         on_step=on_step, stop=stop or StopFlag(), agree=strategy.agree(runtime.device),
-        watch=loop.LossWatch(cfg.bench.diverge_loss_factor),  # loop.py rule 9: finite blow-ups
+        watch=loop.LossWatch(bench.diverge_loss_factor),  # loop.py rule 9: finite blow-ups
     )
     # Memory peaks start at the first timed window (bench/meters/memory.py), not here: warm-up's
     # cuDNN autotuning workspaces and compile-time buffers are not the steady step's.
@@ -265,7 +264,7 @@ def device_gpus(device_type: str, index: int, devices_per_rank: int) -> list[int
     return list(range(devices_per_rank)) if devices_per_rank > 1 else [index]
 
 
-def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None) -> list:
+def rank_meters(bench: BenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None) -> list:
     """The meters beside the timed windows (bench/meters/), in the order they are entered: memory after the
     others have started (their own buffers are not the step's), energy last, so its readings sit closest
     to each window's edges. `before`: the contention probe's figures."""
@@ -273,6 +272,6 @@ def rank_meters(cfg: XBenchConfig, p: PreparedRank, dev: str | None = None, befo
     gpus = rank_gpus(p)
     return [ContentionMeter(p.threads.get("threads_intra") or 1, dev, gpus, before,
                             ranks_on_host=p.ranks_on_host),
-            UtilisationMeter(p.work.runtime.device.type, cfg.bench.util_interval_s, gpus),
+            UtilisationMeter(p.work.runtime.device.type, bench.util_interval_s, gpus),
             MemoryMeter(gpus),
             EnergyMeter(p.work.runtime.device.type, gpus)]

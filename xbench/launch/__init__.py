@@ -46,10 +46,10 @@ def writes_record(cfg) -> bool:
     return cfg.parallel.node_rank == 0
 
 
-def process_environment(cfg) -> dict[str, str]:
-    """Settings torch reads once, when it starts: a run that asks for one runs in fresh processes
-    started with it (the rank records what was in force)."""
-    cap = cfg.bench.cpu_capability
+def process_environment(bench) -> dict[str, str]:
+    """Settings torch reads once, when it starts (`bench`: the plan's bench section): a run that asks for
+    one runs in fresh processes started with it (the rank records what was in force)."""
+    cap = bench.cpu_capability
     return {"ATEN_CPU_CAPABILITY": cap} if cap else {}
 
 
@@ -59,9 +59,9 @@ def run(work, on_step=None, stop=None, fresh: bool | None = None) -> LaunchResul
     `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats, or settings
     torch reads at start); None: as `bench.isolation` says (launch/isolation.py: a sweep's points are
     isolated by default). The other launchers start fresh processes anyway."""
-    cfg = work.plan.cfg
-    module, fn = LAUNCHERS[work.plan.launcher].split(":")
-    env = process_environment(cfg)
-    fresh = isolated(cfg) if fresh is None else fresh
+    plan = work.plan
+    module, fn = LAUNCHERS[plan.launcher].split(":")
+    env = process_environment(plan.bench)
+    fresh = isolated(plan) if fresh is None else fresh
     with env_vars.temporarily(env):  # fresh processes inherit it at exec, before torch
         return getattr(importlib.import_module(module), fn)(work, on_step, stop, fresh or bool(env))

@@ -12,25 +12,27 @@ from xbench.rank import RankContext, RankResult, StopFlag
 from xbench.sinks.console import Progress
 
 
-def process_stop(cfg=None) -> StopFlag:
+def process_stop(bench=None) -> StopFlag:
     """This process's stop flag (launch/child.stop_on_signals: installed once, by the main thread; a
-    replica thread, or a process forked from one that installed it, gets the same flag). With `cfg`:
-    after the first stop signal the process exits at the latest bench.stop_grace_s later (child.exit_within)."""
+    replica thread, or a process forked from one that installed it, gets the same flag). With `bench` (the
+    plan's bench section): after the first stop signal the process exits at the latest bench.stop_grace_s
+    later (child.exit_within)."""
     flag = child.stop_on_signals()
-    if cfg is not None:
-        child.exit_within(cfg.bench.stop_grace_s)
+    if bench is not None:
+        child.exit_within(bench.stop_grace_s)
     return flag
 
 
-def threads_asked(cfg, share: int = 1) -> dict:
-    """The rank's threads as the config asks them (RankContext keywords): bench.threads, else this rank's
+def threads_asked(plan, share: int = 1) -> dict:
+    """The rank's threads as the plan asks them (RankContext keywords; the root config, whose bench section
+    the plan carries, serves as well on the record side): bench.threads, else this rank's
     `share` of the free physical cores (other processes' busy cores probed now, bench/contention.py):
     torch's default (every core) oversubscribes a machine that others use, and 2 threads on a busy
     2-core machine ran 2.5-26x slower than one."""
-    t = cfg.bench.threads
+    t = plan.bench.threads
     if t is not None:
         return {"threads": t, "threads_policy": "bench.threads"}
-    if cfg.bench.contention_probe_s > 0:
+    if plan.bench.contention_probe_s > 0:
         free, how = contention.free_cores()
     else:
         free, how = contention.physical_cores(), "physical cores (bench.contention_probe_s=0: not probed)"
@@ -38,12 +40,12 @@ def threads_asked(cfg, share: int = 1) -> dict:
     return {"threads": n, "threads_policy": how + (f" // {share} ranks on this host = {n}" if share > 1 else "")}
 
 
-def world_size_warning(cfg, started: int, what: str) -> tuple[str, ...]:
-    """A launcher that started another number of ranks/devices than the config asked says so; `what`
-    says what it started, e.g. "torchrun started 4 ranks"."""
-    if started == cfg.parallel.world_size:
+def world_size_warning(plan, started: int, what: str) -> tuple[str, ...]:
+    """A launcher that started another number of ranks/devices than the plan's parallel section asked says
+    so; `what` says what it started, e.g. "torchrun started 4 ranks"."""
+    if started == plan.parallel.world_size:
         return ()
-    return (f"parallel.world_size={cfg.parallel.world_size} in the config, but {what}: the run used "
+    return (f"parallel.world_size={plan.parallel.world_size} in the config, but {what}: the run used "
             f"{started} (measurements.world_size, measurements.devices)",)
 
 

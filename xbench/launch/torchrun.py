@@ -73,7 +73,7 @@ def rank_main(work, on_step=None, stop=None):
 
     from xbench.parallel.ddp import resolve_backend
 
-    cfg, dev_type = work.plan.cfg, work.plan.device_type
+    cfg, dev_type = work.plan, work.plan.device_type
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -164,7 +164,7 @@ def _spawned_rank(work, exchange: str | None = None):
     """Entry point of a rank started by elastic_launch (picklable: a module-level function). Its console is
     EPIPE-proof and redacted, it dies with its parent, and a stop signal stops it after the step (it exits
     at the latest bench.stop_grace_s later); a stopped rank leaves what it measured for the launcher."""
-    stop = process_stop(work.plan.cfg)  # also: die_with_parent, EPIPE-proof redacting streams, the grace
+    stop = process_stop(work.plan.bench)  # also: die_with_parent, EPIPE-proof redacting streams, the grace
     rank = int(os.environ.get("RANK", "0"))
     try:
         with child.reason_on_stop(stop):
@@ -251,7 +251,11 @@ def _failures(err, left: dict | None = None) -> list[dict]:
         lost = (left or {}).get(rank)
         if isinstance(lost, RankLost):
             out[-1]["figures"] = lost.partial
-    return sorted(out, key=lambda d: (d["timestamp"], d["rank"]))
+    out.sort(key=lambda d: (d["timestamp"], d["rank"]))
+    # A rank the agent stopped once another had failed is not among its failures; what it left is kept.
+    return out + [{"rank": rank, "error": lost.error, "figures": lost.partial}
+                  for rank, lost in sorted((left or {}).items())
+                  if isinstance(lost, RankLost) and rank not in err.failures]
 
 
 def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
@@ -269,7 +273,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     exchange = tempfile.mkdtemp(prefix="xbench-ranks-")  # private (0700): where stopped ranks leave figures
     try:
         with _marks_stopping(exchange):
-            out = elastic_launch(_launch_config(work.plan.cfg), _spawned_rank)(work, exchange)
+            out = elastic_launch(_launch_config(work.plan), _spawned_rank)(work, exchange)
         gathered = (out or {}).get(0)
         if gathered is None:  # rank 0 left its result instead of returning it (a stop only the ranks saw)
             gathered = _left(exchange).get(0)

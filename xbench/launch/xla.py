@@ -28,14 +28,15 @@ from xbench.rank import LaunchResult, RankContext
 from xbench.runtimes import default_pjrt_device, xla_environment
 
 
-def xla_env(cfg) -> dict:
-    """Environment the XLA processes need before torch_xla is imported (runtimes.xla_environment); for
+def xla_env(plan) -> dict:
+    """Environment the XLA processes need before torch_xla is imported (runtimes.xla_environment, which reads
+    the plan's platform device and parallel section, as it reads the root config's); for
     xla_mp replicas on PJRT CPU, one CPU device per replica and no parameter aliasing: a donated
     buffer's release waits for the step that uses it while holding the GIL, and that step's all-reduce
     waits for the other replica thread, which needs the GIL to launch its half (a deadlock, seen here)."""
-    env = xla_environment(cfg)
-    if cfg.parallel.name == "xla_mp" and env["PJRT_DEVICE"] == "CPU" and cfg.parallel.world_size > 1:
-        env.update(CPU_NUM_DEVICES=str(cfg.parallel.world_size), XLA_ENABLE_PARAM_ALIASING="false")
+    env, par = xla_environment(plan), plan.parallel
+    if par.name == "xla_mp" and env["PJRT_DEVICE"] == "CPU" and par.world_size > 1:
+        env.update(CPU_NUM_DEVICES=str(par.world_size), XLA_ENABLE_PARAM_ALIASING="false")
     return env
 
 
@@ -52,15 +53,15 @@ def host_index() -> int:
 
 def _spmd_process(work, env: dict):
     """Entry point of the fresh SPMD process (module level: picklable)."""
-    cfg = work.plan.cfg
+    plan = work.plan
     os.environ.update(env)
     from xbench.runtimes import xla as rx
 
     stop = process_stop()
     devices = rx.enable_spmd()
     # The mesh spans every device PJRT gives (all chips of a slice); the run is what it is.
-    ctx = RankContext(devices_per_rank=devices, **threads_asked(cfg),
-                      warnings=world_size_warning(cfg, devices, f"the SPMD mesh spans all {devices} XLA devices "
+    ctx = RankContext(devices_per_rank=devices, **threads_asked(plan),
+                      warnings=world_size_warning(plan, devices, f"the SPMD mesh spans all {devices} XLA devices "
                                                                 f"({env['PJRT_DEVICE']})"))
     process_index, process_count = rx.process()
     with child.reason_on_stop(stop):
@@ -70,7 +71,7 @@ def _spmd_process(work, env: dict):
 
 
 def _run_spmd(work, stop) -> LaunchResult | None:
-    result, process_index = child.in_fresh_process(_spmd_process, (work, xla_env(work.plan.cfg)), stop,
+    result, process_index = child.in_fresh_process(_spmd_process, (work, xla_env(work.plan)), stop,
                                                    "the XLA process")
     if process_index != 0:  # another host of a pod slice: host 0 holds the record
         return None
@@ -86,10 +87,10 @@ def _mp_process(index, work, out_path: str):
     device it addresses), so it takes its process's stop flag rather than installing one."""
     from xbench.runtimes import xla as rx
 
-    cfg = work.plan.cfg
+    plan = work.plan
     ordinal, world, local = rx.replica()
-    ctx = RankContext(ordinal, world, local, **threads_asked(cfg),
-                      warnings=world_size_warning(cfg, world, f"torch_xla.launch started {world} replicas "
+    ctx = RankContext(ordinal, world, local, **threads_asked(plan),
+                      warnings=world_size_warning(plan, world, f"torch_xla.launch started {world} replicas "
                                                               "(one per chip)"))
     if rx.replicas_are_threads_on_cpu():  # XLA:CPU's collectives need it (runtimes/xla.py says why)
         rx.serialise_graph_launches()
@@ -118,7 +119,7 @@ def _mp_parent(work, out_path: str, env: dict):
     from xbench.runtimes import xla as rx
 
     with child.reason_on_stop(stop):
-        rx.launch_processes(_mp_process, (work, out_path), single_process=work.plan.cfg.parallel.world_size == 1,
+        rx.launch_processes(_mp_process, (work, out_path), single_process=work.plan.parallel.world_size == 1,
                             start_method="fork")
 
 
@@ -126,7 +127,7 @@ def _run_mp(work, stop) -> LaunchResult | None:
     with tempfile.TemporaryDirectory(prefix="xbench-xla-mp-") as tmp:
         out = str(Path(tmp) / "ranks.pkl")
         # torch_xla.launch needs an uninitialised XLA runtime in its process: a fresh one, as for SPMD.
-        child.in_fresh_process(_mp_parent, (work, out, xla_env(work.plan.cfg)), stop, "the XLA process")
+        child.in_fresh_process(_mp_parent, (work, out, xla_env(work.plan)), stop, "the XLA process")
         if not Path(out).exists():  # ordinal 0 lives on another host of the slice
             return None
         gathered = pickle.loads(Path(out).read_bytes())
@@ -136,9 +137,9 @@ def _run_mp(work, stop) -> LaunchResult | None:
 def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
     """Progress is drawn by the launched process itself (`on_step` cannot cross into it); every XLA
     run is in a fresh process anyway."""
-    cfg = work.plan.cfg
-    if cfg.parallel.name in ("xla_spmd", "xla_fsdp"):  # one SPMD process; xla_fsdp also shards the parameters
+    strategy = work.plan.strategy
+    if strategy in ("xla_spmd", "xla_fsdp"):  # one SPMD process; xla_fsdp also shards the parameters
         return _run_spmd(work, stop)
-    if cfg.parallel.name == "xla_mp":
+    if strategy == "xla_mp":
         return _run_mp(work, stop)
-    raise ValueError(f"launcher xla runs parallel=xla_spmd, xla_fsdp or xla_mp, not {cfg.parallel.name!r}")
+    raise ValueError(f"launcher xla runs parallel=xla_spmd, xla_fsdp or xla_mp, not {strategy!r}")

@@ -57,7 +57,8 @@ class Mode:
         """Run every rank, fill run.record (measurements, series, warnings, derived) and finish it."""
         raise NotImplementedError
 
-    def join(self, plan: Plan) -> None:
+    def join(self, plan: Plan, cfg) -> None:
         """A process that does not write the record (a rank > 0 under torchrun, a node > 0): run its
-        ranks only; rank 0 records the results."""
+        ranks only; rank 0 records the results. `cfg`: the root config, for what only the record side
+        reads (the store); the ranks get the plan."""
         launch.run(self.work(plan))

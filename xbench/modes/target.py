@@ -111,10 +111,9 @@ class TrainToTarget(Mode):
     def work(self, plan: Plan, run_dir=None, started_at: float | None = None) -> TargetWork:
         return TargetWork(plan, str(run_dir), started_at)
 
-    def join(self, plan: Plan) -> None:
+    def join(self, plan: Plan, cfg) -> None:
         """A rank > 0 under the torchrun command, or a node > 0: it writes nothing, but a resume reads the
         checkpoint from the run's folder (on a multi-node run, store.root must be storage every node sees)."""
-        cfg = plan.cfg
         run_dir = find_run(cfg.resume, cfg.store.root).parent if cfg.resume else None
         launch.run(self.work(plan, run_dir))
 

@@ -78,11 +78,11 @@ class Throughput(Mode):
         rec.warnings += record_gates(rec.measurements, rec.derived)
         rec.finish("ok")
 
-    def join(self, plan: Plan) -> None:
-        if plan.cfg.bench.process_repeats > 1:  # a node > 0 joins every repeat of node 0
+    def join(self, plan: Plan, cfg) -> None:
+        if plan.bench.process_repeats > 1:  # a node > 0 joins every repeat of node 0
             repeated(self.work(plan))
         else:
-            super().join(plan)
+            super().join(plan, cfg)
 
 
 def live_windows(run: Run, work: ThroughputWork) -> CurveTail | None:
@@ -122,7 +122,7 @@ class SelfCheck(Mode):
 def repeated(work: ThroughputWork, on_step=None, stop=None):
     """The run `bench.process_repeats` times, each in fresh processes: (a LaunchResult whose ranks hold
     every process's windows, each process's rank measurements); (None, []) off the record writer."""
-    n = work.plan.cfg.bench.process_repeats
+    n = work.plan.bench.process_repeats
     results: list[LaunchResult] = []
     for i in range(n):
         if stop is not None and stop.requested:  # asked between two repeats: start no new process
