@@ -21,6 +21,8 @@ from xbench.bench.meters import Meter
 
 
 class ProfilerMeter(Meter):
+    """torch.profiler over the profiled window (the module doc says when); subclasses read it in `figures_of`."""
+
     def __init__(self, cuda: bool, steps: int, refused: dict | None = None, **options):
         super().__init__()
         self.cuda, self.steps, self.refused, self.options = cuda, steps, dict(refused or {}), options
