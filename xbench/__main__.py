@@ -52,8 +52,9 @@ def run(dcfg: DictConfig):
 def main(dcfg: DictConfig) -> None:
     redact_hydra_files()  # the sweeper has just written multirun.yaml
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    if SIGNALS.flag.requested:  # a stop between two sweep points: no new point starts
-        say(f"xbench: {SIGNALS.flag.reason} received; the remaining points of the sweep are skipped")
+    if SIGNALS.flag.requested:  # a stop between two sweep points (or before the one run): no new point starts
+        say(f"xbench: {SIGNALS.flag.reason} received; " + ("the remaining points of the sweep are skipped"
+                                                           if multirun else "the run was not started (no record)"))
         raise SystemExit(130)
     if multirun and not _PRELOADED:
         _PRELOADED.append(True)

@@ -73,6 +73,9 @@ class _Signals:
         self.on_force = None  # the current run's "write the record now" (None between runs)
         self.previous: dict = {}
         self.timer: threading.Timer | None = None
+        # A phase in which nothing is measured yet (start-up: imports, compat, the plan): a first signal stops it
+        # at once, from the handler, instead of after imports that take seconds (a sweep's point in start-up too).
+        self.at_once: str | None = None
 
     @property
     def installed(self) -> bool:
@@ -120,13 +123,19 @@ class _Signals:
             self._force(f"second {name}: exited at once (after {self.flag.reason})", 128 + signum)
         self.flag.requested = True
         self.flag.reason = name
-        say(f"\nxbench: {name} received; stopping after this step (or phase) and saving the record "
-            f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)")
+        phase, self.at_once = self.at_once, None
+        if phase is not None:
+            say(f"\nxbench: {name} received during {phase} (nothing measured yet); stopping now and saving the record")
+        else:
+            say(f"\nxbench: {name} received; stopping after this step (or phase) and saving the record "
+                f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)")
         self.timer = threading.Timer(self.grace_s, self._force,
                                      (f"{name}: the step did not return within bench.stop_grace_s="
                                       f"{self.grace_s:g} s (hung step)", 128 + signum))
         self.timer.daemon = True
         self.timer.start()
+        if phase is not None:  # raised where the main thread is (an import, compat): the envelope records it
+            raise StopRequested({"phase": phase})
 
 
 SIGNALS = _Signals()
@@ -185,7 +194,10 @@ class RunEnvelope:
         return self.local.unsaved is not None
 
     def check_stop(self, phase: str) -> None:
-        """Between phases: a stop asked before any step ran ends the run here, recorded."""
+        """Between phases: a stop asked before any step ran ends the run here, recorded. Start-up (from the
+        first record write to its check_stop) is stopped at once from the signal handler (`_Signals.at_once`)."""
+        if phase == "start-up":
+            SIGNALS.at_once = None
         if self.stop.requested:
             raise StopRequested({"phase": phase})
 
@@ -216,9 +228,14 @@ class RunEnvelope:
         self.stop = SIGNALS.flag
         SIGNALS.grace_s = self.cfg.bench.stop_grace_s
         SIGNALS.on_force = self._forced
+        # Until check_stop("start-up"): nothing measured, nothing to finish first. Set last, on the main thread
+        # (where the handler raises): no call follows before the `with` body, so no signal lands outside it.
+        if threading.current_thread() is threading.main_thread():
+            SIGNALS.at_once = "start-up"
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        SIGNALS.at_once = None  # a signal from here on asks, it never raises inside the record's last writes
         try:
             if self.progress is not None:
                 with contextlib.suppress(Exception):
