@@ -10,6 +10,7 @@ stop reaches them (the whole run signalled; one rank alone).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,6 +91,8 @@ def test_one_rank_still_stops_at_the_next_step():
     with pytest.raises(loop.StopRequested) as e:
         loop.timed_window(p.hooks(on_step=_stop_at(flag, 3), stop=flag), steps=50)
     assert p.steps == 4 and e.value.partial["timed_steps"] == 4 and "stop_not_agreed" not in e.value.partial
+    h = p.hooks(stop=flag)  # a stop after a window's last step: that window is whole, the next step stops
+    assert loop.window_end_stop(h, loop.timed_window(p.hooks(), steps=5), stalled=False) is False
 
 
 # --- two real gloo ranks through the CLI ---------------------------------------------------------------
@@ -118,21 +121,22 @@ def _both_ranks_agreed(rec: dict, windows: int | None = None) -> list[dict]:
     return ranks
 
 
-def _start(store, *extra) -> tuple[subprocess.Popen, int, bytes]:
-    """The run, its console pipe, and what it printed up to rank 0's first timed step (its bar)."""
-    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *DDP, "bench.repeats=1000", *extra]
+def _start(store, at_step: int) -> tuple[subprocess.Popen, int, bytes]:
+    """The run and its console pipe, once rank 0's bar has counted `at_step` timed steps."""
+    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *DDP, "bench.repeats=1000"]
     r, w = os.pipe()
     proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=w, stderr=w)
     os.close(w)
-    seen, deadline = b"", time.monotonic() + 300
-    while b"timed steps" not in seen and time.monotonic() < deadline:
+    seen, deadline = b"", time.monotonic() + 400
+    while time.monotonic() < deadline:
         chunk = os.read(r, 4096)
         if not chunk:
             break
         seen += chunk
-    assert b"timed steps" in seen, seen[-2000:]
-    time.sleep(1.5)  # into the windows (1,000 of them: the run cannot end first)
-    return proc, r, seen
+        counts = re.findall(rb"timed steps[^|]*\|[^|]*\| *(\d+)/", seen[-4096:])
+        if counts and int(counts[-1]) >= at_step:
+            return proc, r, seen
+    raise AssertionError(seen[-2000:])
 
 
 def _drain(proc: subprocess.Popen, r: int) -> int:
@@ -162,12 +166,35 @@ def test_sigterm_to_the_launcher_mid_window_keeps_both_ranks_closed_windows(stor
     """A spot preemption: SIGTERM to the launching process while the windows run. The elastic agent passes it
     to both ranks; each runs its window to the edge, they stop there together, rank 0 gathers, and the record
     holds both ranks' figures with the same closed windows, within bench.stop_grace_s."""
-    proc, r, seen = _start(store)
+    proc, r, seen = _start(store, at_step=WINDOW_STEPS + 10)  # into the second window (of 1,000)
     proc.send_signal(signal.SIGTERM)
     t0 = time.monotonic()
     rc = _drain(proc, r)
     exit_s = time.monotonic() - t0
     [rec] = records(store)
     assert rc == 130, seen[-2000:]
-    _both_ranks_agreed(rec)
+    assert _both_ranks_agreed(rec)[0]["windows_completed"] >= 1
     assert exit_s < 60, exit_s
+
+
+@pytest.mark.slow
+def test_a_killed_rank_still_ends_the_run_and_the_survivor_keeps_its_closed_windows(store):
+    """SIGKILL to one rank mid-run: nothing can be agreed with it. Its peer's collective fails, the run ends
+    `failed` (exit 1) naming both ranks, and the survivor's closed windows are in its entry of `ranks`."""
+    import psutil
+
+    proc, r, seen = _start(store, at_step=WINDOW_STEPS + 10)  # into the second window (of 1,000)
+    ranks = [c for c in psutil.Process(proc.pid).children(recursive=True)
+             if "spawn_main" in " ".join(c.cmdline()) and "resource_tracker" not in " ".join(c.cmdline())]
+    assert len(ranks) == 2, ranks
+    max(ranks, key=lambda c: c.create_time()).send_signal(signal.SIGKILL)
+    rc = _drain(proc, r)
+    [rec] = records(store)
+    assert rc == 1 and rec["status"] == "failed", (rc, rec["status"], rec.get("reason"))
+    [killed] = [x for x in rec["ranks"] if x.get("exitcode") == -signal.SIGKILL]
+    [survivor] = [x for x in rec["ranks"] if x is not killed]
+    assert "figures" not in killed
+    kept = survivor["figures"]
+    assert kept["rank"] == survivor["rank"] and kept["windows_completed"] >= 1
+    assert len(kept["window_s_completed"]) == kept["windows_completed"]
+    assert kept["throughput_samples_per_s_partial"] > 0 and survivor["error"]  # its collective's failure

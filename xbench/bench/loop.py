@@ -318,16 +318,16 @@ def window_end_stop(h: Hooks, w: WindowResult, stalled: bool) -> bool:
     StopRequested on every rank, at this edge, when any rank was asked to stop (rule 10; `w` then is the
     window the stop arrived in, run to its end). One collective when nothing happened (as the stall check
     alone took), a second only when the first said no."""
-    asked = h.stop.requested  # read once: both answers must come from the same reading
+    # Read once: both answers must come from the same reading. One rank reads it at its next step instead
+    # (this window is whole: it counts among the closed ones, as before rule 10).
+    asked = h.stop.requested and h.finish_window_s > 0
     if h.agree(not (stalled or asked)):
         return False
     if h.agree(not asked):
         return True
     partial = {"phase": "timed", "timed_steps": w.steps, "window_s": w.wall_s,
                "timed_step_times_s": list(w.step_times_s), "stop_at_window_end": True,
-               "stop_seen_at_step": w.stop_seen_at_step}
-    if h.finish_window_s > 0:  # set on multi-rank runs only: every rank raises here (launch/torchrun gathers)
-        partial["ranks_agreed"] = True
+               "stop_seen_at_step": w.stop_seen_at_step, "ranks_agreed": True}  # every rank raises here
     raise StopRequested(partial)
 
 
