@@ -8,11 +8,12 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-from tests.test_report import _row, _tables, run_report_without_torch, write_fixture_store
+from tests.test_report import _row, _tables, write_fixture_store
 from xbench.analysis.currency import USD_PER, rate
 from xbench.analysis.frame import apply_filters, load, parse_query
 from xbench.records.store import write_record
 from xbench.report import layout
+from xbench.report.__main__ import main as report_main
 from xbench.report.fake import fake_record
 from xbench.report.plots import PLOTS
 from xbench.report.rows import Context, prepare
@@ -48,9 +49,11 @@ def _store(tmp_path, recs):
     return tmp_path
 
 
-def test_a_baseline_matching_a_ddp_and_a_single_run_is_refused_and_one_configuration_is_exactly_1(tmp_path):
+def test_a_baseline_matching_a_ddp_and_a_single_run_is_refused_and_one_configuration_is_exactly_1(tmp_path, capsys):
     """Averaging a DDP run and a single run at the same global batch into one baseline made the baseline's own
-    rows read 6.296x: now the query is refused naming both, and a query for one configuration gives 1.0."""
+    rows read 6.296x: now the query is refused naming both, and a query for one configuration gives 1.0. The
+    CLI's refusal is its `main` in this process (its exit status and stderr; test_report.py runs it without
+    torch in a fresh one)."""
     R = fake_record
     store = _store(tmp_path, [
         R("g1", throughput=1000, platform="gpu", batch_size=16),
@@ -59,8 +62,10 @@ def test_a_baseline_matching_a_ddp_and_a_single_run_is_refused_and_one_configura
     with pytest.raises(ValueError, match=r"ambiguous.*global batch 16.*parallel=ddp.*parallel=single"):
         _tables(store, baseline="platform=gpu")
     # The CLI refuses it before drawing anything: exit 2, the candidates named, no report written.
-    p = run_report_without_torch(store, "--out", tmp_path / "report", "--baseline", "platform=gpu", "--no-progress")
-    assert p.returncode == 2 and "is ambiguous" in p.stderr and "parallel=ddp" in p.stderr, p.stderr[-2000:]
+    returncode = report_main([str(store), "--out", str(tmp_path / "report"), "--baseline", "platform=gpu",
+                              "--no-progress"])
+    stderr = capsys.readouterr().err
+    assert returncode == 2 and "is ambiguous" in stderr and "parallel=ddp" in stderr, stderr[-2000:]
     assert not (tmp_path / "report" / "report.html").exists()
     b = _tables(store, baseline="platform=gpu&parallel=single")[0]["baseline"]
     base = _row(b, baseline="<- baseline")
