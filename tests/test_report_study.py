@@ -101,6 +101,7 @@ def test_every_work_is_drawn_on_pages_and_the_report_check_fails_when_one_is_not
             for m in models for p, tp, th in (("a", 1000, 1), ("b", 1500, 2))]
     rows, ctx = _rows(_store(tmp_path / "results", recs), baseline="platform=a")
     study = {"small": {"figures": ["plot:normalised"]}}
+    monkeypatch.setattr("xbench.report.plots.PLOTS", {"normalised": PLOTS["normalised"]})  # the plot this is about
     for pages, drawn in ((None, 6), (1, 2)):
         if pages:
             monkeypatch.setattr("xbench.report.plots.MAX_PAGES", pages)
