@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import FAST, cli_env, records, run_cli
-from tests.test_report import read_csv, run_report_without_torch
+from tests.conftest import FAST, records
+from tests.test_report import read_csv
 from xbench.analysis import wandb_source
 from xbench.analysis.frame import load
 from xbench.records.wandb_files import read_offline_run
@@ -24,17 +24,20 @@ PRICED = "platform=local_as_gce_n1_standard_2"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """One store holding a real run of every mode, each with its offline W&B run."""
+    """One store holding a real run of every mode, each with its offline W&B run: five runs through the Python
+    API in this process (the CLI's runner and W&B sink; the DDP ranks are fresh processes either way)."""
+    import xbench
+
     root = tmp_path_factory.mktemp("wandb_modes") / "results"
-    env = cli_env(WANDB_MODE="offline")
     # 3 windows: a CI (none from fewer samples, metrics/stats.py)
-    runs = [("-m", *WANDB, PRICED, "data.batch_size=16,32", "bench.repeats=3"),
+    runs = [(*WANDB, PRICED, "data.batch_size=16", "bench.repeats=3"),
+            (*WANDB, PRICED, "data.batch_size=32", "bench.repeats=3"),
             (*WANDB, PRICED, "parallel=ddp", "parallel.world_size=2", "data.batch_size=16", "bench.repeats=3"),
             ("+experiment=digits_to_target", "platform=gce_n1_standard_8", "logger=wandb", "logger.progress=false"),
             (*WANDB, PRICED, "bench.mode=find_max_batch", "bench.max_batch_limit=64", "data.batch_size=16")]
     for args in runs:
-        p = run_cli(*args, store=root, env=env)
-        assert p.returncode == 0, (args, p.stderr[-3000:])
+        rec = xbench.run([*args, "logger.wandb.mode=offline", f"store.root={root}"])
+        assert rec.status == "ok", (args, rec.reason)
     return root
 
 
@@ -85,10 +88,11 @@ def test_every_panel_of_the_wandb_report_reads_keys_the_runs_have(store, logged)
 
 
 def test_the_report_reads_the_same_tables_from_offline_wandb_runs(store, tmp_path):
+    from xbench.report.__main__ import main  # the report's CLI here (test_report runs it without torch)
+
     from_store, from_wandb = tmp_path / "store", tmp_path / "wandb"
     for src, out in ((store, from_store), (f"wandb-offline:{store}", from_wandb)):
-        p = run_report_without_torch(src, "--out", out, "--format", "csv", "--no-progress")
-        assert p.returncode == 0, p.stderr[-3000:]
+        assert main([str(src), "--out", str(out), "--format", "csv", "--no-progress"]) == 0, src
     names = sorted(f.name for f in (from_store / "tables").glob("*.csv") if f.name != "tidy_runs.csv")
     assert {"throughput.csv", "cost.csv", "to_target.csv", "scaling.csv", "runs.csv"} <= set(names)
     assert names == sorted(f.name for f in (from_wandb / "tables").glob("*.csv") if f.name != "tidy_runs.csv")
