@@ -1,7 +1,9 @@
 """DistributedDataParallel's options from the config (parallel.bucket_cap_mb, gradient_as_bucket_view,
 static_graph, broadcast_buffers, find_unused_parameters): range-checked, refused where DDP does not run,
 passed to DDP and read back from it into each rank's record; and a DDP run's host need counted over every
-rank on the host (2 ranks x 1 thread need 2 cores). The run is real: 2 gloo processes on this CPU."""
+rank on the host (2 ranks x 1 thread need 2 cores). The real run (2 gloo processes on this CPU) is
+tests/test_parallel.py::test_ddp_run_passes_and_records_its_options_and_needs_two_cores: the scaling
+sweep's 2-rank run passes these options, one 2-rank run for both claims."""
 
 from __future__ import annotations
 
@@ -9,13 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import FAST, records, run_cli
 from xbench.bench import contention
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.config import XBenchConfig
 from xbench.platforms.detect import HostFacts
-
-TINY = ("model=mlp", "data=synthetic_mnist", "data.batch_size=16", "platform=cpu")
 
 
 def _cfg(strategy: str, **parallel) -> XBenchConfig:
@@ -62,22 +61,3 @@ def test_host_need_counts_every_rank_on_the_host():
     assert w.startswith("oversubscribed: 2 ranks x 1 thread(s) = 2 threads, but only 1 of 2 physical cores")
     fig = ContentionMeter(threads=1, device_type="cpu", ranks_on_host=2).start().stop()
     assert fig["cpu_cores_needed"] == 2
-
-
-@pytest.mark.slow
-def test_ddp_run_passes_and_records_its_options_and_needs_two_cores(store):
-    p = run_cli(*FAST, *TINY, "parallel=ddp", "parallel.world_size=2", "bench.threads=1",
-                "parallel.bucket_cap_mb=0.5", "parallel.gradient_as_bucket_view=true", "parallel.static_graph=true",
-                "parallel.broadcast_buffers=false", store=store, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    [rec] = records(store)
-    assert rec["status"] == "ok", rec["reason"]
-    assert rec["config"]["parallel"]["bucket_cap_mb"] == 0.5 and rec["config"]["parallel"]["static_graph"] is True
-    ranks = rec["ranks"]
-    assert len(ranks) == 2 and len({r["params_sha256"] for r in ranks}) == 1  # trained in step
-    for r in ranks:  # read back from each rank's DistributedDataParallel object
-        assert (r["ddp_bucket_cap_mb"], r["ddp_gradient_as_bucket_view"], r["ddp_static_graph"],
-                r["ddp_broadcast_buffers"], r["ddp_find_unused_parameters"]) == (0.5, True, True, False, False)
-        assert r["threads_intra"] == 1 and r["local_world_size"] == 2
-        assert r["cpu_cores_needed"] == 2  # 2 ranks x 1 thread on this host, not one rank's 1
-        assert r["optimizer_impl"] == "fused"

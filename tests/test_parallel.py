@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, cli_env, records, run_cli
+from tests.jobs import Jobs
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import flatten, load, parse_query, to_frame
 from xbench.analysis.rows import NoData
@@ -112,9 +113,47 @@ def _ddp_checks(rec: dict, world: int):
     assert all(r["util_samples"] >= 1 and r["cpu_util_percent_mean"] is not None for r in ranks)
 
 
+# DistributedDataParallel's options (tests/test_ddp_options.py): passed in the scaling sweep, read back from its
+# 2-rank record (one 2-rank run for both claims; the scaling figures do not depend on the bucket sizes).
+DDP_OPTIONS = ("parallel.bucket_cap_mb=0.5", "parallel.gradient_as_bucket_view=true", "parallel.static_graph=true",
+               "parallel.broadcast_buffers=false")
+SCALING = ("test_scaling_experiment_runs_ddp_1_and_2_gloo_processes",
+           "test_ddp_run_passes_and_records_its_options_and_needs_two_cores")
+
+
+def _torchrun(store):
+    import subprocess
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "xbench", f"store.root={store}",
+           *FAST, *TINY, "parallel=ddp"]
+    return subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=cli_env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's CLI runs, started together (tests/jobs.py): each test checks its own, in its own store."""
+    root = tmp_path_factory.mktemp("parallel")
+    with Jobs(request) as jobs:
+        jobs.submit("scaling", run_cli, "-m", *FAST, *TINY, "+experiment=scaling", "parallel=ddp", *DDP_OPTIONS,
+                    store=root / "scaling", tests=SCALING)
+        jobs.submit("crash", run_cli, *FAST, *TINY, "parallel=ddp", "parallel.timeout_s=60", "fault.kind=exception",
+                    "fault.rank=1", "fault.at_step=3", store=root / "crash", timeout=300,
+                    tests=("test_crashing_rank_fails_the_run_with_its_error",))
+        jobs.submit("torchrun", _torchrun, root / "torchrun",
+                    tests=("test_under_torchrun_ranks_join_and_rank_0_writes_one_record",))
+        jobs.submit("threads", run_cli, "-m", *FAST, *TINY, "+experiment=cpu_threads", "bench.threads=1,2",
+                    store=root / "threads", tests=("test_cpu_threads_sweep_records_threads_in_force",))
+        jobs.submit("dataparallel", run_cli, *FAST, *TINY, "parallel=dataparallel", store=root / "dataparallel",
+                    tests=("test_dataparallel_experiment_on_cpu_stops_with_its_reason",))
+        yield jobs, root
+
+
 @pytest.mark.slow
-def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(store):
-    p = run_cli("-m", *FAST, *TINY, "+experiment=scaling", "parallel=ddp", store=store)
+def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(runs):
+    jobs, root = runs
+    p, store = jobs["scaling"], root / "scaling"
     assert p.returncode == 0, p.stderr[-3000:]
     recs = {r["measurements"]["world_size"]: r for r in records(store)}
     assert sorted(recs) == [1, 2]  # one record per run, written by rank 0 only
@@ -127,9 +166,29 @@ def test_scaling_experiment_runs_ddp_1_and_2_gloo_processes(store):
 
 
 @pytest.mark.slow
-def test_crashing_rank_fails_the_run_with_its_error(store):
-    p = run_cli(*FAST, *TINY, "parallel=ddp", "parallel.timeout_s=60", "fault.kind=exception",
-                "fault.rank=1", "fault.at_step=3", store=store, timeout=300)
+def test_ddp_run_passes_and_records_its_options_and_needs_two_cores(runs):
+    """parallel.bucket_cap_mb, gradient_as_bucket_view, static_graph, broadcast_buffers reach each rank's
+    DistributedDataParallel and are read back from it (the scaling sweep's 2-rank run, bench.threads=1)."""
+    jobs, root = runs
+    p = jobs["scaling"]
+    assert p.returncode == 0, p.stderr[-3000:]
+    [rec] = [r for r in records(root / "scaling") if r["config"]["parallel"]["world_size"] == 2]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["config"]["parallel"]["bucket_cap_mb"] == 0.5 and rec["config"]["parallel"]["static_graph"] is True
+    ranks = rec["ranks"]
+    assert len(ranks) == 2 and len({r["params_sha256"] for r in ranks}) == 1  # trained in step
+    for r in ranks:  # read back from each rank's DistributedDataParallel object
+        assert (r["ddp_bucket_cap_mb"], r["ddp_gradient_as_bucket_view"], r["ddp_static_graph"],
+                r["ddp_broadcast_buffers"], r["ddp_find_unused_parameters"]) == (0.5, True, True, False, False)
+        assert r["threads_intra"] == 1 and r["local_world_size"] == 2
+        assert r["cpu_cores_needed"] == 2  # 2 ranks x 1 thread on this host, not one rank's 1
+        assert r["optimizer_impl"] == "fused"
+
+
+@pytest.mark.slow
+def test_crashing_rank_fails_the_run_with_its_error(runs):
+    jobs, root = runs
+    p, store = jobs["crash"], root / "crash"
     assert p.returncode == 1
     [rec] = records(store)
     assert rec["status"] == "failed"
@@ -141,14 +200,9 @@ def test_crashing_rank_fails_the_run_with_its_error(store):
 
 
 @pytest.mark.slow
-def test_under_torchrun_ranks_join_and_rank_0_writes_one_record(store):
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    import subprocess
-
-    cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "xbench", f"store.root={store}",
-           *FAST, *TINY, "parallel=ddp"]
-    p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=cli_env(), capture_output=True,
-                       text=True, timeout=300)
+def test_under_torchrun_ranks_join_and_rank_0_writes_one_record(runs):
+    jobs, root = runs
+    p, store = jobs["torchrun"], root / "torchrun"
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     _ddp_checks(rec, 2)
@@ -157,8 +211,9 @@ def test_under_torchrun_ranks_join_and_rank_0_writes_one_record(store):
 
 
 @pytest.mark.slow
-def test_cpu_threads_sweep_records_threads_in_force(store):
-    p = run_cli("-m", *FAST, *TINY, "+experiment=cpu_threads", "bench.threads=1,2", store=store)
+def test_cpu_threads_sweep_records_threads_in_force(runs):
+    jobs, root = runs
+    p, store = jobs["threads"], root / "threads"
     assert p.returncode == 0, p.stderr[-3000:]
     recs = records(store)
     assert sorted(r["measurements"]["threads_intra"] for r in recs) == [1, 2]
@@ -169,8 +224,9 @@ def test_cpu_threads_sweep_records_threads_in_force(store):
 
 
 @pytest.mark.slow
-def test_dataparallel_experiment_on_cpu_stops_with_its_reason(store):
-    p = run_cli(*FAST, *TINY, "parallel=dataparallel", store=store)
+def test_dataparallel_experiment_on_cpu_stops_with_its_reason(runs):
+    jobs, root = runs
+    p, store = jobs["dataparallel"], root / "dataparallel"
     assert p.returncode == 1
     [rec] = records(store)
     assert rec["status"] == "failed" and "nn.DataParallel without CUDA" in rec["reason"]

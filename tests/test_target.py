@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import REPO, cli_env, records, run_cli
+from tests.jobs import Jobs
 from xbench.records.record import RunRecord
 
 pytestmark = pytest.mark.slow
@@ -30,8 +31,57 @@ def _parse_mllog(path):
     return lines
 
 
-def test_digits_reaches_target_and_records_time_epochs_cost_and_mllog(store):
-    p = run_cli("+experiment=digits_to_target", "platform=gce_n1_standard_8", *QUIET, store=store)
+def _sigterm_then_resume(store):
+    """Stopped by SIGTERM at step 60, then resumed: (the stopped run, its record, checkpoint there, the resume)."""
+    cut = run_cli(*FIXED, "fault.kind=sigterm", "fault.at_step=60", store=store)
+    cut_recs = records(store)
+    saved = bool(cut_recs) and (store / cut_recs[0]["run_id"] / "checkpoint.pt").is_file()
+    resumed = run_cli(f"resume={cut_recs[0]['run_id']}", *QUIET, store=store) if len(cut_recs) == 1 else None
+    return cut, cut_recs, saved, resumed
+
+
+def _sigkill_then_resume(store):
+    """SIGKILLed past its first checkpoint, then resumed: (the killed run's records, its checkpoint's progress,
+    the resume)."""
+    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *FIXED, "goal.max_epochs=40"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not list(store.glob("*/checkpoint.pt")):
+            time.sleep(0.2)
+        time.sleep(0.5)  # let it run past the checkpoint: that work is lost and redone
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    dead = records(store)
+    from xbench.bench.training import load_checkpoint
+
+    saved = load_checkpoint(store / dead[0]["run_id"])["progress"]
+    resumed = run_cli(f"resume={store / dead[0]['run_id']}", "goal.max_epochs=1", *QUIET, store=store)  # stored config wins
+    return dead, saved, resumed
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's CLI runs, started together (tests/jobs.py): each test checks its own."""
+    root = tmp_path_factory.mktemp("target")
+    with Jobs(request) as jobs:
+        jobs.submit("digits", run_cli, "+experiment=digits_to_target", "platform=gce_n1_standard_8", *QUIET,
+                    store=root / "digits", tests=("test_digits_reaches_target_and_records_time_epochs_cost_and_mllog",))
+        jobs.submit("ref", run_cli, *FIXED, store=root / "ref",
+                    tests=("test_sigterm_checkpoints_and_resume_gives_the_uninterrupted_curve",))
+        jobs.submit("sigterm", _sigterm_then_resume, root / "sigterm",
+                    tests=("test_sigterm_checkpoints_and_resume_gives_the_uninterrupted_curve",))
+        jobs.submit("sigkill", _sigkill_then_resume, root / "sigkill",
+                    tests=("test_sigkill_then_resume_continues_curve_and_clock",))
+        jobs.submit("synthetic", run_cli, "bench.mode=train_to_target", "model=mlp", "data=synthetic_mnist", *QUIET,
+                    store=root / "synthetic", tests=("test_train_to_target_needs_real_data",))
+        yield jobs, root
+
+
+def test_digits_reaches_target_and_records_time_epochs_cost_and_mllog(runs):
+    jobs, root = runs
+    p, store = jobs["digits"], root / "digits"
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     r = RunRecord.from_dict(rec)
@@ -55,21 +105,21 @@ def test_digits_reaches_target_and_records_time_epochs_cost_and_mllog(store):
     assert "epochs to target" in p.stdout
 
 
-def test_sigterm_checkpoints_and_resume_gives_the_uninterrupted_curve(store, tmp_path):
-    ref_store = tmp_path / "ref"
-    p = run_cli(*FIXED, store=ref_store)
+def test_sigterm_checkpoints_and_resume_gives_the_uninterrupted_curve(runs):
+    jobs, root = runs
+    p, store = jobs["ref"], root / "sigterm"
     assert p.returncode == 0, p.stderr[-3000:]
-    [ref] = records(ref_store)
+    [ref] = records(root / "ref")
     assert ref["measurements"]["target_reached"] is False and ref["measurements"]["target_status"] == "max_epochs"
     assert any("not reached" in w for w in ref["warnings"])
 
-    p = run_cli(*FIXED, "fault.kind=sigterm", "fault.at_step=60", store=store)
+    p, cut_recs, checkpointed, resumed = jobs["sigterm"]
     assert p.returncode == 130, p.stderr[-3000:]
-    [cut] = records(store)
+    [cut] = cut_recs
     assert cut["status"] == "interrupted" and cut["measurements"]["samples_seen"] == 61 * 32
-    assert (store / cut["run_id"] / "checkpoint.pt").is_file()
+    assert checkpointed  # checkpoint.pt in the run's folder when it stopped
 
-    p = run_cli(f"resume={cut['run_id']}", *QUIET, store=store)
+    p = resumed
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     assert rec["run_id"] == cut["run_id"] and rec["status"] == "ok" and rec["measurements"]["resumes"] == 1
@@ -85,24 +135,12 @@ def test_sigterm_checkpoints_and_resume_gives_the_uninterrupted_curve(store, tmp
     assert keys.count("run_start") == 1 and keys.count("xbench_resume") == 1 and keys.count("eval_accuracy") == 6
 
 
-def test_sigkill_then_resume_continues_curve_and_clock(store):
-    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *FIXED, "goal.max_epochs=40"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline and not list(store.glob("*/checkpoint.pt")):
-            time.sleep(0.2)
-        time.sleep(0.5)  # let it run past the checkpoint: that work is lost and redone
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    [dead] = records(store)
+def test_sigkill_then_resume_continues_curve_and_clock(runs):
+    jobs, root = runs
+    store = root / "sigkill"
+    [dead], saved, p = jobs["sigkill"]
     assert dead["status"] == "running"  # SIGKILL leaves no chance to write
-    from xbench.bench.training import load_checkpoint
-
-    saved = load_checkpoint(store / dead["run_id"])["progress"]
     assert saved["evals"] >= 1
-    p = run_cli(f"resume={store / dead['run_id']}", "goal.max_epochs=1", *QUIET, store=store)  # stored config wins
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     s, m = rec["series"], rec["measurements"]
@@ -117,10 +155,11 @@ def test_sigkill_then_resume_continues_curve_and_clock(store):
     assert json.loads((store / rec["run_id"] / "record.json").read_text())["status"] == "ok"
 
 
-def test_train_to_target_needs_real_data(store):
-    p = run_cli("bench.mode=train_to_target", "model=mlp", "data=synthetic_mnist", *QUIET, store=store)
+def test_train_to_target_needs_real_data(runs):
+    jobs, root = runs
+    p = jobs["synthetic"]
     assert p.returncode == 1
-    [rec] = records(store)
+    [rec] = records(root / "synthetic")
     assert "needs a real data set" in rec["reason"]
 
 
