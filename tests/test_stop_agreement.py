@@ -162,6 +162,25 @@ def test_sigterm_to_rank_0_alone_stops_both_ranks_at_the_same_window_edge(store)
 
 
 @pytest.mark.slow
+def test_a_window_too_long_for_the_grace_stops_the_signalled_rank_at_once_and_the_record_says_why(store):
+    """The bound: rank 0 signalled 20 steps into a 100,000-step window, with bench.stop_grace_s=6 (3 s to run
+    the window out: far too little). It stops at once, saying why; rank 1's next collective fails, and it
+    reports what it had (its error, its warm-up); the run is `interrupted` with both ranks in `ranks`."""
+    p = subprocess.run([sys.executable, "-m", "xbench", f"store.root={store}", *DDP, "bench.steps=100000",
+                        "bench.repeats=1", "bench.stop_grace_s=6", "logger.progress=false", "fault.kind=signal",
+                        "fault.signal=SIGTERM", "fault.rank=0", "fault.at_step=22"],
+                       cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
+    [rec] = records(store)
+    assert p.returncode == 130 and rec["status"] == "interrupted", p.stderr[-3000:]
+    r0, r1 = rec["ranks"]
+    assert r0["rank"] == 0 and r0["timed_steps"] == 20 and "ranks_agreed" not in r0
+    assert "stopped after step 20 of the window's 100000 without the other ranks" in r0["stop_not_agreed"]
+    assert "bench.stop_grace_s" in r0["stop_not_agreed"] and r0["throughput_samples_per_s_partial"] > 0
+    assert r1["rank"] == 1 and r1["error"] and r1["warmup_steps"] == 3 and r1["windows_completed"] == 0
+    assert rec["measurements"]["ranks_reporting"] == 2
+
+
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_mid_window_keeps_both_ranks_closed_windows(store):
     """A spot preemption: SIGTERM to the launching process while the windows run. The elastic agent passes it
     to both ranks; each runs its window to the edge, they stop there together, rank 0 gathers, and the record
