@@ -40,7 +40,8 @@ Rules
    carries "anyone asked to stop", so every rank stops at that edge (`window_end_stop`). The window the
    stop arrived in is reported as the open one (`timed_steps`), not among `windows_completed`. When the
    window's other steps would take longer than `Hooks.finish_window_s` (a share of bench.stop_grace_s),
-   the rank stops after the step as one rank does, and its figures say why (`stop_not_agreed`).
+   the rank stops after the step as one rank does, and its figures say why (`stop_not_agreed`). A stop
+   during warm-up (not timed: nothing to agree on yet) still stops a rank at its next step.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from xbench.rank import Diverged, StopFlag, StopRequested
 
@@ -290,7 +292,7 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
                         _delta(h.compile_count(), c0), wait, stop_seen)
 
 
-def _stop_now(h: Hooks, done: int, steps: int, left_s: float, stamps: list[float], t0: float):
+def _stop_now(h: Hooks, done: int, steps: int, left_s: float, stamps: list[float], t0: float) -> NoReturn:
     """A stop after step `done` of the window: what it measured so far (rule 10: on a multi-rank run, why
     this rank did not wait for the window's edge)."""
     (h.device_sync if h.finish_window_s > 0 and h.device_sync else h.sync)()  # its peers are still stepping
