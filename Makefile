@@ -57,8 +57,10 @@ slurm:  ## install SLURM and munge for the SLURM tests (root, apt), when missing
 	        echo "==> could not install slurm-wlm: the SLURM tests will skip"; \
 	    else echo "==> no SLURM and not root: the SLURM tests will skip"; fi; }
 
-test-fast: $(STAMP)  ## run the tests not marked slow
-	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
+# --every-module (tests/conftest.py): the run fails when a module of xbench or hydra_plugins was never imported
+# by the tests that ran, naming it; a run narrowed by PYTEST_ARGS="-k ..." or test paths skips that check.
+test-fast: $(STAMP)  ## run the tests not marked slow; fails when they leave a module of xbench unimported
+	$(VPY) -m pytest -m "not slow" --every-module $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-linter contracts in pyproject.toml)
 	$(VENV)/bin/ruff check xbench tests scripts

@@ -12,6 +12,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from tests.conftest import CONF
 from xbench.config import XBenchConfig, register_configs
 
+pytestmark = pytest.mark.usefixtures("cached_compose")  # each override list composed once (compose_cache.py)
 GROUPS = ("model", "data", "platform", "runtime", "parallel", "precision", "logger")
 
 
@@ -98,7 +99,7 @@ def test_every_sweep_point_of_every_experiment_composes(name):
                          return_hydra_config=True).hydra.sweeper.params or {}
     grid = [[f"{k}={v.strip()}" for v in str(vals).split(",")] for k, vals in params.items()]
     for point in itertools.product(*grid):
-        cfg = _compose([f"+experiment={name}", *point])
+        cfg = _compose([*point, f"+experiment={name}"])  # the sweeper's order: its params, then the command line
         assert isinstance(OmegaConf.to_object(cfg), XBenchConfig)
         for override in point:  # the point's values are in force (a parallel option selecting its runtime too)
             key, value = override.split("=", 1)

@@ -21,6 +21,7 @@ from xbench.cost import load_platform
 from xbench.platforms.detect import HostFacts, host_facts
 from xbench.studies.sweep import compose_point, distinct_points, expand
 
+pytestmark = pytest.mark.usefixtures("cached_compose")  # each override list composed once (compose_cache.py)
 STUDIES = studies.all_studies()
 FIVE = [s for s in STUDIES if s.get("study")]
 COMMANDS = [pytest.param(s["id"], e["id"], id=f"{s['id']}-{e['id']}") for s in STUDIES

@@ -1,0 +1,52 @@
+"""The entry points, in this process, so the fast set covers them (`make test-fast --every-module`): `xbench
+--version`, `python -m xbench.parity` and `python -m xbench.studies`. Their fresh-process runs are in
+test_cli.py, test_runtimes.py (parity eager vs compile and vs accelerate, slow) and scripts/study_walkthrough.sh."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+
+from tests.conftest import FAST, records
+from xbench import __main__ as cli_main
+from xbench import parity, studies
+from xbench.studies.__main__ import main as studies_main
+from xbench.version import __version__
+
+# Two tiny eager runs in this process (the inline launcher): a 32-unit MLP on synthetic MNIST, one thread.
+TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "data.batch_size=16", "bench.threads=1",
+        "bench.contention_probe_s=0")
+
+
+def test_version_is_xbenchs_with_hydras_and_runs_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["xbench", "--version", "model=no_such_model"])
+    cli_main.cli()
+    out = capsys.readouterr().out.strip()
+    assert out == cli_main.version() and out.startswith(f"xbench {__version__} (Hydra {hydra.__version__}, Python ")
+
+
+def test_parity_of_two_learning_rates_fails_naming_the_step_and_keeps_both_runs(tmp_path, capsys):
+    store = tmp_path / "results"
+    code = parity.main(["--a=optim.lr=0.05", "--b=optim.lr=0.5", "--steps=4", *TINY, *FAST, f"store.root={store}"])
+    out = capsys.readouterr()
+    assert code == 1, out.out[-2000:] + out.err[-2000:]
+    verdict = next(r for r in records(store) if r["experiment"] == "parity")
+    assert verdict["status"] == "failed" and verdict["reason"].startswith("parity: losses differ by ")
+    assert verdict["config"]["parity"]["steps"] == 4 and verdict["config"]["parity"]["rtol"] == 1e-3  # fp32's
+    runs = {r["run_id"]: r for r in records(store) if r["experiment"] != "parity"}
+    assert set(runs) == {verdict["measurements"]["run_a"], verdict["measurements"]["run_b"]}
+    assert all(r["status"] == "ok" for r in runs.values())
+    assert verdict["series"]["loss_a"][0] == verdict["series"]["loss_b"][0]  # same weights, same first batch
+    assert verdict["series"]["loss_a"][1:] != verdict["series"]["loss_b"][1:]
+    assert "FAILED" in out.out and verdict["reason"] in out.err
+
+
+def test_studies_prints_its_small_commands_and_checks_a_report(tmp_path, capsys):
+    s = studies.get("cpu_vs_gpu")
+    assert studies_main(["cpu_vs_gpu", "--print", "small"]) == 0
+    assert capsys.readouterr().out.splitlines() == studies.small_commands(s)
+    assert studies_main(["cpu_vs_gpu", "--check-report", str(tmp_path)]) == 1  # an empty folder draws nothing
+    err = capsys.readouterr().err
+    assert f"the report in {tmp_path} lacks cpu_vs_gpu: " in err
+    assert err.count("lacks") == len(s["small"]["figures"])
