@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FAST, records, run_cli
+from tests.jobs import Jobs
 from xbench.records.record import RunRecord
 
 pytestmark = pytest.mark.slow
@@ -12,8 +13,38 @@ pytestmark = pytest.mark.slow
 ENV_KEYS = ("hostname", "python", "cpu", "git", "packages", "torch")
 
 
-def test_default_run_leaves_a_complete_record(store):
-    p = run_cli(*FAST, store=store)
+OUT_OF_RANGE = "test_out_of_range_knobs_fail_before_any_device_work_and_ignored_resume_overrides_are_named"
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's CLI runs, started together (tests/jobs.py): each test checks its own, in its own store."""
+    root = tmp_path_factory.mktemp("cli")
+    with Jobs(request) as jobs:
+        jobs.submit("default", run_cli, *FAST, store=root / "default", tests=("test_default_run_leaves_a_complete_record",))
+        # one sweep for two claims: one record per point, and the threads in force (its batch-8 point)
+        jobs.submit("sweep", run_cli, "-m", *FAST, "data.batch_size=8,16", "bench.threads=1", store=root / "sweep",
+                    tests=("test_threads_in_force_are_recorded", "test_multirun_sweep_leaves_one_record_per_point"))
+        jobs.submit("misspelled", run_cli, "data.batchsize=3", store=root / "misspelled",
+                    tests=("test_misspelled_key_fails_with_hydra_message",))
+        jobs.submit("impossible", run_cli, *FAST, "precision=tf32", "platform=cpu", store=root / "impossible",
+                    tests=("test_impossible_combination_fails_before_device_work_with_a_record",))
+        jobs.submit("failing", run_cli, *FAST, "fault.kind=exception", "fault.at_step=3", store=root / "failing",
+                    tests=("test_failing_run_still_writes_its_record",))
+        jobs.submit("failing_point", run_cli, "-m", *FAST, "data.batch_size=-1,8", store=root / "failing_point",
+                    tests=("test_failing_point_does_not_stop_a_sweep",))
+        jobs.submit("typo", run_cli, *FAST, "optim.lr=nan", "bench.noisy_cv=-1", "model=resnet5", store=root / "typo",
+                    tests=(OUT_OF_RANGE,))
+        ranges = root / "ranges"  # three runs, one store: only the first writes a record
+        jobs.submit("ranges", run_cli, *FAST, "optim.lr=nan", "bench.noisy_cv=-1", store=ranges, tests=(OUT_OF_RANGE,))
+        jobs.submit("resume_ignores", run_cli, "resume=somerun", "model=mlp", store=ranges, tests=(OUT_OF_RANGE,))
+        jobs.submit("resume_empty", run_cli, "resume=''", store=ranges, tests=(OUT_OF_RANGE,))
+        yield jobs, root
+
+
+def test_default_run_leaves_a_complete_record(runs):
+    jobs, root = runs
+    p, store = jobs["default"], root / "default"
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     r = RunRecord.from_dict(rec)  # validates
@@ -35,15 +66,17 @@ def test_default_run_leaves_a_complete_record(store):
     assert "throughput" in p.stdout and "samples/s" in p.stdout
 
 
-def test_threads_in_force_are_recorded(store):
-    p = run_cli(*FAST, "bench.threads=1", "data.batch_size=8", store=store)
+def test_threads_in_force_are_recorded(runs):
+    jobs, root = runs
+    p = jobs["sweep"]
     assert p.returncode == 0, p.stderr[-3000:]
-    [rec] = records(store)
+    [rec] = [r for r in records(root / "sweep") if r["config"]["data"]["batch_size"] == 8]  # bench.threads=1
     assert rec["measurements"]["threads_intra"] == 1
 
 
-def test_multirun_sweep_leaves_one_record_per_point(store):
-    p = run_cli("-m", *FAST, "data.batch_size=8,16", store=store)
+def test_multirun_sweep_leaves_one_record_per_point(runs):
+    jobs, root = runs
+    p, store = jobs["sweep"], root / "sweep"
     assert p.returncode == 0, p.stderr[-3000:]
     recs = records(store)
     assert sorted(r["config"]["data"]["batch_size"] for r in recs) == [8, 16]
@@ -51,15 +84,17 @@ def test_multirun_sweep_leaves_one_record_per_point(store):
     assert len({r["run_id"] for r in recs}) == 2
 
 
-def test_misspelled_key_fails_with_hydra_message(store):
-    p = run_cli("data.batchsize=3", store=store)
+def test_misspelled_key_fails_with_hydra_message(runs):
+    jobs, root = runs
+    p, store = jobs["misspelled"], root / "misspelled"
     assert p.returncode != 0
     assert "batchsize" in p.stderr
     assert not records(store)  # nothing ran: composition failed before a record existed
 
 
-def test_impossible_combination_fails_before_device_work_with_a_record(store):
-    p = run_cli(*FAST, "precision=tf32", "platform=cpu", store=store)
+def test_impossible_combination_fails_before_device_work_with_a_record(runs):
+    jobs, root = runs
+    p, store = jobs["impossible"], root / "impossible"
     assert p.returncode == 1
     [rec] = records(store)
     assert rec["status"] == "failed"
@@ -67,8 +102,9 @@ def test_impossible_combination_fails_before_device_work_with_a_record(store):
     assert rec["measurements"] == {}  # stopped before any measurement
 
 
-def test_failing_run_still_writes_its_record(store):
-    p = run_cli(*FAST, "fault.kind=exception", "fault.at_step=3", store=store)
+def test_failing_run_still_writes_its_record(runs):
+    jobs, root = runs
+    p, store = jobs["failing"], root / "failing"
     assert p.returncode == 1
     [rec] = records(store)
     assert rec["status"] == "failed"
@@ -76,28 +112,31 @@ def test_failing_run_still_writes_its_record(store):
     assert (store / rec["run_id"] / "traceback.txt").read_text().count("RuntimeError") >= 1
 
 
-def test_failing_point_does_not_stop_a_sweep(store):
-    p = run_cli("-m", *FAST, "data.batch_size=-1,8", store=store)
+def test_failing_point_does_not_stop_a_sweep(runs):
+    jobs, root = runs
+    p, store = jobs["failing_point"], root / "failing_point"
     assert p.returncode == 1  # the sweep reports that a point failed ...
     by_bs = {r["config"]["data"]["batch_size"]: r for r in records(store)}
     assert by_bs[-1]["status"] == "failed" and "batch_size must be a positive" in by_bs[-1]["reason"]
     assert by_bs[8]["status"] == "ok"  # ... after running every point
 
 
-def test_out_of_range_knobs_fail_before_any_device_work_and_ignored_resume_overrides_are_named(store):
+def test_out_of_range_knobs_fail_before_any_device_work_and_ignored_resume_overrides_are_named(runs):
     """Every number out of its range in one `failed` record, the ranges in the reason, nothing measured;
     a group option typo gets the closest options; what resume= ignores is said."""
-    p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", "model=resnet5", store=store)
+    jobs, root = runs
+    store = root / "ranges"
+    p = jobs["typo"]
     assert p.returncode == 1 and "did you mean model=resnet50" in p.stderr, p.stderr[-2000:]
-    assert not records(store)  # Hydra refused the option: nothing written
-    p = run_cli(*FAST, "optim.lr=nan", "bench.noisy_cv=-1", store=store)
+    assert not records(root / "typo")  # Hydra refused the option: nothing written
+    p = jobs["ranges"]
     assert p.returncode == 1, p.stderr[-2000:]
     [rec] = records(store)
     assert rec["status"] == "failed" and not rec["measurements"].get("throughput_samples_per_s")
     assert "optim.lr=nan is out of range; allowed: (0, 1e6]" in rec["reason"]
     assert "bench.noisy_cv=-1.0 is out of range; allowed: (0, 100]" in rec["reason"]
-    p = run_cli("resume=somerun", "model=mlp", store=store)
+    p = jobs["resume_ignores"]
     assert p.returncode == 2 and "these overrides are ignored: model=mlp" in p.stderr, p.stderr[-2000:]
-    p = run_cli("resume=''", store=store)
+    p = jobs["resume_empty"]
     assert p.returncode == 2 and "resume='' names no run" in p.stderr
     assert len(records(store)) == 1

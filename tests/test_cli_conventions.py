@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import FAST, REPO, cli_env, records, run_cli
+from tests.jobs import Jobs
 from xbench import __version__
 from xbench.bench.flops import flops_per_sample
 from xbench.data.spec import InputSpec
@@ -25,8 +26,39 @@ def _xbench(*args, env=None, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_help_says_what_xbench_is_with_examples_groups_and_presets():
-    p = _xbench("--help")
+def _my_config_dir(root):
+    """A user's --config-dir: a priced platform and a zoo model, one YAML each, no xbench edit."""
+    mine = root / "my_xbench"
+    (mine / "platform").mkdir(parents=True)
+    (mine / "model").mkdir()
+    (mine / "platform" / "my_box.yaml").write_text(
+        "name: my_box\ndevice: cpu\nprovider: home\nprice:\n  - {name: machine, amount: 0.36, unit: hour}\n")
+    (mine / "model" / "my_resnet.yaml").write_text("name: torchvision/resnet18\n")  # one YAML, no xbench edit
+    return mine
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's fresh processes, started together (tests/jobs.py): each test checks its own."""
+    root = tmp_path_factory.mktemp("conventions")
+    mine = _my_config_dir(root)
+    with Jobs(request) as jobs:
+        jobs.submit("help", _xbench, "--help", tests=("test_help_says_what_xbench_is_with_examples_groups_and_presets",))
+        jobs.submit("version", _xbench, "--version", tests=("test_version_is_xbenchs",))
+        jobs.submit("workload", run_cli, "workload=cnn_mnist", store=root / "workload",
+                    tests=("test_cli_agrees_with_hydra_on_a_workload_without_plus",))
+        completion = ("test_shell_completion_answers_for_groups",)
+        jobs.submit("query", _xbench, "-sc", "query=bash",
+                    env=cli_env(COMP_LINE="xbench model=resn", COMP_POINT="18"), tests=completion)
+        jobs.submit("install", _xbench, "-sc", "install=bash", tests=completion)
+        jobs.submit("config_dir", run_cli, f"--config-dir={mine}", *FAST, "platform=my_box", "model=my_resnet",
+                    "data.image_size=16", "data.batch_size=2", store=root / "config_dir",
+                    tests=("test_config_dir_adds_a_priced_platform_and_a_zoo_model",))
+        yield jobs, root
+
+
+def test_help_says_what_xbench_is_with_examples_groups_and_presets(runs):
+    p = runs[0]["help"]
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert out.startswith("xbench: benchmark deep-learning training across hardware")
@@ -52,8 +84,8 @@ def test_group_option_typos_get_the_closest_options():
     assert group_hints(["model=resnet50", "model=timm/convnext_atto", "data.batch_size=3"]) == []
 
 
-def test_version_is_xbenchs():
-    p = _xbench("--version")
+def test_version_is_xbenchs(runs):
+    p = runs[0]["version"]
     assert p.returncode == 0 and p.stdout.startswith(f"xbench {__version__} (Hydra ")
 
 
@@ -74,33 +106,27 @@ def test_no_preset_hint_for_forms_that_compose():
 
 
 @pytest.mark.slow
-def test_cli_agrees_with_hydra_on_a_workload_without_plus(store):
-    p = run_cli("workload=cnn_mnist", store=store)
+def test_cli_agrees_with_hydra_on_a_workload_without_plus(runs):
+    p = runs[0]["workload"]
     assert p.returncode != 0
     assert "To append to your default list use +workload=cnn_mnist" in p.stderr  # Hydra
     assert "xbench: this run selects no workload to replace: +workload=cnn_mnist adds one" in p.stderr
 
 
-def test_shell_completion_answers_for_groups():
-    p = _xbench("-sc", "query=bash", env=cli_env(COMP_LINE="xbench model=resn", COMP_POINT="18"))
+def test_shell_completion_answers_for_groups(runs):
+    p = runs[0]["query"]
     assert p.returncode == 0, p.stderr
     assert {"model=resnet18", "model=resnet50"} <= set(p.stdout.split())
-    install = _xbench("-sc", "install=bash")
+    install = runs[0]["install"]
     assert "hydra_bash_completion" in install.stdout and "complete -o nospace" in install.stdout
 
 
 @pytest.mark.slow
-def test_config_dir_adds_a_priced_platform_and_a_zoo_model(store, tmp_path):
-    mine = tmp_path / "my_xbench"
-    (mine / "platform").mkdir(parents=True)
-    (mine / "model").mkdir()
-    (mine / "platform" / "my_box.yaml").write_text(
-        "name: my_box\ndevice: cpu\nprovider: home\nprice:\n  - {name: machine, amount: 0.36, unit: hour}\n")
-    (mine / "model" / "my_resnet.yaml").write_text("name: torchvision/resnet18\n")  # one YAML, no xbench edit
-    p = run_cli(f"--config-dir={mine}", *FAST, "platform=my_box", "model=my_resnet", "data.image_size=16",
-                "data.batch_size=2", store=store)
+def test_config_dir_adds_a_priced_platform_and_a_zoo_model(runs):
+    jobs, root = runs
+    p = jobs["config_dir"]
     assert p.returncode == 0, p.stderr[-3000:]
-    [rec] = records(store)
+    [rec] = records(root / "config_dir")
     assert rec["config"]["platform"]["name"] == "my_box" and rec["config"]["model"]["name"] == "torchvision/resnet18"
     m, d = rec["measurements"], rec["derived"]
     assert d["usd_per_hour"] == pytest.approx(0.36)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, cli_env
+from tests.jobs import Jobs
 from xbench import __version__, extras
 from xbench.compat import xla_pair_problem
 
@@ -104,18 +105,31 @@ def test_version_has_one_source():
     assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
 
 
-def test_import_xbench_is_cheap():
-    code = ("import sys, xbench; xbench.__version__; from xbench import run, load; "
-            "print(sorted(m for m in ('torch', 'pandas', 'hydra', 'xbench.runner') if m in sys.modules))")
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
-                       timeout=120)
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test (tests/jobs.py)
+def fresh(request):
+    """Two fresh interpreters, started together: what `import xbench` loads, and what dir(xbench) lists."""
+    with Jobs(request) as jobs:
+        jobs.submit("import", _fresh_python, "import sys, xbench; xbench.__version__; from xbench import run, load; "
+                    "print(sorted(m for m in ('torch', 'pandas', 'hydra', 'xbench.runner') if m in sys.modules))",
+                    tests=("test_import_xbench_is_cheap",))
+        jobs.submit("dir", _fresh_python,
+                    "import sys, xbench; print('run' in dir(xbench), 'load' in dir(xbench), 'torch' in sys.modules)",
+                    tests=("test_dir_xbench_shows_the_lazy_run_and_load",))
+        yield jobs
+
+
+def test_import_xbench_is_cheap(fresh):
+    p = fresh["import"]
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"  # run and load import the run path / pandas when called
 
 
-def test_dir_xbench_shows_the_lazy_run_and_load():
-    code = "import sys, xbench; print('run' in dir(xbench), 'load' in dir(xbench), 'torch' in sys.modules)"
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
-                       timeout=120)
+def test_dir_xbench_shows_the_lazy_run_and_load(fresh):
+    p = fresh["dir"]
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["True", "True", "False"]  # listed, still not imported

@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from tests.conftest import FAST, records, run_cli
+from tests.jobs import Jobs
 from xbench import compat
 from xbench.config import XBenchConfig
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
@@ -122,9 +123,25 @@ def test_compat_rule_says_what_is_allowed(monkeypatch):
 
 # ---------- the real CLI ----------
 
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's CLI runs, started together (tests/jobs.py): each test checks its own, in its own store."""
+    root = tmp_path_factory.mktemp("process_repeats")
+    with Jobs(request) as jobs:
+        jobs.submit("two", run_cli, *FAST, "data.batch_size=16", "bench.process_repeats=2", "bench.repeats=2",
+                    store=root / "two", tests=("test_cli_two_fresh_processes_two_windows_each",))
+        jobs.submit("bad", run_cli, "-m", *FAST, "bench.process_repeats=0,2", "bench.mode=train_to_target",
+                    store=root / "bad", tests=("test_cli_refuses_bad_process_repeats_with_a_record",))
+        jobs.submit("sigterm", run_cli, *FAST, "model=mlp", "data=synthetic_mnist", "data.batch_size=8",
+                    "bench.process_repeats=2", "fault.kind=sigterm", "fault.at_step=4", store=root / "sigterm",
+                    tests=("test_cli_sigterm_in_a_repeat_process_leaves_an_interrupted_record",))
+        yield jobs, root
+
+
 @pytest.mark.slow
-def test_cli_two_fresh_processes_two_windows_each(store):
-    p = run_cli(*FAST, "data.batch_size=16", "bench.process_repeats=2", "bench.repeats=2", store=store)
+def test_cli_two_fresh_processes_two_windows_each(runs):
+    jobs, root = runs
+    p, store = jobs["two"], root / "two"
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     assert rec["status"] == "ok", rec["reason"]
@@ -153,8 +170,9 @@ def test_cli_two_fresh_processes_two_windows_each(store):
 
 
 @pytest.mark.slow
-def test_cli_refuses_bad_process_repeats_with_a_record(store):
-    p = run_cli("-m", *FAST, "bench.process_repeats=0,2", "bench.mode=train_to_target", store=store)
+def test_cli_refuses_bad_process_repeats_with_a_record(runs):
+    jobs, root = runs
+    p, store = jobs["bad"], root / "bad"
     assert p.returncode != 0
     by_n = {r["config"]["bench"]["process_repeats"]: r for r in records(store)}
     assert sorted(by_n) == [0, 2] and all(r["status"] == "failed" for r in by_n.values())
@@ -179,10 +197,10 @@ def test_report_spread_of_a_single_run_is_the_processes_ci():
 
 
 @pytest.mark.slow
-def test_cli_sigterm_in_a_repeat_process_leaves_an_interrupted_record(store):
+def test_cli_sigterm_in_a_repeat_process_leaves_an_interrupted_record(runs):
     """The stop crosses back from the repeat's fresh process with the signal's name and the repeat."""
-    p = run_cli(*FAST, "model=mlp", "data=synthetic_mnist", "data.batch_size=8", "bench.process_repeats=2",
-                "fault.kind=sigterm", "fault.at_step=4", store=store)
+    jobs, root = runs
+    p, store = jobs["sigterm"], root / "sigterm"
     assert p.returncode == 130, p.stderr[-3000:]
     [rec] = records(store)
     assert rec["status"] == "interrupted" and rec["reason"].startswith("SIGTERM during"), rec["reason"]

@@ -5,14 +5,40 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FAST, cli_env, records, run_cli
+from tests.jobs import Jobs
 from xbench.records.wandb_files import read_offline_run
 
 pytestmark = pytest.mark.slow
 
 
-def test_offline_run_holds_config_series_summary_group_and_tags(store):
-    args = [a for a in FAST if not a.startswith("logger=")] + ["logger=wandb", "tags=[nightly]", "bench.repeats=3"]
-    p = run_cli(*args, store=store, env=cli_env(WANDB_MODE="offline"))
+WANDB_FAST = tuple(a for a in FAST if not a.startswith("logger=")) + ("logger=wandb",)
+
+
+def _wandb_run(*args, store):
+    return run_cli(*args, store=store, env=cli_env(WANDB_MODE="offline"))
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's CLI runs, started together (tests/jobs.py): each test checks its own, in its own folder."""
+    root = tmp_path_factory.mktemp("wandb")
+    blocker = root / "blocker"  # a W&B dir that cannot be created (a file stands in its way)
+    blocker.write_text("not a directory")
+    with Jobs(request) as jobs:
+        jobs.submit("offline", _wandb_run, *WANDB_FAST, "tags=[nightly]", "bench.repeats=3", store=root / "offline",
+                    tests=("test_offline_run_holds_config_series_summary_group_and_tags",))
+        jobs.submit("blocked", _wandb_run, *WANDB_FAST, f"logger.wandb.dir={blocker}/sub", store=root / "blocked",
+                    tests=("test_wandb_failure_never_loses_the_local_record",))
+        # study 1's preset (its sweep: batch 4 and 8), on a tiny model
+        jobs.submit("sweep", _wandb_run, "-m", f"hydra.sweep.dir={root / 'sweep'}", "+experiment=tpu_vs_gpu",
+                    *WANDB_FAST, "model=mlp", "data=synthetic_mnist", store=root / "sweep_store",
+                    tests=("test_sweep_points_share_a_group_and_carry_mode_preset_and_study",))
+        yield jobs, root
+
+
+def test_offline_run_holds_config_series_summary_group_and_tags(runs):
+    jobs, root = runs
+    p, store = jobs["offline"], root / "offline"
     assert p.returncode == 0, p.stderr[-3000:]
     assert "wandb sync" in p.stderr  # says once how to upload later
     [rec] = records(store)
@@ -63,12 +89,10 @@ def test_offline_run_holds_config_series_summary_group_and_tags(store):
     assert run["system_samples"] == 0
 
 
-def test_wandb_failure_never_loses_the_local_record(store, tmp_path):
+def test_wandb_failure_never_loses_the_local_record(runs):
     # A W&B dir that cannot be created (a file stands in its way): W&B fails, the run does not.
-    blocker = tmp_path / "blocker"
-    blocker.write_text("not a directory")
-    args = [a for a in FAST if not a.startswith("logger=")] + ["logger=wandb", f"logger.wandb.dir={blocker}/sub"]
-    p = run_cli(*args, store=store, env=cli_env(WANDB_MODE="offline"))
+    jobs, root = runs
+    p, store = jobs["blocked"], root / "blocked"
     assert p.returncode == 0, p.stderr[-3000:]
     [rec] = records(store)
     assert rec["status"] == "ok" and rec["measurements"]["throughput_samples_per_s"] > 0
@@ -76,12 +100,10 @@ def test_wandb_failure_never_loses_the_local_record(store, tmp_path):
     assert "W&B" in p.stderr and "local record is complete" in p.stderr
 
 
-def test_sweep_points_share_a_group_and_carry_mode_preset_and_study(store, tmp_path):
+def test_sweep_points_share_a_group_and_carry_mode_preset_and_study(runs):
     """One group per Hydra sweep (its folder), job_type per mode, tags for the preset and the study it reruns."""
-    # study 1's preset (its sweep: batch 4 and 8), on a tiny model
-    args = ["+experiment=tpu_vs_gpu", *[a for a in FAST if not a.startswith("logger=")], "logger=wandb",
-            "model=mlp", "data=synthetic_mnist"]
-    p = run_cli("-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", *args, store=store, env=cli_env(WANDB_MODE="offline"))
+    jobs, tmp_path = runs
+    p, store = jobs["sweep"], tmp_path / "sweep_store"
     assert p.returncode == 0, p.stderr[-3000:]
     runs = [read_offline_run(r["artifacts"]["wandb_offline_dir"]) for r in records(store)]
     assert sorted(r["name"] for r in runs) == [f"mlp local_as_gce_n1_standard_2 eager fp32 single b{b}" for b in (4, 8)]
