@@ -25,7 +25,7 @@ import pytest
 
 
 class Jobs:
-    def __init__(self, request: pytest.FixtureRequest, workers: int = 3):
+    def __init__(self, request: pytest.FixtureRequest, workers: int = 2):  # the test machine's 2 cores
         # The selected tests of the requesting module, by function name (a parametrized test's once).
         self._selected = {getattr(item, "originalname", item.name) for item in request.session.items
                           if item.module is request.module}

@@ -128,7 +128,7 @@ def _torchrun(store):
     cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "xbench", f"store.root={store}",
            *FAST, *TINY, "parallel=ddp"]
     return subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=cli_env(), capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=900)  # wide: the module's other runs share the cores
 
 
 @pytest.fixture(scope="module", autouse=True)  # started before the module's first test
@@ -139,7 +139,7 @@ def runs(request, tmp_path_factory):
         jobs.submit("scaling", run_cli, "-m", *FAST, *TINY, "+experiment=scaling", "parallel=ddp", *DDP_OPTIONS,
                     store=root / "scaling", tests=SCALING)
         jobs.submit("crash", run_cli, *FAST, *TINY, "parallel=ddp", "parallel.timeout_s=60", "fault.kind=exception",
-                    "fault.rank=1", "fault.at_step=3", store=root / "crash", timeout=300,
+                    "fault.rank=1", "fault.at_step=3", store=root / "crash", timeout=900,
                     tests=("test_crashing_rank_fails_the_run_with_its_error",))
         jobs.submit("torchrun", _torchrun, root / "torchrun",
                     tests=("test_under_torchrun_ranks_join_and_rank_0_writes_one_record",))
