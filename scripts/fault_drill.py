@@ -35,9 +35,12 @@ sys.path.insert(0, str(REPO))
 from xbench.records.record import RunRecord  # noqa: E402
 from xbench.records.store import load_records  # noqa: E402
 
-# A tiny run: warm-up is exactly 3 steps (cv tolerance wide open), then 5 timed steps.
-FAST = ("bench.steps=5", "bench.warmup_max_steps=6", "bench.warmup_min_steps=2", "bench.warmup_stable_steps=2",
-        "bench.warmup_cv_tol=10", "bench.threads=1", "logger=none", "logger.progress=false", "data.batch_size=8")
+# A tiny run: warm-up is exactly 3 steps (cv tolerance wide open), then one window of exactly 5 timed steps
+# (not sized by time: no case's claim is about window sizing or repeats, and 5 windows of 2 s each were
+# most of a run that ends well).
+FAST = ("bench.steps=5", "bench.min_window_s=0", "bench.repeats=1", "bench.warmup_max_steps=6",
+        "bench.warmup_min_steps=2", "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10", "bench.threads=1",
+        "logger=none", "logger.progress=false", "data.batch_size=8")
 WARMUP_STEPS = 3
 # torch (CUDA build) maps ~4.5 GiB of address space on import; 7 GiB leaves room for a small run and
 # makes any multi-GiB allocation fail at once, without using that memory.
@@ -60,6 +63,8 @@ class Row:
     hang: bool = False  # a process outlived its bound (a timeout, an orphaned child, a pipe left open)
     klass: str = ""  # the class of fault (CLASSES), from the case's line in CASES
     expected_to_fail: str = ""  # why this row is known to fail (EXPECTED_TO_FAIL): reported, not hidden
+    case: str = ""  # the case's function name (what --only matches), and its folder under --keep: NN-case
+    short: bool = False  # the case is in --short
 
     @property
     def ok(self) -> bool:
@@ -190,6 +195,12 @@ def judge(row: Row, rec: dict | None, need=(), extra_problems=()) -> Row:
 
 # ---- the faults ------------------------------------------------------------------------------------
 
+def named(case, prefix: str, name: str):
+    """A generated case's function name, from its row's words (what --only matches, and its folder)."""
+    case.__name__ = prefix + "_" + "_".join("".join(c if c.isalnum() else " " for c in name).split())[:48]
+    return case
+
+
 def compose_error(name: str, override: str, must_say: tuple[str, ...]):
     def case(tmp: Path) -> list[Row]:
         store = tmp / "s"
@@ -200,7 +211,7 @@ def compose_error(name: str, override: str, must_say: tuple[str, ...]):
         row.complete = "n/a" if not list(store.glob("*/record.json")) and not said else "no"
         row.detail = f"exit {p.returncode}; " + (f"message lacks {said}" if said else "message names it and what is allowed")
         return [row]
-    return case
+    return named(case, "compose_error", name)
 
 
 def bad_values(name: str, overrides: tuple[str, ...], must_say: tuple[str, ...]):
@@ -214,8 +225,7 @@ def bad_values(name: str, overrides: tuple[str, ...], must_say: tuple[str, ...])
         if rec and rec.get("measurements"):
             problems.append("measured something: device work happened")
         return [judge(Row(name, "failed", detail=why), rec, extra_problems=problems)]
-    case.__name__ = "bad_values_" + "_".join("".join(c if c.isalnum() else " " for c in name).split())[:48]  # --only
-    return case
+    return named(case, "bad_values", name)
 
 
 def exceptions_and_nan(tmp: Path) -> list[Row]:
@@ -607,8 +617,7 @@ def refused(name: str, overrides: tuple[str, ...], must_say: tuple[str, ...], co
         row.detail = (f"message lacks {said}" if said else f"wrote {written[:3]}" if written else
                       f"exit {p.returncode} before any device work: {p.stderr.strip().splitlines()[-1][:60]}")
         return [row]
-    case.__name__ = "refused_" + "_".join("".join(c if c.isalnum() else " " for c in name).split())[:48]  # --only
-    return case
+    return named(case, "refused", name)
 
 
 def record_bytes(store: Path, run_id: str) -> bytes:
@@ -817,7 +826,10 @@ def can_mount() -> bool:
 def store_fails(tmp: Path) -> list[Row]:
     """The store turns read-only, or fills up, during the timed window (a real tmpfs in a private mount
     namespace): the final record goes to the fallback folder, the console names it, the summary is
-    printed, exit 74. The store keeps the record written at start (it could take nothing more)."""
+    printed, exit 74. The store keeps the record written at start (it could take nothing more). The full
+    store's run has the W&B logger (offline) and 3 windows: the live window feed stops with one line
+    naming the full disk, and the run measures on: every window is in the record, no traceback
+    (tests/test_store_trust.py reads that run's files under --keep: <case folder>/full/)."""
     if not can_mount():
         return [Row(f"store turns {how} mid-run", "skipped", "skipped", "n/a", "no private mount namespace here "
                     "(unshare -rm)") for how in ("read-only", "full")]
@@ -827,6 +839,9 @@ def store_fails(tmp: Path) -> list[Row]:
         store, fallback = out / "store", out / "fallback"
         store.mkdir(parents=True)
         args = [a for a in FAST if not a.startswith(("bench.steps=", "logger.progress="))] + ["bench.steps=1000"]
+        if how == "full":
+            args = [a for a in args if a not in ("logger=none", "bench.repeats=1", "bench.steps=1000")] + [
+                "logger=wandb", "bench.repeats=3", "bench.steps=400"]
         script = out / "fail.sh"
         script.write_text(STORE_FAILS)
         subprocess.run(["unshare", "-rm", "bash", str(script), *cmd(store, *args)], timeout=600, cwd=REPO,
@@ -840,11 +855,18 @@ def store_fails(tmp: Path) -> list[Row]:
         extra = [x for x, bad in ((f"exit {rc}, expected 74", rc != 74),
                                   ("the console does not name the fallback", str(fallback) not in stderr),
                                   ("no summary", "throughput" not in stdout),
-                                  ("the store lost its start record", not kept)) if bad]
+                                  ("the store lost its start record", not kept),
+                                  ("a traceback on the console", "Traceback" in stderr)) if bad]
+        if how == "full":
+            windows = len(((rec or {}).get("measurements") or {}).get("throughput_samples_per_s_windows") or [])
+            extra += [x for x, bad in ((f"{windows} windows recorded, expected 3", windows != 3),
+                                       ("no line on the live feed's stop", "the live feed" not in stderr),
+                                       ("the full disk is not named", "No space left on device" not in stderr)) if bad]
         if extra:
             row.complete, row.detail = "no", "; ".join(extra)
         elif row.complete == "yes":
-            row.detail = "exit 74; record complete in the fallback folder, named on the console; summary printed"
+            row.detail = "exit 74; record complete in the fallback folder, named on the console; summary printed" + (
+                "; W&B offline, the live feed stopped with one line, 3 of 3 windows kept" if how == "full" else "")
         rows.append(row)
     return rows
 
@@ -1080,7 +1102,8 @@ def stdout_closed(tmp: Path) -> list[Row]:
                        env=env(), preexec_fn=lambda: os.close(1))
     rec, why = one_record(store)
     return [judge(Row("a run with its stdout closed", "ok", detail=why or f"exit {p.returncode}"), rec,
-                  need=("throughput_samples_per_s",))]
+                  need=("throughput_samples_per_s",),
+                  extra_problems=[] if p.returncode == 0 else [f"exit {p.returncode}: {p.stderr[-200:]}"])]
 
 
 WIDER = {"DB_PWD": "drill-pwd-51c0e9aa", "GPG_PASSPHRASE": "drill-pp-0b7de211", "BASIC_AUTH": "drill-auth-9e8f7a6b",
@@ -1294,23 +1317,28 @@ EXPECTED_TO_FAIL: dict[str, str] = {}
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--short", action="store_true", help="the subset run by the test suite")
+    ap.add_argument("--short", action="store_true", help="the subset run by the test suite (with --only: and those)")
     ap.add_argument("--jobs", type=int, default=2, help="faults run side by side")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument("--keep", type=Path, help="keep each fault's store under this folder")
-    ap.add_argument("--only", help="run only the cases whose function name contains this")
+    ap.add_argument("--only", help="run only the cases whose function name contains one of these (comma-separated)")
     ap.add_argument("--xbench", type=Path, help="the checkout to drill (default: this one): its xbench/ and conf/")
     ap.add_argument("--strict", action="store_true", help="expected-to-fail rows fail the exit status too")
     a = ap.parse_args()
     global REPO
     if a.xbench:
         REPO = a.xbench.resolve()
-    cases = [(c, k) for c, short, k in CASES if (short or not a.short) and (not a.only or a.only in c.__name__)]
+    only = [x for x in (a.only or "").split(",") if x]
+    asked = [any(x in c.__name__ for x in only) for c, _, _ in CASES]
+    if unknown := [x for x in only if not any(x in c.__name__ for c, _, _ in CASES)]:
+        ap.error(f"--only: {', '.join(unknown)} names no case; cases: {', '.join(c.__name__ for c, _, _ in CASES)}")
+    cases = [(c, k, short) for (c, short, k), named_ in zip(CASES, asked)
+             if (short and a.short) or named_ or not (a.short or only)]
     base = Path(a.keep or tempfile.mkdtemp(prefix="xbench-drill-"))
     t0 = time.monotonic()
 
     def go(i_case):
-        i, (case, klass) = i_case
+        i, (case, klass, short) = i_case
         tmp = base / f"{i:02d}-{case.__name__}"
         tmp.mkdir(parents=True, exist_ok=True)
         t = time.monotonic()
@@ -1323,6 +1351,7 @@ def main() -> int:
         for r in rows:
             r.seconds = time.monotonic() - t  # the whole case (a sweep gives several rows)
             r.klass = r.klass or klass
+            r.case, r.short = case.__name__, short
             r.expected_to_fail = EXPECTED_TO_FAIL.get(r.fault, "")
         return rows
 
@@ -1342,7 +1371,7 @@ def main() -> int:
     print(f"{len(cases)} cases, {len(rows)} rows: records lost {sum(r.lost for r in rows)}, "
           f"secrets found {sum(r.leaks for r in rows)}, hangs {sum(r.hang for r in rows)}")
     print("by class: " + "; ".join(
-        f"{k} {sum(kk == k for _, kk in cases)} cases, {sum(r.ok for r in rows if r.klass == k)}/"
+        f"{k} {sum(kk == k for _, kk, _ in cases)} cases, {sum(r.ok for r in rows if r.klass == k)}/"
         f"{sum(r.klass == k for r in rows)} rows ok" + (f", {n} expected to fail" if (n := sum(
             r.verdict == 'xfail' for r in rows if r.klass == k)) else "") for k in CLASSES))
     if not a.keep:

@@ -19,7 +19,7 @@ import threading
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, drill_test
 from xbench.hints import added_key_problems, unknown_keys
 from xbench.records import redact as R
 from xbench.records.record import RunRecord, impossible_values
@@ -383,30 +383,27 @@ def test_a_launched_process_dies_with_its_parent_and_exits_on_a_signal_once_idle
 
 # ---- the real CLI: the drill's hostile cases ---------------------------------------------------------------
 
-def _drill(tmp_path, only: str) -> list[dict]:
-    out = tmp_path / "rows.json"
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "fault_drill.py"), "--only", only, "--json", str(out)],
-                       capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
-    rows = json.loads(out.read_text())
+def _drill(drill, only: str) -> list[dict]:
+    """The rows of the cases `--only only` runs, from the session's drill (tests/conftest.py::drill)."""
+    rows = drill.rows_of(only)
     bad = [r for r in rows if not r["ok"]]
-    assert not bad, p.stdout[-4000:]
+    assert not bad, f"{bad}\n{drill.console[-4000:]}"
     assert sum(r["lost"] for r in rows) == 0 and sum(r["leaks"] for r in rows) == 0
     assert not any(r["hang"] for r in rows)
     return rows
 
 
-@pytest.mark.slow
+@drill_test()
 @pytest.mark.parametrize("case, rows", [("resume_safety", 5), ("signal_phases", 6), ("orphans", 2),
                                         ("odd_store", 4), ("secrets", 4), ("wandb_blackhole", 1)])
-def test_drill_case(tmp_path, case, rows):
-    got = _drill(tmp_path, case)
+def test_drill_case(drill, case, rows):
+    got = _drill(drill, case)
     assert len(got) == rows, [r["fault"] for r in got]
 
 
-@pytest.mark.slow
-def test_drill_store_that_fails_mid_run(tmp_path):
-    rows = _drill(tmp_path, "store_fails")
+@drill_test("store_fails")
+def test_drill_store_that_fails_mid_run(drill):
+    rows = _drill(drill, "store_fails")
     if rows[0]["observed"] == "skipped":
         pytest.skip("no private mount namespace here (unshare -rm): " + rows[0]["detail"])
     assert [r["observed"] for r in rows] == ["ok", "ok"]
@@ -517,8 +514,8 @@ def test_the_drill_reports_a_planted_defect(tmp_path):
     assert "<-- MISMATCH" in p.stdout
 
 
-@pytest.mark.slow
+@drill_test()
 @pytest.mark.parametrize("case, rows", [("bounds", 3), ("secrets_wider", 2), ("hydra_folder_store", 1)])
-def test_drill_case_round_3(tmp_path, case, rows):
-    got = _drill(tmp_path, case)
+def test_drill_case_round_3(drill, case, rows):
+    got = _drill(drill, case)
     assert len(got) == rows, [r["fault"] for r in got]

@@ -10,12 +10,11 @@ import resource
 import subprocess
 import sys
 
-import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from tests.conftest import CONF, REPO
+from tests.conftest import CONF, REPO, drill_test
 from xbench import compat
 from xbench.bench.memory import host_memory_guard, is_oom, memory_figures
 from xbench.config import register_configs
@@ -154,16 +153,14 @@ def test_memory_figures_and_host_guard_restores_the_limit():
 
 # ---- the drill: every fault against the real CLI ---------------------------------------------------
 
-@pytest.mark.slow
-def test_fault_drill_short_every_row_as_expected(tmp_path):
-    out = tmp_path / "rows.json"
-    p = subprocess.run(["bash", str(REPO / "scripts" / "fault_drill.sh"), "--short", "--json", str(out)],
-                       capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
-    assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
-    rows = json.loads(out.read_text())
+@drill_test(short=True)
+def test_fault_drill_short_every_row_as_expected(drill):
+    """The --short rows, from the session's drill (scripts/fault_drill.sh --short, with the cases other tests
+    read: tests/conftest.py::drill); its exit status is 0 exactly when no row is a mismatch."""
+    rows = [r for r in drill.rows if r["short"]]
     bad = [r for r in rows if not r["ok"]]
-    assert not bad, p.stdout[-4000:]
-    assert p.returncode == 0
+    assert not bad, f"{bad}\n{drill.console[-4000:]}"
+    assert drill.returncode == (1 if any(r["verdict"] == "MISMATCH" for r in drill.rows) else 0)
     expected = {r["expected"] for r in rows}
     assert {"rejected", "failed", "oom", "interrupted", "diverged", "ok"} <= expected
     assert len(rows) >= 15

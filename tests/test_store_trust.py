@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import records, run_cli
+from tests.conftest import drill_test, records, run_cli
 from xbench.bench.mlperf_log import MLPerfLog
 from xbench.bench.training import CheckpointError, _atomic_save, load_checkpoint
 from xbench.records import safe_io
@@ -242,18 +242,13 @@ def test_live_feeds_survive_a_real_full_disk(tmp_path):
     assert "the live feed" in p.stderr and "the run goes on" in p.stderr
 
 
-@pytest.mark.slow
-def test_a_run_with_its_stdout_closed_runs_and_records(store):
-    """`python -m xbench ... >&-`: no stdout at all; the run still runs and leaves its record."""
-    import sys
-
-    from tests.conftest import FAST, REPO, cli_env
-
-    p = subprocess.run([sys.executable, "-m", "xbench", f"store.root={store}", *FAST], cwd=REPO, env=cli_env(),
-                       stdout=None, stderr=subprocess.PIPE, text=True, timeout=600,
-                       preexec_fn=lambda: os.close(1))
-    [rec] = records(store)
-    assert p.returncode == 0, p.stderr[-2000:]
+@drill_test("stdout_closed")
+def test_a_run_with_its_stdout_closed_runs_and_records(drill):
+    """`python -m xbench ... >&-`: no stdout at all; the run still runs and leaves its record (the drill's
+    stdout_closed case: the real CLI started with fd 1 closed; its row also holds the exit status, 0)."""
+    [row] = drill.rows_of("stdout_closed")
+    assert row["ok"], row
+    [rec] = records(drill.folder("stdout_closed") / "s")
     assert rec["status"] == "ok" and rec["measurements"]["throughput_samples_per_s"] > 0
 
 
@@ -325,44 +320,21 @@ def test_ddp_run_whose_pipe_dies_then_sigterm_keeps_every_ranks_figures(store):
     assert exit_s < 28, exit_s  # torch's elastic agent alone waits 30 s for ranks that do not exit
 
 
-FILL_MID_WINDOW = r"""
-set -u
-mount -t tmpfs -o size=4m tmpfs "$STORE"
-"$@" > "$OUT/stdout" 2> "$OUT/stderr" &
-pid=$!
-for i in $(seq 2400); do grep -q "timed steps" "$OUT/stderr" 2>/dev/null && break; sleep 0.1; done
-sleep 1
-dd if=/dev/zero of="$STORE/filler" bs=64k 2>/dev/null
-wait $pid; echo $? > "$OUT/rc"
-umount "$STORE"
-"""
-
-
-@pytest.mark.slow
-def test_store_full_mid_window_with_wandb_keeps_every_window(tmp_path):
+@drill_test("store_fails")
+def test_store_full_mid_window_with_wandb_keeps_every_window(drill):
     """The issue's case: the default W&B logger (offline), the store a real 4 MiB tmpfs (private mount
     namespace) that fills up during the timed windows. The live window feed stops with one line, the run
-    measures on: `ok` with every window, in the fallback folder (exit 74), no traceback."""
-    import shutil
-    import sys
-
-    from tests.conftest import REPO, cli_env
-
-    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
-        pytest.skip("no private mount namespace here (unshare -rm)")
-    store, fallback, out = tmp_path / "store", tmp_path / "fallback", tmp_path
-    store.mkdir()
-    (tmp_path / "fill.sh").write_text(FILL_MID_WINDOW)
-    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", "logger=wandb", "bench.steps=400",
-           "bench.min_window_s=0", "bench.repeats=3", "bench.warmup_max_steps=6", "bench.warmup_min_steps=2",
-           "bench.warmup_stable_steps=2", "bench.warmup_cv_tol=10", "bench.threads=1", "data.batch_size=8",
-           "bench.self_check=false"]
-    subprocess.run(["unshare", "-rm", "bash", str(tmp_path / "fill.sh"), *cmd], cwd=REPO, timeout=600,
-                   env=cli_env(STORE=str(store), OUT=str(out), XBENCH_FALLBACK_DIR=str(fallback)))
+    measures on: `ok` with every window, in the fallback folder (exit 74), no traceback. The run is the
+    drill's store_fails case's 'full' one (scripts/fault_drill.py: STORE_FAILS), its files kept."""
+    rows = drill.rows_of("store_fails")
+    if rows[0]["observed"] == "skipped":
+        pytest.skip("no private mount namespace here (unshare -rm): " + rows[0]["detail"])
+    out = drill.folder("store_fails") / "full"
     stderr = (out / "stderr").read_text()
     assert int((out / "rc").read_text()) == 74, stderr[-3000:]
-    [rec] = records(fallback)
+    [rec] = records(out / "fallback")
     m = rec["measurements"]
     assert rec["status"] == "ok" and len(m["throughput_samples_per_s_windows"]) == 3
     assert m["throughput_samples_per_s"] > 0 and "Traceback" not in stderr
     assert "the live feed" in stderr and "No space left on device" in stderr
+    assert rec["config"]["logger"]["name"] == "wandb" and rec["config"]["bench"]["repeats"] == 3
