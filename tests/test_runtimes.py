@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -35,6 +37,59 @@ def _cfg(*overrides):
 
 
 HERE = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version="2.9.0")
+
+
+HIDE_XLA = '''
+import sys
+class _NoXla:
+    """Behave as if torch-xla were not installed: importing it fails like a missing package."""
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch_xla" or name.startswith("torch_xla."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _NoXla())
+'''
+
+
+def _jobs(root: Path) -> dict:
+    """{test name: (what it runs, its store)}: the module's fresh processes (the real CLI, xbench.parity, the
+    overhead bench), independent of each other."""
+    site = root / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE_XLA)
+    xla_env = cli_env(PJRT_DEVICE="CPU")
+    return {
+        "test_bench_overhead_quick_prints_ratios_for_xla": (lambda _: subprocess.run(
+            [sys.executable, "scripts/bench_overhead.py", "--quick", "--runtime", "xla"], cwd=REPO,
+            env=cli_env(PYTHONPATH=str(REPO), PJRT_DEVICE="CPU"), capture_output=True, text=True, timeout=600), None),
+        "test_parity_fails_with_a_different_learning_rate": (lambda store: run_cli(
+            "--a=runtime=eager", "--b=runtime=accelerate optim.lr=0.5", "--steps=6", *TINY, *FAST, store=store,
+            module="xbench.parity"), root / "parity_lr"),
+        "test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16": (lambda store: run_cli(
+            "-m", "runtime=xla", "precision=fp32,bf16", *TINY, *FAST, "bench.steps=8", store=store, env=xla_env),
+            root / "xla"),
+        "test_xbench_runs_without_torch_xla_and_says_why_xla_cannot": (lambda store: run_cli(
+            "-m", "runtime=eager,xla", *TINY, *FAST, store=store, env=cli_env(PYTHONPATH=f"{site}:{REPO}")),
+            root / "no_xla"),
+    }
+
+
+@pytest.fixture(scope="module")
+def cli_runs(request, tmp_path_factory):
+    """{test name: (a future of its CompletedProcess, its store)}. The processes are independent and mostly on one
+    core (Python start-up, bench.threads=1), so the ones the session selected start together, three at a time,
+    the longest first, at the first test that needs one: both cores work, and each test waits for its own. The
+    eager-vs-compile parity runs alone, before them: run beside them once on a loaded machine, compile's loss left
+    eager's at the first timed step (2.33 against 1.99); run alone, twice, they matched to 1.2e-7."""
+    jobs = _jobs(tmp_path_factory.mktemp("runtimes_cli"))
+    selected = {item.name for item in request.session.items}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        yield {name: (pool.submit(run, store), store) for name, (run, store) in jobs.items() if name in selected}
+
+
+def _finished(cli_runs, name):
+    future, store = cli_runs[name]
+    return future.result(), store
 
 
 @pytest.mark.parametrize("overrides,facts,expect", [
@@ -90,10 +145,25 @@ def test_parity_comparison_and_tolerance():
 
 
 @pytest.mark.slow
-def test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16(store):
+def test_parity_eager_vs_compile_passes_and_compile_reports_its_cost(store):
+    """Alone, before the module's background runs start (the next test): losses compared step by step."""
+    p = run_cli("--a=runtime=eager", "--b=runtime=compile", "--steps=6", *TINY, *FAST,
+                store=store, module="xbench.parity")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    recs = records(store)
+    parity = next(r for r in recs if r["experiment"] == "parity")
+    assert parity["status"] == "ok" and parity["measurements"]["parity_passed"]
+    assert parity["measurements"]["parity_max_rel_dev"] <= parity["measurements"]["parity_tolerance_rel"]
+    comp = next(r for r in recs if r["config"].get("runtime", {}).get("name") == "compile")
+    m = comp["measurements"]
+    assert comp["status"] == "ok" and m["compile_time_s"] > 0 and m["compiles_warmup"] >= 1
+    assert m["compiles_timed"] == 0 and m["graph_breaks"] == 0
+
+
+@pytest.mark.slow
+def test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16(cli_runs):
     """One process, two points (torch_xla imported once): fp32 and bf16 parameters on XLA:CPU."""
-    p = run_cli("-m", "runtime=xla", "precision=fp32,bf16", *TINY, *FAST, "bench.steps=8", store=store,
-                env=cli_env(PJRT_DEVICE="CPU"))
+    p, store = _finished(cli_runs, "test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16")
     assert p.returncode == 0, p.stderr[-3000:]
     recs = {r["config"]["precision"]["name"]: r for r in records(store)}
     assert set(recs) == {"fp32", "bf16"}
@@ -114,24 +184,8 @@ def test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16(store):
 
 
 @pytest.mark.slow
-def test_parity_eager_vs_compile_passes_and_compile_reports_its_cost(store):
-    p = run_cli("--a=runtime=eager", "--b=runtime=compile", "--steps=6", *TINY, *FAST,
-                store=store, module="xbench.parity")
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    recs = records(store)
-    parity = next(r for r in recs if r["experiment"] == "parity")
-    assert parity["status"] == "ok" and parity["measurements"]["parity_passed"]
-    assert parity["measurements"]["parity_max_rel_dev"] <= parity["measurements"]["parity_tolerance_rel"]
-    comp = next(r for r in recs if r["config"].get("runtime", {}).get("name") == "compile")
-    m = comp["measurements"]
-    assert comp["status"] == "ok" and m["compile_time_s"] > 0 and m["compiles_warmup"] >= 1
-    assert m["compiles_timed"] == 0 and m["graph_breaks"] == 0
-
-
-@pytest.mark.slow
-def test_parity_fails_with_a_different_learning_rate(store):
-    p = run_cli("--a=runtime=eager", "--b=runtime=accelerate optim.lr=0.5", "--steps=6", *TINY, *FAST,
-                store=store, module="xbench.parity")
+def test_parity_fails_with_a_different_learning_rate(cli_runs):
+    p, store = _finished(cli_runs, "test_parity_fails_with_a_different_learning_rate")
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-3000:]
     recs = records(store)
     parity = next(r for r in recs if r["experiment"] == "parity")
@@ -140,27 +194,15 @@ def test_parity_fails_with_a_different_learning_rate(store):
     assert acc["status"] == "ok" and acc["measurements"]["accelerate_device"] == "cpu"  # Accelerate trains
 
 
-HIDE_XLA = '''
-import sys
-class _NoXla:
-    """Behave as if torch-xla were not installed: importing it fails like a missing package."""
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch_xla" or name.startswith("torch_xla."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, _NoXla())
-'''
 
 
 @pytest.mark.slow
-def test_xbench_runs_without_torch_xla_and_says_why_xla_cannot(store, tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HIDE_XLA)
+def test_xbench_runs_without_torch_xla_and_says_why_xla_cannot(cli_runs):
+    p, store = _finished(cli_runs, "test_xbench_runs_without_torch_xla_and_says_why_xla_cannot")
+    site = store.parent / "site"
     env = cli_env(PYTHONPATH=f"{site}:{REPO}")
     probe = subprocess.run([sys.executable, "-c", "import torch_xla"], env=env, capture_output=True, text=True)
     assert probe.returncode != 0 and "No module named" in probe.stderr  # the hook really hides it
-    p = run_cli("-m", "runtime=eager,xla", *TINY, *FAST, store=store, env=env)
     assert p.returncode == 1  # the sweep ran both points; one did not succeed
     recs = {r["config"]["runtime"]["name"]: r for r in records(store)}
     assert recs["eager"]["status"] == "ok", recs["eager"]["reason"]
@@ -170,12 +212,10 @@ def test_xbench_runs_without_torch_xla_and_says_why_xla_cannot(store, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_overhead_quick_prints_ratios_for_xla():
+def test_bench_overhead_quick_prints_ratios_for_xla(cli_runs):
     """The bench's short mode on XLA:CPU (the eager case runs in the device check's dry run): a ratio
     with its interval, and the same compilations on both sides, none inside a timed window."""
-    p = subprocess.run([sys.executable, "scripts/bench_overhead.py", "--quick", "--runtime", "xla"], cwd=REPO,
-                       env=cli_env(PYTHONPATH=str(REPO), PJRT_DEVICE="CPU"), capture_output=True, text=True,
-                       timeout=600)
+    p, _ = _finished(cli_runs, "test_bench_overhead_quick_prints_ratios_for_xla")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "ratio xbench/hand" in p.stdout
     r = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
