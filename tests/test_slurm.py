@@ -26,6 +26,7 @@ import pytest
 
 from hydra_plugins.xbench_slurm.submitit_launcher import Partition, fit_request, minutes
 from tests.conftest import FAST, REPO, cli_env
+from tests.jobs import Jobs
 from xbench.launch import slurm_ranks
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -201,14 +202,71 @@ def _xbench(cluster, *args: str, timeout: int = 300) -> subprocess.CompletedProc
     return subprocess.run(cmd, cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=timeout)
 
 
-@needs_cluster
-def test_sweep_through_the_slurm_launcher_leaves_both_records(cluster, tmp_path):
-    store = tmp_path / "store"
+def _sweep(cluster, root):
+    store = root / "store"
     t0 = time.monotonic()
     # one CPU and 1 GB each: both points run at once on the 2-CPU node
-    p = _xbench(cluster, "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"store.root={store}",
+    p = _xbench(cluster, "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={root / 'sweep'}", f"store.root={store}",
                 "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", *FAST, *TINY, "data.batch_size=8,16")
     cluster.timings["sweep_s"] = time.monotonic() - t0
+    return p
+
+
+def _refused(cluster, root):
+    """The refused request, and the queue right after it (nothing else submitted yet)."""
+    p = _xbench(cluster, "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={root / 'sweep'}",
+                f"store.root={root / 'store'}", "hydra.launcher.cpus_per_task=64", "hydra.launcher.mem_gb=100000",
+                *FAST, *TINY)
+    return p, cluster.sh("squeue", "-h").stdout.strip()
+
+
+def _dies(cluster, root):
+    return _xbench(cluster, "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={root / 'sweep'}",
+                   f"store.root={root / 'store'}", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
+                   "+hydra.launcher.setup=[exit 3]", *FAST, *TINY, timeout=300)  # it may queue behind the others
+
+
+DDP_JOB = """#!/bin/bash
+srun {python} -m xbench store.root={store} {args} parallel=ddp parallel.world_size=2
+"""
+
+
+def _ddp(cluster, root):
+    store = root / "store"
+    script = root / "ddp.sh"
+    script.write_text(DDP_JOB.format(python=sys.executable, store=store, args=" ".join((*FAST, *TINY))))
+    t0 = time.monotonic()
+    p = cluster.sh("sbatch", "--wait", "--ntasks=2", "--cpus-per-task=1", "--mem=2000", f"--chdir={REPO}",
+                   f"--output={root / 'ddp.log'}", str(script), timeout=300)
+    cluster.timings["ddp_s"] = time.monotonic() - t0
+    return p
+
+
+SWEEP = "test_sweep_through_the_slurm_launcher_leaves_both_records"
+REFUSED = "test_request_larger_than_the_partition_is_refused_before_submission"
+DIES = "test_job_that_dies_without_a_result_is_reported_with_its_log"
+DDP = "test_two_task_job_runs_ddp_across_slurm_tasks"
+
+
+@pytest.fixture(scope="module")
+def runs(request, cluster, tmp_path_factory):
+    """The refused request first, alone (the queue must be empty after it); then the sweep, the dying job and
+    the DDP job submitted together (tests/jobs.py): SLURM queues what the 2-CPU node cannot hold yet."""
+    roots = {name: tmp_path_factory.mktemp(name) for name in ("sweep", "refused", "dies", "ddp")}
+    with Jobs(request) as jobs:
+        jobs.submit("refused", _refused, cluster, roots["refused"], tests=(REFUSED,))
+        if REFUSED in {getattr(i, "originalname", i.name) for i in request.session.items}:
+            jobs["refused"]  # done before anything reaches the queue
+        jobs.submit("sweep", _sweep, cluster, roots["sweep"], tests=(SWEEP,))
+        jobs.submit("dies", _dies, cluster, roots["dies"], tests=(DIES,))
+        jobs.submit("ddp", _ddp, cluster, roots["ddp"], tests=(DDP,))
+        yield jobs, roots
+
+
+@needs_cluster
+def test_sweep_through_the_slurm_launcher_leaves_both_records(runs):
+    started, roots = runs
+    p, store = started["sweep"], roots["sweep"] / "store"
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     recs = _records(store)
     assert sorted(r["config"]["data"]["batch_size"] for r in recs) == [8, 16]
@@ -224,44 +282,33 @@ def test_sweep_through_the_slurm_launcher_leaves_both_records(cluster, tmp_path)
 
 
 @needs_cluster
-def test_request_larger_than_the_partition_is_refused_before_submission(cluster, tmp_path):
-    p = _xbench(cluster, "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                f"store.root={tmp_path / 'store'}", "hydra.launcher.cpus_per_task=64", "hydra.launcher.mem_gb=100000",
-                *FAST, *TINY)
+def test_request_larger_than_the_partition_is_refused_before_submission(runs):
+    jobs, roots = runs
+    p, queue = jobs["refused"]
     assert p.returncode == 1
     assert "nothing submitted: the request cannot run on partition debug" in p.stderr
     assert "hydra.launcher.cpus_per_task=64" in p.stderr and "set hydra.launcher.cpus_per_task<=" in p.stderr
     assert "set hydra.launcher.mem_gb<=" in p.stderr
-    assert cluster.sh("squeue", "-h").stdout.strip() == ""  # nothing reached the queue
-    assert not (tmp_path / "store").exists()
+    assert queue == ""  # nothing reached the queue
+    assert not (roots["refused"] / "store").exists()
 
 
 @needs_cluster
-def test_job_that_dies_without_a_result_is_reported_with_its_log(cluster, tmp_path):
-    p = _xbench(cluster, "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                f"store.root={tmp_path / 'store'}", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
-                "+hydra.launcher.setup=[exit 3]", *FAST, *TINY, timeout=120)
+def test_job_that_dies_without_a_result_is_reported_with_its_log(runs):
+    jobs, roots = runs
+    p = jobs["dies"]
     assert p.returncode == 1
     line = next(x for x in p.stderr.splitlines() if "point #0 FAILED" in x)
     assert "ended without a result" in line
     log = Path(line.rsplit("; log ", 1)[1])
-    assert log.is_file() and log.is_relative_to(tmp_path / "sweep")
-
-
-DDP_JOB = """#!/bin/bash
-srun {python} -m xbench store.root={store} {args} parallel=ddp parallel.world_size=2
-"""
+    assert log.is_file() and log.is_relative_to(roots["dies"] / "sweep")
 
 
 @needs_cluster
-def test_two_task_job_runs_ddp_across_slurm_tasks(cluster, tmp_path):
+def test_two_task_job_runs_ddp_across_slurm_tasks(runs):
+    jobs, roots = runs
+    p, tmp_path = jobs["ddp"], roots["ddp"]
     store = tmp_path / "store"
-    script = tmp_path / "ddp.sh"
-    script.write_text(DDP_JOB.format(python=sys.executable, store=store, args=" ".join((*FAST, *TINY))))
-    t0 = time.monotonic()
-    p = cluster.sh("sbatch", "--wait", "--ntasks=2", "--cpus-per-task=1", "--mem=2000", f"--chdir={REPO}",
-                   f"--output={tmp_path / 'ddp.log'}", str(script), timeout=300)
-    cluster.timings["ddp_s"] = time.monotonic() - t0
     log = (tmp_path / "ddp.log").read_text() if (tmp_path / "ddp.log").exists() else ""
     assert p.returncode == 0, p.stderr + log[-4000:]
     [rec] = _records(store)

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from tests.conftest import FAST, REPO, cli_env, records
+from tests.jobs import Jobs
 
 PIECES = """
     import os
@@ -63,15 +64,45 @@ PIECES = """
 """
 
 
+def _pieces():
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(PIECES)], cwd=REPO, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def _run(store, *args) -> tuple[int, str]:
+    proc = _start(store, *args)
+    try:
+        out, _ = proc.communicate(timeout=900)  # wider than one run's alone: runs started together share the cores
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, out
+
+
+DIGITS = ("test_spmd_on_real_digits_feeds_shards_and_trains_like_one_device",)
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's fresh processes, started together (tests/jobs.py): each test checks its own."""
+    root = tmp_path_factory.mktemp("xla_feed")
+    with Jobs(request) as jobs:
+        jobs.submit("pieces", _pieces, tests=("test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be",))
+        jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
+                    tests=DIGITS)
+        jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", tests=DIGITS)
+        yield jobs, root
+
+
 @pytest.mark.xla
-def test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be():
+def test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be(runs):
     """One fresh SPMD process over 2 PJRT CPU devices, transfers only (no graph compiles): batches come
     through MpDeviceLoader with the batch sharding, each device holding half the batch; place_batch
     neither re-annotates nor transfers them again (a batch that `prepare` changed on the device is annotated
     in the graph, no transfer either); a batch already on the device unsharded (the
     synthetic pool) is still annotated by place_batch. Before: no feed_sharding, no DeviceFeed."""
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(PIECES)], cwd=REPO, env=cli_env(),
-                       capture_output=True, text=True, timeout=300)
+    p = runs[0]["pieces"]
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     out = dict(line.split(": ", 1) for line in p.stdout.splitlines() if ": " in line)
     assert out["feed"] == "spmd_sharded True"
@@ -94,18 +125,17 @@ def _start(store, *args):
 
 @pytest.mark.slow
 @pytest.mark.xla
-def test_spmd_on_real_digits_feeds_shards_and_trains_like_one_device(tmp_path):
+def test_spmd_on_real_digits_feeds_shards_and_trains_like_one_device(runs):
     """scikit-learn's digits (real files' path: DataLoader, per-rank sampler) under SPMD over 2 PJRT CPU
     devices at 16 per device, beside one XLA device at 32: the same batches, so the same losses (to
     1e-5: the sharded mean rounds differently in the last bits; measured ~1e-7); no compiles in the
     timed window; the batch arrived split over the mesh. Before: the whole batch went to the device
     replicated and was resharded each step (the record said neither data_feed nor how)."""
-    procs = {"spmd": _start(tmp_path / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16"),
-             "one": _start(tmp_path / "one", "runtime=xla", "data.batch_size=32")}
-    for p in procs.values():
-        out, _ = p.communicate(timeout=400)
-        assert p.returncode == 0, out[-3000:]
-    [spmd], [one] = records(tmp_path / "spmd"), records(tmp_path / "one")
+    jobs, root = runs
+    for key in ("spmd", "one"):
+        code, out = jobs[key]
+        assert code == 0, out[-3000:]
+    [spmd], [one] = records(root / "spmd"), records(root / "one")
     assert spmd["status"] == "ok" and one["status"] == "ok", (spmd["reason"], one["reason"])
     m, m1 = spmd["measurements"], one["measurements"]
     assert (m["data_feed"], m["data_prefetch"]) == ("spmd_sharded", True)

@@ -14,21 +14,16 @@ import textwrap
 import pytest
 
 from tests.conftest import REPO, cli_env, records
-from tests.test_xla_parallel import _finish, _start
+from tests.jobs import Jobs
+from tests.test_xla_parallel import _run
 
 
-def _python(code: str, env=None, timeout=300) -> str:
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env or cli_env(),
-                       capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    return p.stdout
+def _python(code: str, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env or cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
-def test_rank_threads_share_the_stop_flag_their_main_thread_installed():
-    """In a fresh interpreter (pytest's own handlers stay untouched): a thread's call returns the main
-    thread's flag without installing anything, and a SIGTERM to the process reaches it; a forked process
-    adopts the inherited flag in a thread too; a thread that comes first is told what the launcher owes it."""
-    out = _python("""
+STOP_FLAG = """
         import os, signal, threading, time
         from xbench.launch import child
 
@@ -72,7 +67,44 @@ def test_rank_threads_share_the_stop_flag_their_main_thread_installed():
             os._exit(0)
         os.waitpid(pid, 0)
         print("forked:", os.read(r, 100).decode())
-    """)
+"""
+
+
+def _broadcast(tmp_path):
+    script, out = tmp_path / "bcast.py", tmp_path / "out.txt"
+    script.write_text(textwrap.dedent(BROADCAST))
+    p = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO, env=cli_env(), capture_output=True,
+                       text=True, timeout=300)
+    return p, out
+
+
+def _two_replicas(store):
+    env = cli_env(PJRT_DEVICE="CPU")
+    env.pop("CPU_NUM_DEVICES", None)
+    return _run(store, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", env=env)
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's fresh processes, started together (tests/jobs.py): each test checks its own."""
+    root = tmp_path_factory.mktemp("xla_mp")
+    with Jobs(request) as jobs:
+        jobs.submit("stop_flag", _python, STOP_FLAG,
+                    tests=("test_rank_threads_share_the_stop_flag_their_main_thread_installed",))
+        jobs.submit("broadcast", _broadcast, root,
+                    tests=("test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers",))
+        jobs.submit("replicas", _two_replicas, root / "replicas",
+                    tests=("test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights",))
+        yield jobs, root
+
+
+def test_rank_threads_share_the_stop_flag_their_main_thread_installed(runs):
+    """In a fresh interpreter (pytest's own handlers stay untouched): a thread's call returns the main
+    thread's flag without installing anything, and a SIGTERM to the process reaches it; a forked process
+    adopts the inherited flag in a thread too; a thread that comes first is told what the launcher owes it."""
+    p = runs[0]["stop_flag"]
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    out = p.stdout
     assert "first-in-thread: True" in out
     assert "same: True busy: True" in out
     assert "stopped: (True, 'SIGTERM')" in out
@@ -149,11 +181,8 @@ BROADCAST = """
 
 @pytest.mark.slow
 @pytest.mark.xla
-def test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers(tmp_path):
-    script, out = tmp_path / "bcast.py", tmp_path / "out.txt"
-    script.write_text(textwrap.dedent(BROADCAST))
-    p = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO, env=cli_env(), capture_output=True,
-                       text=True, timeout=300)
+def test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers(runs):
+    p, out = runs[0]["broadcast"]
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     rows = [line.split(" ", 4) for line in out.read_text().splitlines()]
     assert [(r[0], r[1]) for r in rows] == [("0", "2"), ("1", "2")]  # both replicas, one world of 2
@@ -165,14 +194,14 @@ def test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.xla
-def test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights(tmp_path):
+def test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights(runs):
     """The CLI's xla_mp with 2 replicas (threads over 2 PJRT CPU devices): one record of a world of 2,
     gradients all-reduced (xm.optimizer_step) so the replicas end equal, and equal from the start
     (broadcast; without it they drew different weights from the shared RNG, seen here)."""
-    env = cli_env(PJRT_DEVICE="CPU")
-    env.pop("CPU_NUM_DEVICES", None)
-    _finish(_start(tmp_path, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", env=env))
-    [rec] = records(tmp_path)
+    jobs, root = runs
+    code, out = jobs["replicas"]
+    assert code == 0, out[-3000:]
+    [rec] = records(root / "replicas")
     assert rec["status"] == "ok", rec["reason"]
     m, ranks = rec["measurements"], rec["ranks"]
     assert (m["world_size"], m["devices"], m["global_batch_size"]) == (2, 2, 32)

@@ -13,6 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from tests.conftest import CONF, FAST, REPO, cli_env, records
+from tests.jobs import Jobs
 from xbench import compat, launch, parallel
 from xbench.config import register_configs
 from xbench.platforms.detect import HostFacts
@@ -38,6 +39,54 @@ def _start(store, *args, env=None):
 def _finish(proc, timeout=400) -> str:
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def _run(store, *args, env=None, timeout=900) -> tuple[int, str]:
+    """One CLI run to its end: (exit status, console output). Killed past its timeout (runs started together
+    share the cores: the timeout is wider than one run's alone)."""
+    proc = _start(store, *args, env=env)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, out
+
+
+def _xla_env():
+    env = cli_env(PJRT_DEVICE="CPU")
+    env.pop("CPU_NUM_DEVICES", None)
+    return env
+
+
+SPMD = "test_spmd_on_2_cpu_devices_trains_like_one_device_on_the_same_global_batch"
+
+
+@pytest.fixture(scope="module", autouse=True)  # started before the module's first test
+def runs(request, tmp_path_factory):
+    """The module's CLI runs, started together (tests/jobs.py): each test checks its own, in its own store."""
+    root = tmp_path_factory.mktemp("xla_parallel")
+    with Jobs(request) as jobs:
+        jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
+                    env=_xla_env(), tests=(SPMD,))
+        jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", env=_xla_env(), tests=(SPMD,))
+        jobs.submit("xla_mp", _run, root / "xla_mp", "parallel=xla_mp", "parallel.world_size=1", "data.batch_size=16",
+                    env=cli_env(PJRT_DEVICE="CPU"), tests=("test_xla_mp_launcher_runs_one_replica_on_cpu",))
+        # 2 threads per rank: Accelerate would reset them to cores // ranks (1 here) if xbench did not keep them
+        jobs.submit("accelerate", _run, root / "accelerate", "parallel=accelerate", "parallel.world_size=2",
+                    "data.batch_size=16", "bench.threads=2",
+                    tests=("test_accelerate_launches_2_cpu_processes_as_one_synchronised_job",))
+        jobs.submit("sigterm", _run, root / "sigterm", "parallel=xla_spmd", "data.batch_size=8", "bench.steps=20",
+                    "fault.kind=sigterm", "fault.at_step=8", env=cli_env(PJRT_DEVICE="CPU"),
+                    tests=("test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record",))
+        yield jobs, root
+
+
+def _ok(jobs, key) -> str:
+    code, out = jobs[key]
+    assert code == 0, out[-3000:]
     return out
 
 
@@ -99,15 +148,11 @@ def test_one_record_writer(monkeypatch):
 # ---------- for real ----------
 
 @pytest.mark.slow
-def test_spmd_on_2_cpu_devices_trains_like_one_device_on_the_same_global_batch(tmp_path):
-    env = cli_env(PJRT_DEVICE="CPU")
-    env.pop("CPU_NUM_DEVICES", None)
-    procs = {"spmd": _start(tmp_path / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
-                            env=env),
-             "one": _start(tmp_path / "one", "runtime=xla", "data.batch_size=32", env=env)}
-    for p in procs.values():
-        _finish(p)
-    [spmd], [one] = records(tmp_path / "spmd"), records(tmp_path / "one")
+def test_spmd_on_2_cpu_devices_trains_like_one_device_on_the_same_global_batch(runs):
+    jobs, root = runs
+    for key in ("spmd", "one"):
+        _ok(jobs, key)
+    [spmd], [one] = records(root / "spmd"), records(root / "one")
     assert spmd["status"] == "ok" and one["status"] == "ok", (spmd["reason"], one["reason"])
     m = spmd["measurements"]
     assert (m["devices"], m["devices_per_rank"], m["world_size"]) == (2, 2, 1)
@@ -124,11 +169,10 @@ def test_spmd_on_2_cpu_devices_trains_like_one_device_on_the_same_global_batch(t
 
 
 @pytest.mark.slow
-def test_xla_mp_launcher_runs_one_replica_on_cpu(tmp_path):
-    proc = _start(tmp_path, "parallel=xla_mp", "parallel.world_size=1", "data.batch_size=16",
-                  env=cli_env(PJRT_DEVICE="CPU"))
-    _finish(proc)
-    [rec] = records(tmp_path)
+def test_xla_mp_launcher_runs_one_replica_on_cpu(runs):
+    jobs, root = runs
+    _ok(jobs, "xla_mp")
+    [rec] = records(root / "xla_mp")
     m = rec["measurements"]
     assert rec["status"] == "ok", rec["reason"]
     assert m["xla_world_size"] == 1 and m["xla_global_ordinal"] == 0 and m["compiles_timed"] == 0
@@ -136,10 +180,10 @@ def test_xla_mp_launcher_runs_one_replica_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_accelerate_launches_2_cpu_processes_as_one_synchronised_job(tmp_path):
-    # 2 threads per rank: Accelerate would reset them to cores // ranks (1 here) if xbench did not keep them
-    _finish(_start(tmp_path, "parallel=accelerate", "parallel.world_size=2", "data.batch_size=16", "bench.threads=2"))
-    [rec] = records(tmp_path)  # one record, by rank 0
+def test_accelerate_launches_2_cpu_processes_as_one_synchronised_job(runs):
+    jobs, root = runs
+    _ok(jobs, "accelerate")  # bench.threads=2 (the fixture says why)
+    [rec] = records(root / "accelerate")  # one record, by rank 0
     assert rec["status"] == "ok", rec["reason"]
     m, ranks = rec["measurements"], rec["ranks"]
     assert m["world_size"] == 2 and [r["rank"] for r in ranks] == [0, 1]
@@ -170,11 +214,10 @@ def test_warmup_ends_only_when_every_rank_agrees():
 
 
 @pytest.mark.slow
-def test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record(tmp_path):
+def test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record(runs):
     """The stop crosses back from the launched SPMD process with what was measured and the signal's name."""
-    proc = _start(tmp_path, "parallel=xla_spmd", "data.batch_size=8", "bench.steps=20", "fault.kind=sigterm",
-                  "fault.at_step=8", env=cli_env(PJRT_DEVICE="CPU"))
-    out, _ = proc.communicate(timeout=400)
-    assert proc.returncode == 130, out[-3000:]
-    [rec] = records(tmp_path)
+    jobs, root = runs
+    code, out = jobs["sigterm"]
+    assert code == 130, out[-3000:]
+    [rec] = records(root / "sigterm")
     assert rec["status"] == "interrupted" and rec["reason"] == "SIGTERM during timed", rec["reason"]
