@@ -58,3 +58,26 @@ def test_after_start_up_a_signal_asks_and_the_phase_finishes(tmp_path, handlers)
         env.record.finish("ok")  # the phase that was running finishes; a loop would stop after its step
     rec = _record(tmp_path, "r2")
     assert rec["status"] == "ok" and rec["measurements"]["throughput_samples_per_s"] == 3.0
+
+
+def test_before_the_record_a_signal_raises_the_handlers_own_stop_and_the_envelope_takes_over_asking(tmp_path, handlers):
+    """The CLI's point (xbench/__main__.py) sets `at_once` before the run's envelope exists: the handler raises
+    StopAtOnce there (nothing written yet). The envelope's first write clears it (a record and a lock are held)
+    and sets it again once the record is written."""
+    from xbench.envelope import StopAtOnce
+
+    SIGNALS.install()
+    SIGNALS.at_once = "start-up"
+    with pytest.raises(StopAtOnce):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert SIGNALS.flag.requested and SIGNALS.at_once is None
+    SIGNALS.uninstall()
+    SIGNALS.install()  # a fresh flag: the next run
+    SIGNALS.at_once = "start-up"
+    with RunEnvelope(_cfg(tmp_path), {}, "r3") as env:
+        assert SIGNALS.at_once == "start-up"  # set again at the end of __enter__, after the record's first write
+        env.check_stop("start-up")
+        assert SIGNALS.at_once is None
+        env.record.finish("ok")
+    assert _record(tmp_path, "r3")["status"] == "ok"

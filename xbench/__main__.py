@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
-from xbench.envelope import SIGNALS, redact_hydra_files, say
+from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, refusals, resume_ignored
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
@@ -56,6 +56,21 @@ def main(dcfg: DictConfig) -> None:
         say(f"xbench: {SIGNALS.flag.reason} received; " + ("the remaining points of the sweep are skipped"
                                                            if multirun else "the run was not started (no record)"))
         raise SystemExit(130)
+    # Until the run's envelope takes over (it writes the record, then stops start-up at once itself), a stop
+    # signal ends the point from the handler: nothing is written yet, nothing to wait for (imports take seconds).
+    SIGNALS.at_once = "start-up"
+    try:
+        _point(dcfg, multirun)
+    except StopAtOnce:  # the handler's, before the envelope took over (a rank's own stops are not caught here)
+        say(f"xbench: {SIGNALS.flag.reason} received before the run's record was written; nothing was run"
+            + ("; the remaining points of the sweep are skipped" if multirun else ""))
+        raise SystemExit(130) from None
+    finally:
+        SIGNALS.at_once = None
+
+
+def _point(dcfg: DictConfig, multirun: bool) -> None:
+    """One point: refusals, then the run (runner.run), then its exit status."""
     if multirun and not _PRELOADED:
         _PRELOADED.append(True)
         if not isolated(dcfg):  # points sharing this process: an XLA one needs torch_xla before any backward

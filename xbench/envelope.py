@@ -62,6 +62,10 @@ def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+class StopAtOnce(StopRequested):
+    """A stop raised by the signal handler itself, in a phase where nothing is measured yet (start-up)."""
+
+
 class _Signals:
     """First stop signal: ask the loop to stop and record what was measured. Second, or a step that
     does not return within `grace_s` (a hung step): `on_force(reason)` writes the record, the run's
@@ -135,7 +139,7 @@ class _Signals:
         self.timer.daemon = True
         self.timer.start()
         if phase is not None:  # raised where the main thread is (an import, compat): the envelope records it
-            raise StopRequested({"phase": phase})
+            raise StopAtOnce({"phase": phase})
 
 
 SIGNALS = _Signals()
@@ -199,7 +203,7 @@ class RunEnvelope:
         if phase == "start-up":
             SIGNALS.at_once = None
         if self.stop.requested:
-            raise StopRequested({"phase": phase})
+            raise StopAtOnce({"phase": phase})
 
     def _forced(self, reason: str) -> None:  # second signal or hung step: a final record before os._exit
         if self.record.status == "running":
@@ -209,6 +213,7 @@ class RunEnvelope:
         self._write()
 
     def __enter__(self) -> RunEnvelope:
+        SIGNALS.at_once = None  # the record and the lock are ours from here: a signal asks until the end of __enter__
         self.record.env = host_env()
         try:
             if self.lock is None:
