@@ -60,10 +60,10 @@ def under_torchrun() -> bool:
     return True
 
 
-def _threads_for_rank(cfg, dev_type: str, local_world: int) -> dict:
+def _threads_for_rank(plan, dev_type: str, local_world: int) -> dict:
     """Fair CPU timings: without bench.threads, each rank gets its share of the cores (torchrun itself
     would set OMP_NUM_THREADS=1; torch's default would oversubscribe)."""
-    return threads_asked(cfg, local_world if dev_type == "cpu" else 1)
+    return threads_asked(plan, local_world if dev_type == "cpu" else 1)
 
 
 def rank_main(work, on_step=None, stop=None):
@@ -73,17 +73,17 @@ def rank_main(work, on_step=None, stop=None):
 
     from xbench.parallel.ddp import resolve_backend
 
-    cfg, dev_type = work.plan, work.plan.device_type
+    plan, dev_type = work.plan, work.plan.device_type
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    ctx = RankContext(rank, world, local_rank, local_world, **_threads_for_rank(cfg, dev_type, local_world),
-                      warnings=world_size_warning(cfg, world, f"torchrun started {world} ranks"))
+    ctx = RankContext(rank, world, local_rank, local_world, **_threads_for_rank(plan, dev_type, local_world),
+                      warnings=world_size_warning(plan, world, f"torchrun started {world} ranks"))
     if dev_type == "cuda":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(resolve_backend(cfg.parallel.backend, dev_type),
-                            timeout=timedelta(seconds=cfg.parallel.timeout_s))
+    dist.init_process_group(resolve_backend(plan.parallel.backend, dev_type),
+                            timeout=timedelta(seconds=plan.parallel.timeout_s))
     if dist.get_world_size() != world:  # silent fallbacks to a world of one exist (GOTCHAS)
         raise RuntimeError(f"process group has {dist.get_world_size()} ranks, expected {world}")
     try:
@@ -221,10 +221,10 @@ def _partial(left) -> dict | None:
     return None
 
 
-def _launch_config(cfg):
+def _launch_config(parallel):
     from torch.distributed.launcher.api import LaunchConfig
 
-    p = cfg.parallel
+    p = parallel
     per_node = p.world_size // p.nnodes
     if p.nnodes == 1:  # what `torchrun --standalone` does: a local c10d store on a free port
         rdzv = {"rdzv_backend": "c10d", "rdzv_endpoint": "localhost:0", "run_id": uuid.uuid4().hex}
@@ -273,7 +273,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     exchange = tempfile.mkdtemp(prefix="xbench-ranks-")  # private (0700): where stopped ranks leave figures
     try:
         with _marks_stopping(exchange):
-            out = elastic_launch(_launch_config(work.plan), _spawned_rank)(work, exchange)
+            out = elastic_launch(_launch_config(work.plan.parallel), _spawned_rank)(work, exchange)
         gathered = (out or {}).get(0)
         if gathered is None:  # rank 0 left its result instead of returning it (a stop only the ranks saw)
             gathered = _left(exchange).get(0)
