@@ -26,6 +26,7 @@ def _fresh(code: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow  # a fresh interpreter (the warning is said once per process): ~4 s
 def test_tf32_is_set_through_fp32_precision_and_every_view_agrees_without_a_deprecation_warning():
     """Real torch 2.9 (its settings are readable on a CPU build). The legacy `allow_tf32` setters warn
     that they are deprecated (an error here: -W error); the new API alone leaves the legacy getters,

@@ -377,6 +377,7 @@ def _matches(facts: dict, query: dict[str, str]) -> bool:
                for k, v in query.items())
 
 
+@pytest.mark.usefixtures("cached_compose")  # it composes every study's small commands: once per session
 def test_study_small_baselines_are_not_oversubscribed():
     """Each study's small command, as run on a small machine: a point that pins its threads asks for no
     more cores than the instance it is priced as (ranks x threads <= vCPUs), a point that leaves them

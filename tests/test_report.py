@@ -330,6 +330,7 @@ def run_report_without_torch(*args, env=None) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env or cli_env(PYTHONPATH=str(REPO)))
 
 
+@pytest.mark.slow  # a fresh interpreter without torch (the claim is the process's): ~5 s
 def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_path):
     out = tmp_path / "report"
     p = run_report_without_torch(fixture_store, "--out", out, "--baseline", "platform=k80", "--no-progress", "--svg")

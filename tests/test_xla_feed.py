@@ -95,6 +95,7 @@ def runs(request, tmp_path_factory):
         yield jobs, root
 
 
+@pytest.mark.slow  # a fresh SPMD process (SPMD switches its whole process): ~13 s, the largest of test-fast
 @pytest.mark.xla
 def test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be(runs):
     """One fresh SPMD process over 2 PJRT CPU devices, transfers only (no graph compiles): batches come
