@@ -13,8 +13,14 @@ from tests.conftest import FAST
 
 @pytest.mark.slow
 def test_run_returns_the_stored_record_and_load_returns_its_row(store, tmp_path):
-    record = xbench.run([*FAST, f"store.root={store}", "model=mlp", "model.options.hidden=16", "data.batch_size=8"])
-    assert record.status == "ok"
+    import torch
+
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    record = xbench.run([*FAST, f"store.root={store}", "model=mlp", "model.options.hidden=16", "data.batch_size=8",
+                         f"bench.threads={threads + 1}", "bench.seed=7"])
+    assert record.status == "ok" and record.measurements["threads_intra"] == threads + 1
+    # the caller's torch is as it was: its intra-op threads and its CPU generator's state
+    assert torch.get_num_threads() == threads and torch.equal(torch.get_rng_state(), rng)
     stored = json.loads((store / record.run_id / "record.json").read_text())
     assert stored["measurements"]["throughput_samples_per_s"] == record.measurements["throughput_samples_per_s"] > 0
     assert stored["env"]["xbench_version"] == xbench.__version__

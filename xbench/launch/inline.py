@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from xbench import parallel
 from xbench.launch import child
 from xbench.launch.preamble import process_stop, run_rank, threads_asked
@@ -31,5 +33,21 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult:
     if fresh:
         result = child.in_fresh_process(_fresh_rank, (work, ctx), stop, "the fresh process of this run")
     else:
-        result = run_rank(work, ctx, on_step, stop)
+        with _callers_torch_state():
+            result = run_rank(work, ctx, on_step, stop)
     return LaunchResult.of([result])
+
+
+@contextlib.contextmanager
+def _callers_torch_state():
+    """A rank in the caller's process (xbench.run from a notebook, a shared sweep) sets torch's intra-op threads
+    and seeds its CPU generator: both are the caller's again afterwards. (Inter-op threads are set once per
+    process by torch's rule, and a device's generators are the device's: neither is restorable here.)"""
+    import torch
+
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
