@@ -284,8 +284,7 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
     if timer:
         step_times, source = timer.elapsed_s(), "cuda_events"
     else:
-        step_times = [stamps[0] - t0] + [b - a for a, b in zip(stamps, stamps[1:])]
-        source = "host"
+        step_times, source = _host_step_times(stamps, t0), "host"
     losses = h.read_losses(losses)
     check_blowup(h, losses, "timed")
     return WindowResult(steps, t1 - t0, step_times, source, losses,
@@ -296,9 +295,7 @@ def _stop_now(h: Hooks, done: int, steps: int, left_s: float, stamps: list[float
     """A stop after step `done` of the window: what it measured so far (rule 10: on a multi-rank run, why
     this rank did not wait for the window's edge)."""
     (h.device_sync if h.finish_window_s > 0 and h.device_sync else h.sync)()  # its peers are still stepping
-    part = stamps[:done]
-    partial = {"phase": "timed", "timed_steps": done, "window_s": perf_counter() - t0,
-               "timed_step_times_s": [part[0] - t0] + [b - a for a, b in zip(part, part[1:])]}
+    partial = _timed_partial(done, perf_counter() - t0, _host_step_times(stamps[:done], t0))
     if h.finish_window_s > 0:
         partial["stop_not_agreed"] = (
             f"stopped after step {done} of the window's {steps} without the other ranks: its other "
@@ -327,10 +324,20 @@ def window_end_stop(h: Hooks, w: WindowResult, stalled: bool) -> bool:
         return False
     if h.agree(not asked):
         return True
-    partial = {"phase": "timed", "timed_steps": w.steps, "window_s": w.wall_s,
-               "timed_step_times_s": list(w.step_times_s), "stop_at_window_end": True,
-               "stop_seen_at_step": w.stop_seen_at_step, "ranks_agreed": True}  # every rank raises here
+    partial = _timed_partial(w.steps, w.wall_s, list(w.step_times_s))
+    partial.update(stop_at_window_end=True, stop_seen_at_step=w.stop_seen_at_step,
+                   ranks_agreed=True)  # every rank raises here
     raise StopRequested(partial)
+
+
+def _host_step_times(stamps: list[float], t0: float) -> list[float]:
+    """Each step's time from the host stamps taken after it (the first from the window's start)."""
+    return [stamps[0] - t0] + [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _timed_partial(steps: int, window_s: float, step_times_s: list[float]) -> dict:
+    """What a stop in the timed phase keeps of the window it arrived in (both stop paths of rule 10)."""
+    return {"phase": "timed", "timed_steps": steps, "window_s": window_s, "timed_step_times_s": step_times_s}
 
 
 class CudaEventTimer:

@@ -127,8 +127,7 @@ class CompiledRuntime(Runtime):
 
     def overhead(self) -> dict:
         d = self._delta()
-        out = {"compile_time_s": d["compile_s"], "graph_breaks": d["graph_breaks"],
-               "graphs_compiled": d["graphs"], "compile_backend": self.cfg.backend,
+        out = {"compile_time_s": d["compile_s"], "graphs_compiled": d["graphs"], "compile_backend": self.cfg.backend,
                "compile_mode": self.cfg.mode or "default", "compile_target": self.cfg.target}
         out.update({name: d[key] for key, name in DYNAMO_FIGURES.items()})
         if getattr(self, "_timed", None) is not None:
