@@ -105,6 +105,18 @@ def test_the_report_reads_the_same_tables_from_offline_wandb_runs(store, tmp_pat
                 assert _same(ra[k], rb[k]), (name, k, ra[k], rb[k])
 
 
+def test_offline_runs_are_read_side_by_side_in_order_and_an_unreadable_one_is_named(store, tmp_path):
+    import shutil
+
+    shutil.copytree(store, tmp_path / "s")
+    bad = tmp_path / "s" / "00-torn" / "wandb" / "offline-run-torn" / "run-torn.wandb"  # sorts first
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"\x00not a transaction log" * 20)
+    recs, skipped = wandb_source.offline_records(tmp_path / "s")
+    assert [r.run_id for r in recs] == [r["run_id"] for r in records(store)]  # the files' order, every good one
+    assert len(skipped) == 1 and str(bad) in skipped[0] and "CalledProcessError" in skipped[0], skipped
+
+
 def _same(a: str, b: str) -> bool:
     try:
         return float(a) == pytest.approx(float(b), rel=1e-9)
