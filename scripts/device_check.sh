@@ -28,6 +28,10 @@ if [ "${DEVICE_CHECK_WHEELS:-1}" != 0 ] && [ -d .whl ] && ls .whl/*.whl >/dev/nu
     || { echo "device_check: could not install the carried wheels in .whl/:" >&2;
          tail -20 "${TMPDIR:-/tmp}/xbench-wheels.log" | tee "$out/log.txt" >&2; exit 2; }
   export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  # Where PYTHONDONTWRITEBYTECODE is set and the packages have no bytecode (the carried wheels never do), every
+  # run's process would compile torch, Hydra and W&B from source again (~5 s each on the development machine):
+  # let the first one write it.
+  unset PYTHONDONTWRITEBYTECODE
 else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
