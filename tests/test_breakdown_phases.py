@@ -12,7 +12,7 @@ import torch
 
 from xbench.bench import breakdown, loop
 
-FWD_S, BWD_S, OPT_S = 0.1, 0.4, 0.8  # spaced so that a sleep counted in the wrong phase moves it past the next
+FWD_S, BWD_S, OPT_S = 0.25, 0.5, 1.0  # a phase that took in another's sleep grows by FWD_S at least
 SLEPT_S: dict[str, float] = {}  # what each sleep really took: a loaded machine oversleeps, and that is its phase's
 
 
@@ -63,12 +63,12 @@ def _hooks(model, opt, backward=True):
     return loop.Hooks(step=step, next_batch=lambda: (x, y), sync=lambda: None)
 
 
-@pytest.mark.slow  # 1.3 s of sleeps, and the profiler's first start (~10 s on a busy machine)
+@pytest.mark.slow  # 2 x 1.75 s of sleeps, and the profiler's first start (~10 s on a busy machine)
 def test_each_phase_of_a_real_step_gets_its_own_time():
     model = _SlowModel()
     hooks = _hooks(model, _SlowSGD(model.parameters(), lr=0.1))
     hooks.step(*hooks.next_batch())  # as the timed windows do before the profiled one: first-call work is not a phase's
-    fig = breakdown.split(hooks, "cpu", {}, 1, 100, 1.0)
+    fig = breakdown.split(hooks, "cpu", {}, 1, 100, FWD_S + BWD_S + OPT_S)  # steady step ~ the sleeps
     assert fig["breakdown_steps"] == 1 and "phases_unavailable" not in fig, fig
     # Each phase holds its own sleep as really slept (a lower bound: load only adds) and not a whole other sleep
     # (the rest of a phase is a few ms of real work, far below the shortest sleep): no upper bound set in advance,
