@@ -78,10 +78,16 @@ def _broadcast(tmp_path):
     return p, out
 
 
-def _two_replicas(store):
+def _two_replicas(store, *args):
     env = cli_env(PJRT_DEVICE="CPU")
     env.pop("CPU_NUM_DEVICES", None)
-    return _run(store, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", env=env)
+    return _run(store, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", *args, env=env)
+
+
+# Exactly 3 warm-up steps, then one window of 20: replica 0 signals its own process (the replicas' threads share
+# its stop flag) at step 8, the window's 6th; its other 14 steps take far less than the window may run on.
+STOPPED_MID_WINDOW = ("bench.warmup_min_steps=3", "bench.warmup_max_steps=3", "bench.steps=20",
+                      "fault.kind=signal", "fault.signal=SIGTERM", "fault.at_step=8", "fault.rank=0")
 
 
 @pytest.fixture(scope="module", autouse=True)  # started before the module's first test
@@ -95,6 +101,8 @@ def runs(request, tmp_path_factory):
                     tests=("test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers",))
         jobs.submit("replicas", _two_replicas, root / "replicas",
                     tests=("test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights",))
+        jobs.submit("stopped", _two_replicas, root / "stopped", *STOPPED_MID_WINDOW,
+                    tests=("test_a_stop_mid_window_keeps_every_replicas_figures",))
         yield jobs, root
 
 
@@ -213,3 +221,20 @@ def test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights(run
     assert ranks[0]["params_sha256"] != ranks[0]["params_sha256_at_start"]  # it trained
     assert m["compiles_timed"] == 0 and m["pjrt_device"] == "CPU"
     assert rec["series"]["loss"][-1] < rec["series"]["loss"][0]
+
+
+def test_a_stop_mid_window_keeps_every_replicas_figures(runs):
+    """A SIGTERM in the timed window of 2 xla_mp replicas: both run the window to its edge and stop there together
+    (bench/loop.py rule 10), and the record keeps both replicas' partial figures, as for torchrun's ranks
+    (launch/gathered.py); before, the first replica's exception was the record and the other's figures were lost."""
+    jobs, root = runs
+    code, out = jobs["stopped"]
+    assert code == 130, out[-3000:]
+    [rec] = records(root / "stopped")
+    m = rec["measurements"]
+    assert rec["status"] == "interrupted" and rec["reason"] == "SIGTERM during timed", rec["reason"]
+    assert m["ranks_reporting"] == 2 and m["stop_at_window_end"] and m["ranks_agreed"], m
+    assert [r["rank"] for r in rec["ranks"]] == [0, 1], rec["ranks"]
+    for r in rec["ranks"]:  # each replica's own window, run to the edge: 20 steps
+        assert r["timed_steps"] == 20 and len(r["timed_step_times_s"]) == 20, r
+    assert m["throughput_samples_per_s_partial"] > 0

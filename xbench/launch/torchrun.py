@@ -23,22 +23,13 @@ import signal
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 
 from xbench.env_vars import launched_rank
 from xbench.launch import child, slurm_ranks
+from xbench.launch.gathered import RankLost, results_of, stopped_of
 from xbench.launch.preamble import process_stop, run_rank, threads_asked, world_size_warning
-from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, RankResult, StopRequested
-
-
-@dataclass
-class RankLost:
-    """What a rank measured before an error ended it (a collective whose peer had gone: killed, or stopped
-    without waiting), left in the launcher's folder: the record keeps its closed windows."""
-
-    error: str
-    partial: dict
+from xbench.rank import STOP_SIGNALS, LaunchResult, RankContext, StopRequested
 
 
 class RankFailed(Exception):
@@ -101,13 +92,6 @@ def rank_main(work, on_step=None, stop=None):
     dist.gather_object(result, gathered, dst=0)
     dist.destroy_process_group()
     return gathered
-
-
-def _results(gathered: list, stop) -> LaunchResult:
-    """Rank 0's gathered results; an agreed stop comes back as the StopRequested it was (with its signal)."""
-    if any(isinstance(r, StopRequested) for r in gathered):
-        raise _stopped({0: gathered}, stop)  # every rank's partial figures, rank 0's at the top
-    return LaunchResult.of(gathered)
 
 
 STOPPING = "stopping"  # in the exchange folder: the launcher got a stop signal (its agent is shutting down)
@@ -189,38 +173,6 @@ def _spawned_rank(work, exchange: str | None = None):
     return out
 
 
-def _stopped(left: dict, stop) -> StopRequested:
-    """One StopRequested for the record from what the ranks left: rank 0's partial figures at the top, every
-    rank's in `rank_partials` (None for a rank that left nothing: killed, or failed in a collective its
-    stopped peer left)."""
-    gathered = left.get(0) if isinstance(left.get(0), list) else None
-    world = len(gathered) if gathered is not None else (max(left) + 1 if left else 0)
-    per_rank = gathered if gathered is not None else [left.get(r) for r in range(world)]
-    partials = [_partial(r) for r in per_rank]
-    reason = next(filter(None, [p.pop("stop_reason", None) for p in partials if p]), None)
-    if stop is not None:
-        stop.requested, stop.reason = True, stop.reason or reason
-    first = partials[0] if partials and partials[0] else next((p for p in partials if p), None)
-    if first is None:
-        return StopRequested({"phase": "ranks"})
-    out = dict(first)
-    out["phase"] = out.get("phase") or "ranks"
-    out["rank_partials"] = partials
-    out["ranks_reporting"] = sum(p is not None for p in partials)
-    return StopRequested(out)
-
-
-def _partial(left) -> dict | None:
-    """One rank's figures from what it left: its stop's, its whole result's, or those before its error."""
-    if isinstance(left, StopRequested):
-        return left.partial
-    if isinstance(left, RankResult):
-        return left.measurements
-    if isinstance(left, RankLost):
-        return dict(left.partial, error=left.error)
-    return None
-
-
 def _launch_config(parallel):
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -263,7 +215,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     node without rank 0."""
     if under_torchrun():
         gathered = rank_main(work, on_step, stop)
-        return None if gathered is None else _results(gathered, stop)
+        return None if gathered is None else results_of(gathered, stop)
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -280,7 +232,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     except ChildFailedError as e:
         left = _left(exchange)
         if any(isinstance(r, StopRequested) for r in left.values()):  # the ranks were signalled, not the launcher
-            raise _stopped(left, stop) from None
+            raise stopped_of(left, stop) from None
         raise RankFailed(_failures(e, left)) from e
     except SignalException as e:  # Ctrl-C / SIGTERM while the ranks ran: the launcher stopped them
         if stop is not None:
@@ -289,14 +241,14 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
         gathered = left.get(0)
         if isinstance(gathered, list) and not any(isinstance(r, StopRequested) for r in gathered):
             return LaunchResult.of(gathered)  # every rank had finished: the result is whole
-        raise _stopped(left, stop) from e
+        raise stopped_of(left, stop) from e
     finally:
         for sig, handler in saved.items():
             if handler is not None:
                 signal.signal(sig, handler)
         shutil.rmtree(exchange, ignore_errors=True)
     if isinstance(gathered, StopRequested):
-        raise _stopped({0: gathered}, stop)
+        raise stopped_of({0: gathered}, stop)
     if gathered is None:
         return None
-    return _results(gathered, stop)
+    return results_of(gathered, stop)

@@ -9,7 +9,8 @@
   threads are the replicas (one per device: TPU v2/v3 cores, PJRT CPU devices). Each replica runs the
   rank; the results are gathered to global ordinal 0, which hands them back through a file, since
   torch_xla.launch returns nothing. On a pod slice every host runs the same command; host 0
-  writes the record.
+  writes the record. A stop the replicas agreed on (at a window's edge) is gathered the same way, so the
+  record keeps every replica's partial figures (launch/gathered.py), as for torchrun's ranks.
 
 Errors, interruptions and divergence in the child come back as the same exceptions (pickled), so the
 record says what happened exactly as for an inline run.
@@ -23,8 +24,9 @@ import tempfile
 from pathlib import Path
 
 from xbench.launch import child
+from xbench.launch.gathered import results_of
 from xbench.launch.preamble import process_stop, run_rank, threads_asked, world_size_warning
-from xbench.rank import LaunchResult, RankContext
+from xbench.rank import LaunchResult, RankContext, StopRequested
 from xbench.runtimes import default_pjrt_device, xla_environment
 
 
@@ -98,6 +100,12 @@ def _mp_process(index, work, out_path: str):
     try:
         with child.reason_on_stop(stop):
             result = run_rank(work, ctx, None, stop)
+    except StopRequested as e:
+        e.partial.setdefault("rank", ordinal)
+        if not e.partial.get("ranks_agreed"):
+            rx.abandon_exchange()
+            raise
+        result = e  # every replica stopped at the same window edge (bench/loop.py rule 10): gathered as a result
     except BaseException:
         rx.abandon_exchange()  # the other replicas' gathers fail at once instead of waiting for this one
         raise
@@ -131,7 +139,7 @@ def _run_mp(work, stop) -> LaunchResult | None:
         if not Path(out).exists():  # ordinal 0 lives on another host of the slice
             return None
         gathered = pickle.loads(Path(out).read_bytes())
-    return LaunchResult.of(gathered)
+    return results_of(gathered, stop)  # an agreed stop: every replica's partial figures
 
 
 def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
