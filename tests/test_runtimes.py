@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from tests.conftest import CONF, FAST, REPO, cli_env, records, run_cli
+from tests.jobs import Jobs
 from xbench import compat
 from xbench.analysis.frame import to_frame
 from xbench.analysis.overhead import versus_eager
@@ -76,20 +76,21 @@ def _jobs(root: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def cli_runs(request, tmp_path_factory):
-    """{test name: (a future of its CompletedProcess, its store)}. The processes are independent and mostly on one
+    """(the started jobs, {test name: its store}) (tests/jobs.py). The processes are independent and mostly on one
     core (Python start-up, bench.threads=1), so the ones the session selected start together, three at a time,
     the longest first, at the first test that needs one: both cores work, and each test waits for its own. The
     eager-vs-compile parity runs alone, before them: run beside them once on a loaded machine, compile's loss left
     eager's at the first timed step (2.33 against 1.99); run alone, twice, they matched to 1.2e-7."""
     jobs = _jobs(tmp_path_factory.mktemp("runtimes_cli"))
-    selected = {item.name for item in request.session.items}
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        yield {name: (pool.submit(run, store), store) for name, (run, store) in jobs.items() if name in selected}
+    with Jobs(request, workers=3) as started:
+        for name, (run, store) in jobs.items():
+            started.submit(name, run, store)
+        yield started, {name: store for name, (_, store) in jobs.items()}
 
 
 def _finished(cli_runs, name):
-    future, store = cli_runs[name]
-    return future.result(), store
+    started, stores = cli_runs
+    return started[name], stores[name]
 
 
 @pytest.mark.parametrize("overrides,facts,expect", [

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO, cli_env, records
 from tests.jobs import Jobs
-from tests.test_xla_parallel import _run
+from tests.test_xla_parallel import _run, _xla_env
 
 
 def _python(code: str, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -79,9 +79,7 @@ def _broadcast(tmp_path):
 
 
 def _two_replicas(store, *args):
-    env = cli_env(PJRT_DEVICE="CPU")
-    env.pop("CPU_NUM_DEVICES", None)
-    return _run(store, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", *args, env=env)
+    return _run(store, "parallel=xla_mp", "parallel.world_size=2", "data.batch_size=16", *args, env=_xla_env())
 
 
 # Exactly 3 warm-up steps, then one window of 20: replica 0 signals its own process (the replicas' threads share
