@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import FAST, REPO, cli_env, records
 from tests.jobs import Jobs
+from tests.test_xla_parallel import _ended, _xla_env
 
 PIECES = """
     import os
@@ -70,14 +71,7 @@ def _pieces():
 
 
 def _run(store, *args) -> tuple[int, str]:
-    proc = _start(store, *args)
-    try:
-        out, _ = proc.communicate(timeout=900)  # wider than one run's alone: runs started together share the cores
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
-    return proc.returncode, out
+    return _ended(_start(store, *args), 900)  # wider than one run's alone: runs started together share the cores
 
 
 DIGITS = ("test_spmd_on_real_digits_feeds_shards_and_trains_like_one_device",)
@@ -119,9 +113,7 @@ def test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be(runs
 def _start(store, *args):
     cmd = [sys.executable, "-m", "xbench", f"store.root={store}", *FAST, "model=mlp", "model.options.hidden=32",
            "data=digits", "optim.lr=0.05", "bench.threads=1", *args]
-    env = cli_env(PJRT_DEVICE="CPU")
-    env.pop("CPU_NUM_DEVICES", None)
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(cmd, cwd=REPO, env=_xla_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.mark.slow

@@ -45,7 +45,11 @@ def _finish(proc, timeout=400) -> str:
 def _run(store, *args, env=None, timeout=900) -> tuple[int, str]:
     """One CLI run to its end: (exit status, console output). Killed past its timeout (runs started together
     share the cores: the timeout is wider than one run's alone)."""
-    proc = _start(store, *args, env=env)
+    return _ended(_start(store, *args, env=env), timeout)
+
+
+def _ended(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    """A started run to its end: (exit status, console output); killed and reaped past its timeout."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
