@@ -372,8 +372,7 @@ def test_wandb_without_credentials_writes_the_definition(fixture_store, tmp_path
     assert p.returncode == 0, p.stderr[-3000:]
     defn = json.loads((out / "wandb_report.json").read_text())
     assert "python -m xbench.report.wandb_report publish" in p.stderr
-    assert defn["runset"]["groupby"] == ["config.platform.name", "config.runtime.name", "config.precision.name",
-                                        "config.parallel.name"]  # platform x runtime x precision x strategy
+    assert defn["runset"]["groupby"] == ["config.comparison"]  # each run's configuration (sinks/wandb.py)
     assert "Config('experiment') in ['fx_threads']" in defn["runset"]["filters"]
     assert "'t-k80'" in defn["runset"]["filters"]
     # The definition builds into a real wandb-workspaces Report (no network until save()).

@@ -1,5 +1,6 @@
-"""A W&B Report comparing the selected runs, grouped by platform x runtime x precision x strategy, through
-W&B's reports API (`wandb-workspaces`, imported lazily: the rest of the report never needs it).
+"""A W&B Report comparing the selected runs, grouped as the HTML report's tables group them (one bar per
+configuration: analysis/workload.py CONFIGURATION), through W&B's reports API (`wandb-workspaces`, imported
+lazily: the rest of the report never needs it).
 
 The report is first a plain JSON definition (title, runset filter, grouping, panels). With
 credentials it is published at once; without (or when publishing fails) the definition is written to
@@ -18,7 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from xbench.analysis.frame import parse_query
-from xbench.analysis.rows import currency
+from xbench.analysis.rows import Rows, currency, groups
+from xbench.analysis.scaling import scaling_rows
+from xbench.analysis.workload import CONFIGURATION
+from xbench.sinks.wandb import comparison
 from xbench.wandb_env import has_credentials
 
 # Tidy column -> the W&B config key xbench logs it under.
@@ -27,9 +31,12 @@ CONFIG_PATHS = {"model": "model.name", "data": "data.name", "platform": "platfor
                 "batch_size_per_device": "data.batch_size", "pricing_model": "platform.pricing_model",
                 "experiment": "experiment"}
 MAX_NAMED_RUNS = 200  # above this, select by the config filters only
-# A run's W&B group in the report: platform x runtime x precision x strategy (sinks/wandb.py logs the bar key).
-GROUPBY = ["config.platform.name", "config.runtime.name", "config.precision.name", "config.parallel.name"]
-BAR_GROUP = "comparison"  # config key: "platform / runtime / precision / parallel"
+# A run's W&B group in the report, its bars' too: the config key sinks/wandb.py logs, the run's configuration
+# (`comparison`: model, data and shape, platform, runtime, precision, strategy, batch, devices, threads, ...).
+BAR_GROUP = "comparison"
+GROUPBY = [f"config.{BAR_GROUP}"]
+# Panels against the device count: drawn only when some workload was run at two or more counts.
+SCALING_X = "devices"
 
 # (kind, title, y, x, where y lives) -- a panel is in the report only when some record has its figure, so
 # every panel has data: sinks/wandb.py puts each record's scalar figures in its W&B summary under the same
@@ -76,7 +83,10 @@ def _present(df: pd.DataFrame, col: str) -> bool:
 def panels(df: pd.DataFrame) -> list[dict]:
     """The report's panels, each with the keys it reads (`y`, `x`) and where they live (`source`)."""
     out = []
+    scales = bool(scaling_rows(Rows.of(df)))  # the HTML report's scaling table has a row
     for kind, title, y, x in SUMMARY_PANELS:
+        if x == SCALING_X and not scales:
+            continue
         for cur in (_currencies(df) if "{cur}" in y else [None]):
             ycol = y.format(cur=cur) if cur else y
             if _present(df, ycol) and (x is None or _present(df, x)):
@@ -104,17 +114,21 @@ def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str |
                 vals = ", ".join(repr(v) for v in values)
                 clauses.append(f"Config('{CONFIG_PATHS[key]}') in [{vals}]")
     names = sorted(df["run_id"].astype(str)) if len(df) <= MAX_NAMED_RUNS else []
+    # The bars W&B will draw: the HTML report's groups, named by the key each run logged (sinks/wandb.py).
+    bars = [{BAR_GROUP: comparison(keys), "runs": len(sub)} for keys, sub in groups(Rows.of(df))]
     if names:
         clauses.append("Config('run_id') in [" + ", ".join(repr(n) for n in names) + "]")
     return {
         "title": title[:128],
-        "description": f"{len(df)} xbench runs, grouped by platform x runtime x precision x strategy. Filters: "
+        "description": f"{len(df)} xbench runs in {len(bars)} groups, one per configuration as the HTML report's "
+                       f"tables group them ({', '.join(CONFIGURATION)}). Filters: "
                        f"{'; '.join(filters) or 'none'}. Costs are in each record's own currency (a panel per "
                        "currency); batch axes are the global batch.",
         "project": project,
         "entity": entity,
         "runset": {"name": "xbench runs", "filters": " and ".join(clauses), "groupby": GROUPBY},
         "bar_groupby": BAR_GROUP,
+        "groups": bars,
         "panels": panels(df),
     }
 

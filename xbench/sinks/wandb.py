@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from xbench.analysis.frame import flatten
+from xbench.analysis.workload import CONFIGURATION, configuration_label
 from xbench.extras import message
 from xbench.metrics import utilisation
 from xbench.records import batch_trials
@@ -138,12 +140,17 @@ def redacted_argv():
         sys.argv = saved
 
 
-# Config keys the report groups bars by: one W&B bar per platform x runtime x precision x strategy.
-COMPARISON = ("platform", "runtime", "precision", "parallel")
+def comparison(row: dict) -> str:
+    """The config key the W&B Report's bars group by (`comparison`): the configuration the HTML report's tables
+    group runs by (analysis/workload.py CONFIGURATION) of a tidy row, every column in order ("-": none), so two
+    runs share a bar exactly when they share a table row: "FAKE / cnn_small / - / synthetic_cifar10 / ... /
+    16/device / batch 16 / 1 device / 2 threads"."""
+    return " / ".join(configuration_label({k: row.get(k)}, [k], "-") for k in CONFIGURATION)
 
 
-def comparison(config: dict) -> str:
-    return " / ".join(str((config.get(k) or {}).get("name")) for k in COMPARISON)
+def bar_key(record: RunRecord) -> str:
+    """The record's `comparison`, from the tidy row the report makes of it (analysis/frame.py flatten)."""
+    return redact(comparison(flatten(record)))
 
 
 def env_summary(env: dict) -> dict:
@@ -318,7 +325,7 @@ class WandbSink:
         self.wdir = wdir
         group, tags = group_and_tags(record, self.wcfg)
         config = {**redact(record.config), "run_id": record.run_id, "xbench_version": record.env.get("xbench_version"),
-                  "comparison": comparison(record.config), "env": redact(env_summary(record.env))}
+                  "comparison": bar_key(record), "env": redact(env_summary(record.env))}
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
                       group=group, tags=tags, name=run_name(record), config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
@@ -380,6 +387,8 @@ class WandbSink:
             if self.live_error is not None:
                 raise RuntimeError(self.live_error)
             run.summary.update(redact(flat_summary(record)))
+            # The bar key again from the final record: its measured threads and devices are in the configuration.
+            run.config.update({"comparison": bar_key(record)}, allow_val_change=True)
             upload_record(run, record, run_dir)
             upload_profile(run, record, run_dir)
             if record.status == "interrupted":
