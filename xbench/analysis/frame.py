@@ -233,7 +233,7 @@ def _price_and_gpus(rec: RunRecord) -> dict:
 NUMERIC = re.compile(r"(_s|_gib|_mib|_bytes|_per_s|_per_hour|_per_million_samples|_tflops|_flops|_cv|_fraction"
                      r"|_j|_j_per_sample|_w|_percent|_steps|_epochs)(_median|_mean|_min|_max|_total|_p\d+)?$"
                      r"|_(usd|eur|gbp|jpy|cny|chf)$"
-                     r"|^(mfu|devices|world_size|global_batch_size|batch_size_per_device|epochs_to_target"
+                     r"|^(mfu|hfu|devices|world_size|global_batch_size|batch_size_per_device|epochs_to_target"
                      r"|samples_to_target|threads_intra|process_repeats|goal_target|target|metric_final)$")
 NUMERIC_CONFIG = (("data", "batch_size"), ("data", "dataset_size"), ("parallel", "world_size"),
                   ("goal", "projection_epochs"))

@@ -31,7 +31,9 @@ def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: di
         "samples_per_step": samples_per_step(batch_size, devices, accumulate),
         "params_count": work.params_count,
         "flops_per_sample_forward": work.flops["forward"],
-        "flops_per_sample_train": work.flops["train"],
+        "flops_per_sample_train": work.flops["train"],  # model FLOPs: recomputation not counted
+        **({"flops_per_sample_train_hardware": work.flops["train_hardware"]} if "train_hardware" in work.flops
+           else {}),  # with the recomputed forward (activation checkpointing): HFU's numerator
         "compute_dtype": precision.compute_dtype,
         **({"tf32_api": precision.tf32_api} if precision.tf32_api else {}),  # CUDA: how TF32 was set
         **threads,

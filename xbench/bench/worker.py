@@ -109,7 +109,7 @@ class Workload:
     entry: object  # models.ModelEntry
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    flops: dict  # per sample: forward, train
+    flops: dict  # per sample: forward, train (model FLOPs), train_hardware (with recomputation, if any)
     params_count: int
 
 
@@ -126,7 +126,7 @@ def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     runtime = runtimes.create(plan.runtime, plan.device_type, ctx.local_rank)
     precision = runtime.adapt_precision(resolve(plan.precision, runtime.device.type))
     entry = models.get(m.name)
-    flops = flops_per_sample(m.name, spec, dict(m.options))
+    flops = flops_per_sample(m.name, spec, dict(m.options), recompute_blocks=strategy.recompute_blocks)
     with _BUILD_LOCK:  # seed -> weights in one go: replicas that are threads of one process share the RNG
         torch.manual_seed(plan.bench.seed)
         model = models.build(m.name, spec, dict(m.options))

@@ -1,4 +1,4 @@
-"""Figures derived from measurements and config: throughput per device, FLOP/s, MFU, cost.
+"""Figures derived from measurements and config: throughput per device, FLOP/s, MFU (and HFU), cost.
 
 Pure Python over plain dicts (a record's `measurements` and `config`), so the report can recompute
 them for stored records under another price without torch. Add a derived metric as one function
@@ -31,17 +31,29 @@ def per_device(m: dict, cfg: dict) -> dict:
     return {"throughput_per_device_samples_per_s": tp / n} if tp and n else {}
 
 
+def _peak_flops(m: dict, cfg: dict) -> float | None:
+    """The devices' peak FLOP/s for the compute dtype in force, all devices together."""
+    peak = (_platform(cfg).get("peak_tflops") or {}).get(m.get("compute_dtype", "fp32"))
+    return peak * 1e12 * m["devices"] if peak and m.get("devices") else None
+
+
 @derived
 def flops(m: dict, cfg: dict) -> dict:
+    """`achieved_tflops` and `mfu` from the model FLOPs (`flops_per_sample_train`: recomputation not counted,
+    PaLM's and torchtitan's MFU); where activation checkpointing recomputes blocks, `achieved_hardware_tflops`
+    and `hfu` from the FLOPs the devices did (`flops_per_sample_train_hardware`, the recomputed forward in)."""
     tp, f = _throughput(m), m.get("flops_per_sample_train")
     if not tp or not f:
         return {}
-    achieved = tp * f
+    achieved, peak = tp * f, _peak_flops(m, cfg)
     out = {"achieved_tflops": achieved / 1e12}
-    peak = (cfg.get("platform") or {}).get("peak_tflops") or {}
-    dtype = m.get("compute_dtype", "fp32")
-    if peak.get(dtype) and m.get("devices"):
-        out["mfu"] = achieved / (peak[dtype] * 1e12 * m["devices"])
+    if peak:
+        out["mfu"] = achieved / peak
+    f_hw = m.get("flops_per_sample_train_hardware")
+    if f_hw:
+        out["achieved_hardware_tflops"] = tp * f_hw / 1e12
+        if peak:
+            out["hfu"] = tp * f_hw / peak
     return out
 
 
@@ -51,7 +63,7 @@ def tokens(m: dict, cfg: dict) -> dict:
     training is quoted in. tokens/s over the run and per device; FLOPs per token from the measured FLOPs
     per sample (for the decoder, FlopCounterMode's count equals 6N + 12·L·d·T: tests/test_llm.py), and MFU
     per token: tokens/s x FLOPs per token over the devices' peak, the PaLM paper's definition (the same
-    number as `mfu`, which counts in samples)."""
+    number as `mfu`, which counts in samples; model FLOPs, recomputation not counted)."""
     data = cfg.get("data") or {}
     tp, seq = _throughput(m), data.get("seq_len")
     if data.get("modality") != "tokens" or not tp or not seq:
@@ -64,9 +76,9 @@ def tokens(m: dict, cfg: dict) -> dict:
     f = m.get("flops_per_sample_train")
     if f:
         out["flops_per_token_train"] = f / seq
-        peak = (_platform(cfg).get("peak_tflops") or {}).get(m.get("compute_dtype", "fp32"))
-        if peak and m.get("devices"):
-            out["mfu_per_token"] = tp * seq * (f / seq) / (peak * 1e12 * m["devices"])
+        peak = _peak_flops(m, cfg)
+        if peak:
+            out["mfu_per_token"] = tp * seq * (f / seq) / peak
     return out
 
 

@@ -14,6 +14,9 @@ class Strategy:
     """
 
     name = "base"
+    # How wrap makes the model's blocks recompute their activations in backward (activation checkpointing),
+    # or None: bench/flops.py applies it to its meta copy to count the hardware FLOPs.
+    recompute_blocks = None
 
     def __init__(self, cfg, ctx: RankContext):
         self.cfg, self.ctx = cfg, ctx

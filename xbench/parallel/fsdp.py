@@ -141,6 +141,7 @@ class FSDP(DDP):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.opts = options(cfg)
+        self.recompute_blocks = _checkpoint_blocks if self.opts["activation_checkpointing"] else None
         self.mesh = None
         self.blocks = 0
 
@@ -157,8 +158,8 @@ class FSDP(DDP):
             raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
                                f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
         o = self.opts
-        if o["activation_checkpointing"]:
-            _checkpoint_blocks(model)
+        if self.recompute_blocks:
+            self.recompute_blocks(model)
         blocks = transformer_blocks(model)
         if o["compile_blocks"]:
             for b in blocks:

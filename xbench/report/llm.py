@@ -68,7 +68,9 @@ def strategies_table(rows: Rows, ctx: Context) -> Table:
                "tokens/s per device [tokens/s]": ok.median("tokens_per_s_per_device"),
                "global batch [tokens]": ok.median("global_batch_tokens"),
                "step time median [s]": ok.median("step_time_s_median"),
-               "MFU per token [%]": None if ok.median("mfu_per_token") is None else ok.median("mfu_per_token") * 100}
+               "MFU per token [%]": None if ok.median("mfu_per_token") is None else ok.median("mfu_per_token") * 100,
+               # activation checkpointing's recomputed forward counted too (the column goes where none was)
+               "HFU [%]": None if ok.median("hfu") is None else ok.median("hfu") * 100}
         row.update({f"{label} per device [MiB]": _mib(ok, c) for c, label in MEMORY})
         base = by_key.get((tuple(map(keys.get, same)), REPLICATED.get(keys["parallel"])))
         if base:

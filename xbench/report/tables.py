@@ -306,18 +306,21 @@ def efficiency_table(rows: Rows, ctx: Context) -> Table:
     show = varying_keys(ok) or ["platform"]
     out = []
     for keys, sub in groups(ok):
-        flop, mfu = sub.median("flops_per_sample_train"), sub.median("mfu")
+        flop, mfu, hfu = sub.median("flops_per_sample_train"), sub.median("mfu"), sub.median("hfu")
         out.append({**key_cols(keys, show), "runs": len(sub),
                     "throughput median [samples/s]": sub.median(TP),
                     "train FLOP per sample [GFLOP]": flop / 1e9 if flop is not None else None,
                     "achieved [TFLOP/s]": sub.median("achieved_tflops"),
                     "MFU [%]": mfu * 100 if mfu is not None else None,
+                    "HFU [%]": hfu * 100 if hfu is not None else None,  # only where blocks were recomputed
                     "energy [J/sample]": sub.median("energy_j_per_sample"),
                     "peak device memory [GiB]": sub.median("peak_device_allocated_gib"),
                     "peak host memory [GiB]": sub.median("peak_host_rss_gib")})
     return Table("efficiency", "Achieved FLOP/s, model FLOP utilisation (MFU), energy and memory", frame(out),
-                 note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype; energy "
-                 "comes from NVML (GPU) or RAPL (CPU) where the run could read it.")
+                 note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype and counts "
+                 "the model's FLOPs (recomputation not counted); HFU, where activation checkpointing recomputes "
+                 "blocks, counts the recomputed forward too; energy comes from NVML (GPU) or RAPL (CPU) where the "
+                 "run could read it.")
 
 
 BASIS = {"train_time_to_target_s": "training to target", "projected_training_s": "projected training",

@@ -164,7 +164,9 @@ def _target(v: dict) -> str | None:
 
 def _flops_per_sample(v: dict) -> str | None:
     fwd, train = v.get("flops_per_sample_forward"), v.get("flops_per_sample_train")
-    parts = [f"{scaled(x, 'FLOP')} {what}" for x, what in ((fwd, "forward"), (train, "training step")) if finite_number(x)]
+    hw = v.get("flops_per_sample_train_hardware")  # activation checkpointing: the recomputed forward in
+    parts = [f"{scaled(x, 'FLOP')} {what}" for x, what in ((fwd, "forward"), (train, "training step"),
+                                                           (hw, "with recomputation")) if finite_number(x)]
     return ", ".join(parts) or None
 
 
@@ -213,6 +215,7 @@ SUMMARY_ROWS = (
     ("FLOPs per sample", _flops_per_sample),
     ("achieved", _flops_rate),
     ("MFU", _one("mfu", percent)),
+    ("HFU (with recomputation)", _one("hfu", percent)),
     ("cost", _cost("cost_per_million_samples", " per 1M samples")),
     ("loss first / last", _pair("loss_first", "loss_last", human)),
     ("target reached", _target),
