@@ -157,6 +157,9 @@ class WindowResult:
     compiles_during: int | None
     data_wait_s: float
     stop_seen_at_step: int | None = None  # rule 10: the steps done when this rank saw a stop (it ran on to the end)
+    # The optimizer step of its first step, counted from the run's first (warm-up and re-measured windows
+    # included): what a loss is compared at (xbench.parity). Set by the caller, which knows the steps before it.
+    first_step: int | None = None
 
 
 def cv(values: list[float]) -> float:

@@ -89,7 +89,9 @@ def window_log(run_dir: str, ctx: RankContext):
                "window_loss_last": w.losses[-1] if w.losses else None}
         if first_step is not None:  # W&B's per-step history as it happens: this window's steps (warm-up's first)
             pre = (list(wu.step_times_s), list(wu.losses)) if wu is not None else ([], [])
+            # steps_first: the series' index; steps_step: each row's optimizer step (a re-measured window is a gap)
             row.update(steps_first=first_step - len(pre[0]), steps_timed_from=first_step,
+                       steps_step=list(range(len(pre[0]))) + list(range(w.first_step, w.first_step + w.steps)),
                        steps_time_s=pre[0] + list(w.step_times_s), steps_loss=pre[1] + list(w.losses))
         out.write(row)
     return live
@@ -183,6 +185,7 @@ def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: l
                 with meters.window(rank):
                     w = loop.timed_window(p.hooks, steps)
                 check_finite(w.losses, done_steps, "timed")
+                w.first_step = done_steps  # a re-measured window's steps were trained: the next one starts after
                 done_steps += w.steps
                 st = loop.stall(w, plan.stall_factor, plan.stall_fraction)
                 any_stalled = loop.window_end_stop(p.hooks, w, st.stalled)  # a stop on any rank: every rank's, here
@@ -275,7 +278,9 @@ def _rank_figures(data, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, met
 
 
 def _series(wu, windows) -> dict:
-    steps = list(range(wu.steps + sum(w.steps for w in windows)))
+    """Per step: `step` is the optimizer step (from the run's first, warm-up included), so a re-measured
+    window's steps, trained but not kept, leave a gap (xbench.parity compares two runs at the same step)."""
+    steps = list(range(wu.steps)) + [w.first_step + i for w in windows for i in range(w.steps)]
     return {
         "step": steps,
         "phase": ["warmup"] * wu.steps + ["timed"] * (len(steps) - wu.steps),

@@ -283,8 +283,10 @@ class WandbSink:
                 self.per_sample = round(tp * wall / n)
             t0 = time.perf_counter()
             if first is not None and self.steps_live and first == self.steps_logged:
+                at = point.get("steps_step") or []  # each row's optimizer step (a re-measured window is a gap)
                 for k, (t, loss) in enumerate(zip(point.get("steps_time_s") or [], point.get("steps_loss") or [])):
-                    self.run.log(self._step_row(first + k, loss, t, timed=first + k >= timed_from))
+                    self.run.log(self._step_row(at[k] if k < len(at) else first + k, loss, t,
+                                                timed=first + k >= timed_from))
                     self.steps_logged = first + k + 1
                     if time.perf_counter() - t0 > LIVE_STEPS_BUDGET_S:  # the rest at the end, in order
                         self.steps_live = False
@@ -349,7 +351,7 @@ class WandbSink:
             return
         self.per_sample = record.measurements.get("global_batch_size") or self.per_sample
         for i, step in enumerate(s.get("step", [])):  # the steps not logged live, after those that were
-            if step < self.steps_logged:
+            if i < self.steps_logged:  # counted in the series' rows: its steps skip a re-measured window's
                 continue
             run.log(self._step_row(step, s["loss"][i] if "loss" in s else None,
                                    s["step_time_s"][i] if "step_time_s" in s else None, s["phase"][i] == "timed"))
