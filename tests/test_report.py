@@ -38,6 +38,7 @@ def _search(trials: list[tuple[int, float | None]], limit: int) -> dict:
     return {"max_batch_size_per_device": max(fits), "min_failing_batch_size_per_device": min(fails, default=None),
             "batch_search_limit": limit, "batch_search_limit_reached": not fails, "batch_search_s": 12.0,
             "batch_search_trials": [{"batch_size": b, "fits": tp is not None, "throughput_samples_per_s": tp,
+                                     "timed_steps": 20 if tp is not None else None,  # a window's samples/s
                                      "host_rss_gib": b / 16, "device_peak_allocated_gib": None} for b, tp in trials]}
 
 
@@ -413,7 +414,7 @@ def test_max_batch_table_names_the_largest_fit_the_first_failure_and_every_trial
     eager, xla = rows["eager"], rows["xla"]
     assert eager["largest batch that fits [per device]"] == 32 and eager["smallest that does not [per device]"] == 64
     assert eager["throughput at the largest [samples/s]"] == 120.0 and eager["memory at the largest [GiB]"] == 2.0
-    assert eager["throughput per batch tried [batch: samples/s]"] == "16: 100, 32: 120, 64: does not fit"
+    assert eager["each batch tried [batch: samples/s over a timed window]"] == "16: 100, 32: 120, 64: does not fit"
     assert xla["largest batch that fits [per device]"] == 64
     assert xla["smallest that does not [per device]"] == "none up to the limit (64)"
     assert xla["trials [runs]"] == 3 and xla["search time [s]"] == 12.0

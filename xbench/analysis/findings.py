@@ -222,7 +222,8 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
     rows = Rows.of(rows)
     out: list[Finding] = []
     # A run that saw other processes on its cores measured the machine's load, not its configuration: it is
-    # not stated as a result (the tables keep it, flagged).
+    # not stated as a result (the tables keep it, flagged). Every mode meters it: throughput over its timed
+    # windows, train-to-target over its epochs, a batch search over each trial's window.
     contended = Rows(r for r in rows.ok(None) if r.get("contended"))
     ok = Rows(r for r in rows.ok(None) if not r.get("contended"))
     works = sorted(groups(ok, WORK), key=lambda x: -len(x[1]))
@@ -272,8 +273,10 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
     out += [Finding("one machine, several prices", None, n) for n in same_machine]
     if contended:
         worst = max(contended.nums("other_cpu_cores_during"), default=None)
-        out.append(Finding("contention", None, f"{len(contended)} ok runs were contended (other processes used the "
-                           "machine during their timed windows" + (f", up to {worst:.2g} cores" if worst else "")
+        modes = [r.get("bench_mode") or "throughput" for r in contended]  # every mode meters it (bench/contention.py)
+        by_mode = ", ".join(f"{modes.count(m)} {m}" for m in sorted(set(modes)))
+        out.append(Finding("contention", None, f"{len(contended)} ok runs were contended ({by_mode}: other processes "
+                           "used the machine while they measured" + (f", up to {worst:.2g} cores" if worst else "")
                            + "): they measured the load, so no finding above uses them; the tables flag them."))
     bad = [r.get("status") for r in rows if r.get("status") != "ok"]
     if bad:

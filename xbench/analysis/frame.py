@@ -21,6 +21,7 @@ from xbench.analysis import wandb_source
 from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
 from xbench.metrics import targets, utilisation
 from xbench.metrics.stats import ci95, log_moments
+from xbench.records import batch_trials
 from xbench.records.record import RunRecord
 from xbench.records.store import scan_records
 
@@ -90,13 +91,10 @@ def _batch_search(m: dict) -> dict:
         mem = best.get("host_rss_gib") if mem is None else mem
     return {
         "batch_search_trial_count": len(trials),
-        "max_batch_throughput_samples_per_s": best.get("throughput_samples_per_s") if best else None,
+        # a throughput only from a timed window nothing else shared (records/batch_trials.py)
+        "max_batch_throughput_samples_per_s": batch_trials.speed(best) if best else None,
         "max_batch_memory_gib": mem,
-        "batch_search_throughputs": ", ".join(
-            f"{t.get('batch_size')}: " + (f"{t['throughput_samples_per_s']:.3g}" if t.get("fits")
-                                          and isinstance(t.get("throughput_samples_per_s"), (int, float))
-                                          else "does not fit")
-            for t in sorted((t for t in trials if isinstance(t, dict)), key=lambda t: t.get("batch_size") or 0)),
+        "batch_search_throughputs": batch_trials.text(trials),  # each marked: one step, contended
     }
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from xbench.bench import loop
+from xbench.bench import contention, loop
 from xbench.bench.epochs import EvalShard, TrainFeed, metric_value, score
 from xbench.bench.figures import build_figures, closing_figures, samples_per_step
+from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.mlperf_log import LOG_FILE, for_rank
 from xbench.bench.plan import Plan
@@ -126,6 +127,10 @@ class TargetTraining:
         self.plan, self.goal, self.ctx = plan, plan.goal, ctx
         self.targets = tg.effective_targets(plan.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
+        # Other processes' use before this rank builds (bench/contention.py), as the throughput rank probes.
+        probe_s = plan.bench.contention_probe_s
+        self.before = (contention.probe(probe_s, device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank))
+                       if probe_s > 0 else None)
         self.threads, self.cpu_capability, setup_warnings = setup_rank(plan.bench, ctx)  # as the throughput rank does
         self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
@@ -331,9 +336,13 @@ class TargetTraining:
         # Peaks from the first training step (bench/meters/memory.py), over every GPU the rank drives. No
         # warm-up is left out: every step counts towards the time to target, so its memory does too; the
         # build, the data and a checkpoint's load do not.
-        memory = MemoryMeter(device_gpus(self.w.runtime.device.type, self.w.runtime.device.index or 0,
-                                         self.w.strategy.devices_per_rank), "training")
-        with memory:
+        gpus = device_gpus(self.w.runtime.device.type, self.w.runtime.device.index or 0,
+                           self.w.strategy.devices_per_rank)
+        memory = MemoryMeter(gpus, "training")
+        # Other processes' use over the same span: a time to target measured beside a load is `contended`.
+        others = ContentionMeter(self.threads.get("threads_intra") or 1, self.w.runtime.device.type, gpus,
+                                 self.before, ranks_on_host=self.ctx.local_world_size)
+        with others, memory:
             seg = loop.perf_counter()
             while status is None:
                 if p.epoch >= goal.max_epochs:
@@ -359,7 +368,7 @@ class TargetTraining:
         self.mlog.run_stop(status in ("reached", "fixed_epochs"))
         self._close_logs()
         p.wall_s = self.wall_now()
-        return self._result(status, startup_s, memory.figures)
+        return self._result(status, startup_s, {**others.figures, **memory.figures})
 
     def _result(self, status: str, startup_s: float, memory: dict) -> RankResult:
         p, w, metric = self.p, self.w, self.goal.metric
@@ -411,7 +420,7 @@ class TargetTraining:
             "steps_per_epoch": self.steps_per_epoch,
             # Training throughput over the whole training time: epoch-level work (shuffles) included.
             "throughput_samples_per_s": p.samples / p.train_time_s if p.train_time_s > 0 else None,
-            **memory,  # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA)
+            **memory,  # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA); contended, other_cpu_cores_*
             **closing_figures(w),
         }
         artifacts = {"mlperf_log": LOG_FILE, "curve": CURVE_FILE}

@@ -19,6 +19,9 @@ Clocks
   after the last checkpoint of a killed attempt is redone and its time is not known (SIGKILL leaves no
   trace); a SIGTERM writes a checkpoint at once, so a graceful preemption loses nothing.
 - start-up: process start to the first training step of this attempt.
+- contention: other processes' CPU and GPU use from the first training step to the last (the throughput mode's
+  meter, bench/meters/contention.py; a probe before the build): `contended` on any rank makes the run's, with a
+  warning, and the findings leave the run out (analysis/findings.py).
 
 Stops: a signal (SIGTERM, the preemption notice) or `goal.max_time_s` is acted on at a control point every
 step on one process and every `CONTROL_EVERY_STEPS` steps when there are several (one small all-reduce; every
@@ -133,11 +136,18 @@ class TrainToTarget(Mode):
                 tail.stop()
         run.progress.close()
         rec, r0 = run.record, result.ranks[0]
-        rec.measurements = {**r0.measurements, **peaks_over_ranks([r.measurements for r in result.ranks])}
+        ranks = [r.measurements for r in result.ranks]
+        rec.measurements = {**r0.measurements, **peaks_over_ranks(ranks)}
+        if any("contended" in r for r in ranks):  # other processes beside any rank: the run's (aggregate's rule)
+            rec.measurements["contended"] = any(bool(r.get("contended")) for r in ranks)
         rec.series = r0.series
-        rec.ranks = [r.measurements for r in result.ranks] if len(result.ranks) > 1 else []
+        rec.ranks = ranks if len(ranks) > 1 else []
         rec.artifacts.update(r0.artifacts)
         rec.warnings += result.warnings
+        if rec.measurements.get("contended"):
+            rec.warnings.append("contended: " + (rec.measurements.get("contended_reason")
+                                                 or "on another rank (see ranks)")
+                                + "; the time to target measured that load too (the findings leave it out)")
         metric = r0.measurements["goal_metric"]
         if any(r.series.get(metric) != r0.series.get(metric) for r in result.ranks[1:]):
             rec.warnings.append("ranks computed different evaluation curves (the summed counts should make them "

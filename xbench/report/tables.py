@@ -79,6 +79,14 @@ def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
     return f"{len(hit)} of {len(rows)} runs" + (f" (max {worst:.2g} {unit})" if worst is not None else "")
 
 
+def _contention(rows: Rows) -> str | None:
+    """`_flagged`'s contention text, or 'not measured' when no run says (train-to-target records written
+    before that mode metered other processes)."""
+    if all(r.get("contended") is None for r in rows.ok(None)) and rows.ok(None):
+        return "not measured"
+    return _flagged(rows, "contended", "other_cpu_cores_during", "other processes' cores")
+
+
 @table("throughput")
 def throughput_table(rows: Rows, ctx: Context) -> Table:
     if not rows:
@@ -169,13 +177,16 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
             if t is not None and "target status" in row:  # this target's own: reached, or why not
                 row["target status"] = join_unique("reached" if r.get(f"target_reached_{targets.label(t)}")
                                                    else r.get("target_status") for r in sub)
+            row["contended"] = _contention(sub)
             set_by_min = minimum_charged(sub, [c for c, label in cols if "cost" in c], t)
             if set_by_min:
                 row["costs set by the minimum charge"] = set_by_min
             row["reason"] = reasons(sub)
             out.append(row)
     return Table("to_target", "Time, epochs and cost to the quality target (median over runs; a run with several "
-                 "targets gives a row for each)", frame(out), note=constant_caption(sub_rows))
+                 "targets gives a row for each)", frame(out), note=constant_caption(sub_rows)
+                 + " Contended: other processes used the machine while the run trained (its time measured that load "
+                 "too; no finding uses it); not measured: a record from before train-to-target metered it.")
 
 
 def minimum_charged(sub: Rows, cols: list[str], target: float | None = None) -> str | None:
@@ -342,6 +353,9 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
                  note=constant_caption(n) + " Below 1 is faster / cheaper than the baseline for the same work.")
 
 
+TRIED = "each batch tried [batch: samples/s over a timed window]"
+
+
 @table("max_batch", searches=True)
 def max_batch_table(rows: Rows, ctx: Context) -> Table:
     sub_rows = Rows(r for r in rows if r.get("bench_mode") == SEARCHES)
@@ -360,15 +374,19 @@ def max_batch_table(rows: Rows, ctx: Context) -> Table:
                                                     if all(limit_hit) else sub.median("min_failing_batch_size_per_device")),
             "throughput at the largest [samples/s]": sub.median("max_batch_throughput_samples_per_s"),
             "memory at the largest [GiB]": sub.median("max_batch_memory_gib"),
-            "throughput per batch tried [batch: samples/s]": join_unique(sub.col("batch_search_throughputs")),
+            TRIED: join_unique(sub.col("batch_search_throughputs")),
+            "contended": _flagged(sub, "contended", "other_cpu_cores_during", "other processes' cores"),
             "trials [runs]": sub.median("batch_search_trial_count"),
             "search time [s]": sub.median("batch_search_s"),
             "reason": reasons(sub),
         })
     return Table("max_batch", "The largest per-device batch each configuration fits (bench.mode=find_max_batch)",
-                 frame(out), note=constant_caption(sub_rows) + " Each trial is a short real run (warm-up, one timed "
-                 "step) through the run's own launcher; memory is the device's peak allocation, or the host's RSS "
-                 "on a CPU. A search that reached bench.max_batch_limit found no failure below it.")
+                 frame(out), note=constant_caption(sub_rows) + " Each trial is a short real run (a warm-up, then one "
+                 "timed window of several steps) through the run's own launcher; its samples/s are the window's, "
+                 "marked (contended) where other processes used the machine in it and (one step) in records from "
+                 "before trials had windows, and neither counts as the throughput at the largest. Memory is the "
+                 "device's peak allocation, or the host's RSS on a CPU. A search that reached "
+                 "bench.max_batch_limit found no failure below it.")
 
 
 RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("experiment", "experiment"),

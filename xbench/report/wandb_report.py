@@ -101,8 +101,8 @@ def panels(df: pd.DataFrame) -> list[dict]:
     if "throughput" in modes:
         out += [{"kind": "line", "title": t, "y": y, "x": x, "source": "history"} for t, y, x in HISTORY_PANELS]
     if "find_max_batch" in modes:  # each batch tried (records/batch_trials.py)
-        out.append({"kind": "line", "title": "Batch search: throughput at each batch per device tried [samples/s]",
-                    "y": "trial_throughput_samples_per_s", "x": "trial_batch_size", "source": "history"})
+        out.append({"kind": "line", "title": "Batch search: samples/s over each trial's timed window, per batch per "
+                    "device tried", "y": "trial_throughput_samples_per_s", "x": "trial_batch_size", "source": "history"})
     return out
 
 
