@@ -11,10 +11,14 @@ starts at its window's start and is stopped on every path out of it (an error, a
   the ops that launched them nor the `record_function` ranges drawn on the GPU timeline
   (gpu_user_annotation), which span the same kernels again; host = the CPU time of the ops, less the
   time blocked waiting for the device (`SYNC_WAITS`), which is `sync_wait_s_per_step` on its own.
-- CPU (eager, compile, accelerate): the device is the host, so the split is by op: device = the self
-  time of the ops that compute (leaf ops, metadata-only ops such as views and `as_strided` excluded),
-  host = the steady step (from the timed windows, unprofiled) minus that. The profiler's own per-op
-  cost lands partly in the ops' self time, so the host share is if anything understated.
+- CPU (eager, compile, accelerate): the device is the host, so the split is by op (`cpu_compute_us`):
+  device = the time inside compute kernels, the self time of every op with a kernel of its own whether or
+  not it calls others (aten::addmm's own time is its GEMM, its aten::copy_ child the bias: self times
+  partition the time, so nested kernels count once), and the self time of an inductor graph's body (its
+  fused C++ loops record no ops); host = the steady step (from the timed windows, unprofiled) minus that:
+  Python, dispatch, autograd's bookkeeping, decompositions with no kernel of their own (aten::linear),
+  metadata-only ops (views, `as_strided`). The profiler's own per-op cost lands partly in the ops' self
+  time, so the host share is if anything understated.
 
 Phases (`phases`): the same profiled steps split into forward, backward and optimizer, by what torch's
 own annotations say, without touching the step: backward = autograd's `evaluate_function` events (on
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 from xbench.bench.meters.profiler import ProfilerMeter, profiled_window
 
-# Leaf ops that move no data through arithmetic: their self time is dispatch, not compute.
+# Ops that move no data through arithmetic: their self time is dispatch, not compute.
 NO_COMPUTE = frozenset({
     "aten::as_strided", "aten::view", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg", "detach",
     "aten::detach", "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::t", "aten::transpose",
@@ -47,6 +51,42 @@ NO_COMPUTE = frozenset({
     "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::set_",
     "aten::contiguous", "aten::expand_as", "aten::flatten", "aten::view_as", "aten::unbind", "aten::split",
     "aten::chunk", "aten::narrow", "aten::zero_", "aten::size", "aten::stride", "aten::is_same_size"})
+
+
+# Dispatch keys under which an op has a kernel of its own on a CPU. An op registered only as a
+# CompositeImplicitAutograd decomposition (aten::linear, aten::cross_entropy_loss) has none: its self time is
+# dispatch, its work is in the ops it calls.
+KERNEL_KEYS = ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional", "QuantizedCPU",
+               "SparseCPU", "SparseCsrCPU", "MkldnnCPU")
+
+# Ranges whose self time is compute kernels that record no ops: an inductor graph's body (its fused C++ loops;
+# extern kernels such as aten::mm are ops of their own), and those loops where
+# TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE=1 records them.
+KERNEL_RANGES = ("## Call CompiledFxGraph ", "cpp_fused_")
+
+
+def kernel_ops() -> frozenset[str]:
+    """Names (the profiler's: no overload) of the dispatcher's ops with a CPU kernel of their own, less NO_COMPUTE;
+    read at each call (~10 ms), so ops registered since (torch.library) count. Out= overloads say nothing of the
+    op's own (aten::linear.out has a kernel, the aten::linear a model calls none)."""
+    import torch
+
+    names: set[str] = set()
+    for key in KERNEL_KEYS:
+        for reg in torch._C._dispatch_get_registrations_for_dispatch_key(key):
+            name, _, overload = reg.partition(".")
+            if overload != "out" and not overload.endswith("_out"):
+                names.add(name)
+    return frozenset(names - NO_COMPUTE)
+
+
+def cpu_compute_us(events) -> float:
+    """Time inside compute kernels on a CPU, from torch.profiler's FunctionEvents: the self time of every op with a
+    kernel of its own, whether or not it has child events (a parent's self time excludes its children, so nothing
+    counts twice), and of KERNEL_RANGES. Autograd's nodes, the optimizer's ranges, decompositions, metadata ops and
+    Python are the host's."""
+    ops = kernel_ops()
+    return sum(e.self_cpu_time_total for e in events if e.name in ops or e.name.startswith(KERNEL_RANGES))
 
 
 # Host calls that block until the device catches up: their time is waiting, not host work. Their whole
@@ -214,10 +254,9 @@ class BreakdownMeter(ProfilerMeter):
             source = ("torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
                       "the ops less sync waits (host)")
             return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps, **split_of}
-        device = sum(e.self_cpu_time_total for e in events
-                     if not e.cpu_children and e.name not in NO_COMPUTE) / steps / 1e6
+        device = cpu_compute_us(events) / steps / 1e6
         host = max(0.0, self.steady_s - device)
-        source = "torch.profiler: self time of computing leaf ops (device), steady step minus that (host)"
+        source = "torch.profiler: self time of ops with a kernel of their own (device), steady step minus that (host)"
         return {"host_s_per_step": host, "device_s_per_step": device, "breakdown_source": source,
                 "breakdown_steps": steps, **split_of}
 
