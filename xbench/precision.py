@@ -9,6 +9,11 @@
 | bf16      | parameters and activations in bf16 (the XLA/TPU recipes)        | anywhere     |
 
 Which pairs are allowed is decided in xbench.compat, before any device work.
+
+What the hardware executed is read back inside the rank and recorded (`Precision.executed`): the autocast
+dtype the step's context enters, the parameter dtype, TF32 on CUDA (cuBLAS matmul, cuDNN conv and RNN, from
+torch's own state) and, on XLA, torch_xla's matmul precision. An fp32 matmul on a TPU at torch_xla's
+`default` is ONE bf16 pass, so fp32 on XLA sets `highest` (XLA_MAT_MUL_PRECISION; runtimes/xla.py sets it).
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from dataclasses import dataclass
 import torch
 
 PRECISIONS = ("fp32", "tf32", "amp_fp16", "amp_bf16", "bf16")
+# torch_xla's matmul/conv precision for fp32 operands, per policy. `default` on a TPU casts fp32 operands to bf16
+# (one pass); `highest` is ~fp32 (six bf16 passes). Mixed and bf16 policies already multiply in bf16.
+XLA_MAT_MUL_PRECISION = {"fp32": "highest", "tf32": "high", "amp_fp16": "default", "amp_bf16": "default",
+                         "bf16": "default"}
 
 
 @dataclass
@@ -33,6 +42,8 @@ class Precision:
     tf32_api: str | None = None  # how TF32 was set on CUDA (set_tf32); None off CUDA
     # A runtime's own autocast context (XLA:CUDA fp16: torch_xla.amp.autocast; runtimes/xla.py), else torch's.
     autocast_fn: object | None = None
+    # XLA: reads torch_xla's matmul precision back (set by runtimes/xla.py); None off XLA.
+    read_xla_mat_mul: object | None = None
 
     def autocast(self):
         if self.autocast_dtype is None:
@@ -40,6 +51,63 @@ class Precision:
         if self.autocast_fn is not None:
             return self.autocast_fn()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
+
+    def executed(self) -> dict:
+        """The precision in force, read back from torch (and torch_xla) in the rank, for the record: what the
+        config asked is `config.precision`, this is what the hardware ran."""
+        out = {"compute_dtype": self.compute_dtype, "autocast_dtype": _autocast_dtype_in(self.autocast()),
+               "param_dtype": _dtype_name(self.param_dtype)}
+        if self.tf32_api:
+            out["tf32_api"] = self.tf32_api  # CUDA: how TF32 was set
+        if self.device_type == "cuda":
+            out.update(tf32_in_force())
+        if self.read_xla_mat_mul is not None:
+            out["xla_mat_mul_precision"] = self.read_xla_mat_mul()
+        return out
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+AUTOCAST_DEVICES = ("cpu", "cuda", "xla")
+
+
+def _autocast_dtype_in(context) -> str | None:
+    """The dtype autocast runs at inside `context` (None: autocast off), on whichever device type it enables
+    (a runtime's own context may enable another one than the run's, torch_xla.amp's on XLA:CUDA)."""
+    with context:
+        for dev in AUTOCAST_DEVICES:
+            if torch.is_autocast_enabled(dev):
+                return _dtype_name(torch.get_autocast_dtype(dev))
+    return None
+
+
+def tf32_in_force() -> dict[str, bool | None]:
+    """Whether cuBLAS fp32 matmuls and cuDNN fp32 convolutions and RNNs run as TF32, from torch's state (readable
+    on CPU builds too). A per-backend `fp32_precision` of "none" defers to torch.backends.fp32_precision, and
+    "none" there to the legacy flags (None: torch refused to say, "mix of the legacy and new APIs")."""
+    b = torch.backends
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the legacy getters' deprecation notice
+        if not has_fp32_precision_api():
+            return {"cuda_matmul_tf32": bool(b.cuda.matmul.allow_tf32), "cudnn_conv_tf32": bool(b.cudnn.allow_tf32),
+                    "cudnn_rnn_tf32": bool(b.cudnn.allow_tf32)}
+        return {"cuda_matmul_tf32": _tf32_on(b.cuda.matmul, lambda: b.cuda.matmul.allow_tf32),
+                "cudnn_conv_tf32": _tf32_on(b.cudnn.conv, lambda: b.cudnn.allow_tf32),
+                "cudnn_rnn_tf32": _tf32_on(b.cudnn.rnn, lambda: b.cudnn.allow_tf32)}
+
+
+def _tf32_on(backend, legacy) -> bool | None:
+    value = backend.fp32_precision
+    if value == "none":
+        value = getattr(torch.backends, "fp32_precision", "none")
+    if value != "none":
+        return value == "tf32"
+    try:
+        return bool(legacy())
+    except RuntimeError:
+        return None
 
 
 def has_fp32_precision_api() -> bool:

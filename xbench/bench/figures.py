@@ -34,8 +34,7 @@ def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: di
         "flops_per_sample_train": work.flops["train"],  # model FLOPs: recomputation not counted
         **({"flops_per_sample_train_hardware": work.flops["train_hardware"]} if "train_hardware" in work.flops
            else {}),  # with the recomputed forward (activation checkpointing): HFU's numerator
-        "compute_dtype": precision.compute_dtype,
-        **({"tf32_api": precision.tf32_api} if precision.tf32_api else {}),  # CUDA: how TF32 was set
+        **precision.executed(),  # compute_dtype, and what ran: autocast/parameter dtypes, TF32, XLA's matmul precision
         **threads,
         "cpu_capability_in_force": cpu_capability,
     }

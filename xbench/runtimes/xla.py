@@ -22,6 +22,7 @@ Figures:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import statistics
 import threading
@@ -34,6 +35,7 @@ import torch
 
 try:
     import torch_xla
+    import torch_xla.backends as xla_backends
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
 except ImportError as e:  # compat catches this earlier; this is the message if it is bypassed
@@ -41,6 +43,7 @@ except ImportError as e:  # compat catches this earlier; this is the message if 
                       "install torch-xla matching torch, or use runtime=eager/compile/accelerate") from e
 
 from xbench.data.feed import epoch_cycle
+from xbench.precision import XLA_MAT_MUL_PRECISION
 from xbench.runtimes import xla_rules
 from xbench.runtimes.base import Runtime
 from xbench.training.step import make_train_step
@@ -83,6 +86,22 @@ def xla_cuda_amp(precision, device, hw: str | None = None, amp=None):
                                scaler=amp.GradScaler())
 
 
+def set_mat_mul_precision(precision):
+    """torch_xla's matmul/conv precision for fp32 operands as `precision.name` needs it (XLA_MAT_MUL_PRECISION),
+    set before any graph is traced (it applies when a graph is lowered; torch_xla's own default is `default`, one
+    bf16 pass on a TPU even for fp32). -> the policy with the read-back for the record (Precision.executed)."""
+    want = XLA_MAT_MUL_PRECISION[precision.name]
+    if xla_backends.get_mat_mul_precision() != want:
+        quiet = logging.getLogger(xla_backends.__name__)
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # "setting it multiple times is not recommended": once per run, on purpose
+        try:
+            xla_backends.set_mat_mul_precision(want)
+        finally:
+            quiet.setLevel(level)
+    return dataclasses.replace(precision, read_xla_mat_mul=xla_backends.get_mat_mul_precision)
+
+
 class XlaRuntime(Runtime):
     name = "xla"
     drives_xla = True
@@ -106,7 +125,7 @@ class XlaRuntime(Runtime):
         return torch_xla.device()
 
     def adapt_precision(self, precision):
-        return xla_cuda_amp(precision, self.device)
+        return set_mat_mul_precision(xla_cuda_amp(precision, self.device))
 
     def _build(self, model, optimizer, task, precision, options=None):
         """The traced step (no sync): what torch_xla.compile or the lazy loop runs."""
