@@ -12,7 +12,8 @@ conf/parallel/fsdp.yaml): OPTIONS below.
 
 What the rank records: the options in force (fsdp_*), the mesh, and memory per device by what holds it
 (training/memory.py: parameters, gradients and optimizer state read from the local shards at the first step,
-activations from autograd's saved tensors in the first forward).
+activations from autograd's saved tensors in the first forward). With compile_blocks, the compile figures
+(compile_time_s, compiles_warmup/_timed, dynamo_*) are the runtime's: its meter counts what these blocks compile.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch import nn
 
 from xbench.parallel.ddp import DDP, torchrun_rules
 from xbench.parallel.fit import fit_reasons
+from xbench.runtimes.dynamo import BLOCKS_BACKEND
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # param_dtype follows precision= by default (conf/parallel/fsdp.yaml: ${precision.name}): its compute dtype
@@ -163,7 +165,9 @@ class FSDP(DDP):
         blocks = transformer_blocks(model)
         if o["compile_blocks"]:
             for b in blocks:
-                b.compile()  # in place: parameter names unchanged (checkpoints load either way)
+                # In place: parameter names unchanged (checkpoints load either way), and the runtime sees the
+                # compiled blocks in the model it is given, so its dynamo meter counts them (runtimes/dynamo.py).
+                b.compile(backend=BLOCKS_BACKEND)
         shape = self.mesh_shape()
         names = ("fsdp",) if len(shape) == 1 else ("replicate", "fsdp")
         self.mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)

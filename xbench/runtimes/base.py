@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from xbench.runtimes.dynamo import BLOCKS_BACKEND, DynamoMeter, compiled_blocks
 from xbench.training.step import make_train_step
 
 
 class Runtime:
     name = "base"
     drives_xla = False  # only XLA runtimes can drive an XLA device
+    dynamo: DynamoMeter | None = None  # dynamo's compile figures, when anything in the step compiles through it
 
     @classmethod
     def rules(cls, cfg, facts, dev: str) -> list[str]:
@@ -37,7 +39,14 @@ class Runtime:
     def prepare(self, model, optimizer, task: str, precision, options=None):
         """-> step(inputs, targets) returning the detached loss. Default: the shared eager step.
         `options`: training.step.StepOptions (label smoothing, gradient accumulation)."""
+        self.meter_compiled_blocks(model)
         return make_train_step(model, optimizer, task, precision, options=options)
+
+    def meter_compiled_blocks(self, model) -> None:
+        """Blocks a strategy compiled in place (parallel=fsdp's compile_blocks, backend BLOCKS_BACKEND) compile
+        inside this runtime's step: dynamo's meter counts them, from here."""
+        if self.dynamo is None and compiled_blocks(model):
+            self.dynamo = DynamoMeter(BLOCKS_BACKEND, None, "blocks")
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -48,7 +57,7 @@ class Runtime:
 
     def compile_count(self) -> int | None:
         """Graph compilations so far; None for runtimes that do not compile."""
-        return None
+        return None if self.dynamo is None else self.dynamo.compile_count()
 
     def cuda_graphs(self) -> str | None:
         """Whether the step replays CUDA graphs and what that asks of a kept loss: None (no graphs),
@@ -98,14 +107,16 @@ class Runtime:
 
     def overhead(self) -> dict:
         """Runtime-specific overhead figures for the record (compile time, tracing time, ...)."""
-        return {}
+        return {} if self.dynamo is None else self.dynamo.figures()
 
     def mark_timed(self) -> None:
         """The timed windows begin: figures that split warm-up from the windows (`*_timed`) count from here."""
+        if self.dynamo is not None:
+            self.dynamo.mark_timed()
 
     def warnings(self) -> list[str]:
         """What the runtime's figures say made the measurement less than steady (after the windows)."""
-        return []
+        return [] if self.dynamo is None else self.dynamo.warnings()
 
     def adapt_precision(self, precision):
         """The precision policy as this runtime runs it (XLA:CUDA fp16 takes torch-xla's autocast and scaler)."""

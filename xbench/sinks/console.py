@@ -210,6 +210,7 @@ SUMMARY_ROWS = (
     ("warm-up", _warmup),
     ("first step", _one("first_step_s", seconds)),
     ("compilations", _pair("compiles_warmup", "compiles_timed", str, sep=" in warm-up, ", suffix=" timed")),
+    ("compile time", _one("compile_time_s", seconds)),  # most of a compiled run's first step
     ("threads", _pair("threads_intra", "threads_interop", str, sep=" intra-op, ", suffix=" inter-op")),
     ("parameters", _one("params_count", lambda x: scaled(x, ""))),
     ("FLOPs per sample", _flops_per_sample),
