@@ -1,45 +1,66 @@
 # xbench: the README's two commands are `make run` and `make test`; both set up .venv when needed.
 SHELL := /bin/bash
 PY ?= python3
+# Two environments, each from its lock: .venv (requirements/dev.lock: the newest torch PyPI serves, torchax on
+# JAX's CPU backend; runs, lint and most tests) and .venv-xla (requirements/xla.lock: torch 2.9.0 + torch-xla 2.9.0,
+# the only pair torch-xla's last release works with; the tests marked `xla`).
 VENV ?= .venv
+XVENV ?= .venv-xla
 VPY := $(VENV)/bin/python
+XPY := $(XVENV)/bin/python
 # The stamp's name changes when the recipe gains a step that older .venvs lack (last: bytecode).
 STAMP := $(VENV)/.xbench-installed-bytecode
+XSTAMP := $(XVENV)/.xbench-installed-bytecode
 ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast lint bench report drill lock clean browser slurm
+.PHONY: help install install-xla run test test-default test-xla test-fast lint bench report drill lock clean browser slurm
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-# The environment is pinned by requirements/dev.lock (torch 2.9.0 / torchvision 0.24.0 / torch-xla 2.9.0).
-# uv when present (fast), pip otherwise; the stamp re-installs when the lock or pyproject changes.
+# One recipe for both environments: $(call venv,FOLDER,LOCK). uv when present (fast), pip otherwise; the stamp
+# re-installs when the lock or pyproject changes.
 # Bytecode is compiled at install (compileall over site-packages; uv does not by default): where
 # PYTHONDONTWRITEBYTECODE=1 (this machine, CI) no process could write it, so each one compiled torch, sympy and
 # Hydra from source again: a small CLI run took 10 s instead of 5, and the test suite starts hundreds.
-$(STAMP): requirements/dev.lock pyproject.toml
-	@echo "==> setting up $(VENV) from requirements/dev.lock (first time: a few minutes, torch is ~7 GB)"
+define venv
+	@echo "==> setting up $(1) from $(2) (first time: a few minutes, torch's CUDA build is several GB)"
 	@command -v uv >/dev/null 2>&1 || $(PY) -m pip install -q uv || true
 	@if command -v uv >/dev/null 2>&1; then \
-	  uv venv -q --allow-existing --python $(PY) $(VENV) && \
-	  uv pip install -q --python $(VPY) -r requirements/dev.lock && \
-	  uv pip install -q --python $(VPY) --no-deps --no-build-isolation -e . ; \
+	  uv venv -q --allow-existing --python $(PY) $(1) && \
+	  uv pip install -q --prerelease allow --python $(1)/bin/python -r $(2) && \
+	  uv pip install -q --python $(1)/bin/python --no-deps --no-build-isolation -e . ; \
 	else \
-	  $(PY) -m venv $(VENV) && $(VPY) -m pip install -q -r requirements/dev.lock && \
-	  $(VPY) -m pip install -q --no-deps --no-build-isolation -e . ; \
+	  $(PY) -m venv $(1) && $(1)/bin/python -m pip install -q --pre -r $(2) && \
+	  $(1)/bin/python -m pip install -q --no-deps --no-build-isolation -e . ; \
 	fi
-	@$(VPY) -m compileall -q -j 0 "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
-	@touch $@
+	@$(1)/bin/python -m compileall -q -j 0 "$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
+	@touch $(1)/.xbench-installed-bytecode
+endef
 
-install: $(STAMP)  ## create .venv with the pinned environment and xbench (editable)
+$(STAMP): requirements/dev.lock pyproject.toml
+	$(call venv,$(VENV),requirements/dev.lock)
+
+$(XSTAMP): requirements/xla.lock pyproject.toml
+	$(call venv,$(XVENV),requirements/xla.lock)
+
+install: $(STAMP)  ## create .venv (the default environment, newest torch) with xbench (editable)
+
+install-xla: $(XSTAMP)  ## create .venv-xla (torch 2.9.0 + torch-xla 2.9.0) with xbench (editable)
 
 run: $(STAMP)  ## run the default benchmark on this machine (extra Hydra overrides: ARGS="...")
 	$(VPY) -m xbench $(ARGS)
 
-test: $(STAMP) browser slurm  ## run every test
-	$(VPY) -m pytest $(PYTEST_ARGS)
+# Every test in the environment it needs: the tests marked `xla` in .venv-xla, the rest in .venv.
+test: test-default test-xla  ## run every test, each in its environment (both)
+
+test-default: $(STAMP) browser slurm  ## the tests not marked xla, on the newest torch (.venv)
+	$(VPY) -m pytest -m "not xla" $(PYTEST_ARGS)
+
+test-xla: $(XSTAMP)  ## the tests marked xla, on torch 2.9.0 + torch-xla 2.9.0 (.venv-xla)
+	$(XPY) -m pytest -m xla $(PYTEST_ARGS)
 
 # The report's browser test opens report.html in headless Chromium (tests/test_report_browser.py): installed
 # here when missing and this is root on Debian/Ubuntu; otherwise that test skips and says why.
@@ -64,8 +85,8 @@ slurm:  ## install SLURM and munge for the SLURM tests (root, apt), when missing
 
 # --every-module (tests/conftest.py): the run fails when a module of xbench or hydra_plugins was never imported
 # by the tests that ran, naming it; a run narrowed by PYTEST_ARGS="-k ..." or test paths skips that check.
-test-fast: $(STAMP)  ## run the tests not marked slow; fails when they leave a module of xbench unimported
-	$(VPY) -m pytest -m "not slow" --every-module $(PYTEST_ARGS)
+test-fast: $(STAMP)  ## run the tests not marked slow or xla (.venv); fails when they leave a module of xbench unimported
+	$(VPY) -m pytest -m "not slow and not xla" --every-module $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-linter contracts in pyproject.toml)
 	$(VENV)/bin/ruff check xbench tests scripts
@@ -83,8 +104,9 @@ report: $(STAMP)  ## tables and plots from ./results into ./report
 drill: $(STAMP)  ## fault drill: every fault against the real CLI, as a table (ARGS="--short" for the quick one)
 	PYTHON=$(VPY) scripts/fault_drill.sh $(ARGS)
 
-lock:  ## recompile requirements/dev.lock from requirements/dev.in
-	uv pip compile requirements/dev.in -o requirements/dev.lock --python-version 3.11 --python-platform x86_64-manylinux_2_28
+lock:  ## recompile requirements/dev.lock and xla.lock from their .in files
+	uv pip compile --prerelease allow requirements/dev.in -o requirements/dev.lock --python-version 3.11 --python-platform x86_64-manylinux_2_28
+	uv pip compile requirements/xla.in -o requirements/xla.lock --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
 clean:  ## remove the environment and local outputs
-	rm -rf $(VENV) results outputs multirun wandb report
+	rm -rf $(VENV) $(XVENV) results outputs multirun wandb report

@@ -54,6 +54,7 @@ def test_torch_and_torch_xla_must_share_a_release(torch_v, xla_v, ok):
         assert torch_v in problem and xla_v in problem
 
 
+@pytest.mark.xla
 def test_this_environment_has_a_matching_pair():
     import importlib.metadata as md
 

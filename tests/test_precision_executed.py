@@ -56,6 +56,7 @@ def _dots(run_dir: Path) -> list[tuple[str, str]]:
     return [m.groups() for f in files for m in DOT.finditer(f.read_text())]
 
 
+@pytest.mark.xla
 def test_fp32_on_xla_runs_every_matmul_at_highest(runs):
     rec, run_dir = _record(runs, "xla_fp32")
     dots = _dots(run_dir)  # what XLA was given to compile: the independent evidence
@@ -69,6 +70,7 @@ def test_fp32_on_xla_runs_every_matmul_at_highest(runs):
     assert (m["autocast_dtype"], m["param_dtype"], m["compute_dtype"]) == (None, "float32", "fp32")
 
 
+@pytest.mark.xla
 def test_amp_bf16_on_xla_records_default_and_multiplies_in_bf16(runs):
     rec, run_dir = _record(runs, "xla_amp_bf16")
     m = rec["measurements"]

@@ -155,6 +155,7 @@ def test_study_4_runs_fp16_on_xla_cuda_where_torch_xla_has_it(monkeypatch):
     assert any("amp_fp16" in r and "needs a CUDA GPU" in r for r in compat.check(cfg, HostFacts(**host)))
 
 
+@pytest.mark.xla
 def test_xla_cuda_fp16_trains_under_torch_xlas_autocast_and_scaler():
     """The runtime's XLA:CUDA fp16 policy (runtimes/xla.py xla_cuda_amp) as torch-xla <= 2.8 documents it: the
     step runs under `torch_xla.amp.autocast(device, dtype=torch.float16)` and scales through
@@ -197,13 +198,35 @@ def test_xla_cuda_fp16_trains_under_torch_xlas_autocast_and_scaler():
         xla_cuda_amp(base, "xla:0", hw="CUDA", amp=SimpleNamespace(autocast=autocast))  # torch-xla 2.9's amp
 
 
-@pytest.mark.parametrize("study_id", [s["id"] for s in STUDIES])
-def test_small_command_passes_compat_here(study_id, monkeypatch):
+def _needs_torch_xla(cfg) -> bool:
+    """Whether a point runs through torch-xla (its runtime or strategy): such points run in .venv-xla."""
+    from xbench import parallel, runtimes
+
+    return "torch_xla" in runtimes.requires(cfg.runtime.name) + tuple(parallel.get(cfg.parallel.name).requires)
+
+
+def _small_points_pass_compat_here(study_id: str, monkeypatch, through_xla: bool) -> int:
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
-    here = host_facts()
+    here, checked = host_facts(), 0
     for command in studies.small_commands(studies.get(study_id)):
         for job, cfg in _points(command):
-            assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
+            if _needs_torch_xla(cfg) == through_xla:
+                assert compat.check(OmegaConf.to_object(cfg), here) == [], " ".join(job)
+                checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("study_id", [s["id"] for s in STUDIES])
+def test_small_command_passes_compat_here(study_id, monkeypatch):
+    """Every point of the small commands that needs no torch-xla, in the default environment (the newest torch)."""
+    _small_points_pass_compat_here(study_id, monkeypatch, through_xla=False)
+
+
+@pytest.mark.xla
+def test_small_commands_xla_points_pass_compat_in_the_xla_environment(monkeypatch):
+    """The points that run through torch-xla, in .venv-xla (torch 2.9.0 + torch-xla 2.9.0)."""
+    checked = {s["id"]: _small_points_pass_compat_here(s["id"], monkeypatch, through_xla=True) for s in STUDIES}
+    assert {k for k, n in checked.items() if n} >= {"xla_speedup", "resnet50_tpu", "llm_pretrain"}, checked
 
 
 def test_every_platform_bills_exactly_the_devices_it_declares():
@@ -369,6 +392,7 @@ def test_xla_spmd_on_pjrt_cuda_spans_world_size_gpus(monkeypatch):
     assert xla_env(cfg).get("GPU_NUM_DEVICES") == "8"
 
 
+@pytest.mark.xla  # judged against the installed torch-xla's version
 def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
     from xbench.launch.xla import xla_env
 

@@ -15,6 +15,8 @@ from tests.conftest import FAST, REPO, cli_env, records
 from tests.jobs import Jobs
 from tests.test_xla_parallel import _ended, _xla_env
 
+pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
+
 PIECES = """
     import os
     os.environ.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2")

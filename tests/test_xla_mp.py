@@ -17,6 +17,8 @@ from tests.conftest import REPO, cli_env, records
 from tests.jobs import Jobs
 from tests.test_xla_parallel import _run, _xla_env
 
+pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
+
 
 def _python(code: str, env=None, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env or cli_env(),

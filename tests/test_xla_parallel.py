@@ -18,6 +18,8 @@ from xbench import compat, launch, parallel
 from xbench.config import register_configs
 from xbench.platforms.detect import HostFacts
 
+pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
+
 TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "optim.lr=0.05")
 CPU_HOST = HostFacts(torch_xla=True, accelerate=True, logical_cores=2, torch_version="2.9.0")
 

@@ -347,6 +347,19 @@ def xla_pair_problem(torch_version: str, xla_version: str | None) -> str | None:
             "torch-xla 2.9.0), or use a runtime without XLA (eager, compile)")
 
 
+def xla_elsewhere(cfg, facts) -> str:
+    """Where PyTorch reaches XLA on this run's hardware without torch-xla (whose last release, 2.9.0, needs torch
+    2.9.0): TorchTPU on a TPU (never run by xbench: docs/runtimes.md), torchax (JAX's XLA) on TPUs, GPUs and CPUs."""
+    target = runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device)
+    if target == "TPU" or "tpu" in str(cfg.platform.name).lower():
+        return ("on a TPU with a newer torch, PyTorch's own path is TorchTPU (pip install torch_tpu; device 'tpu'), "
+                "which xbench does not drive (never run here: docs/runtimes.md, TorchTPU), or runtime=torchax "
+                "with jax[tpu]")
+    if target == "CUDA":
+        return "for XLA on NVIDIA GPUs use runtime=torchax (JAX's XLA, jax[cuda13]); torch-xla 2.9 removed XLA:CUDA"
+    return "or runtime=torchax (JAX's XLA on this CPU, in xbench's default environment)"
+
+
 @rule
 def plugin_rules(cfg, facts):
     """The rules of the runtime, strategy and mode the config names (unknown names: see known_names)."""
@@ -356,6 +369,8 @@ def plugin_rules(cfg, facts):
         if not missing and "torch_xla" in runtimes.requires(cfg.runtime.name):
             pair = xla_pair_problem(facts.torch_version, _version("torch-xla"))
             missing = [pair] if pair else []
+        if missing and "torch_xla" in runtimes.requires(cfg.runtime.name):
+            missing = [f"{m}; {xla_elsewhere(cfg, facts)}" for m in missing]
         out += missing or runtimes.rules(cfg.runtime.name)(cfg, facts, dev)
     if cfg.parallel.name in parallel.STRATEGIES:
         missing = _missing(f"parallel={cfg.parallel.name}", parallel.get(cfg.parallel.name).requires, facts)

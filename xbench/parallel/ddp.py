@@ -8,6 +8,7 @@ rank opens and closes a timed window together and the common window is the real 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 
 import torch
@@ -84,8 +85,14 @@ class DDP(Strategy):
         return out + (fit_reasons(cfg, facts, dev, 1, cfg.parallel.name) if not out else [])
 
     def options(self) -> dict:
-        """DistributedDataParallel's keywords, from the config."""
-        return {k: getattr(self.cfg, k) for k in DDP_OPTIONS}
+        """DistributedDataParallel's keywords, from the config. torch >= 2.15 renamed `broadcast_buffers` to
+        `forward_sync_buffers` and warns once per rank on the old name: the new name where DDP takes it (its one
+        difference, buffers still synced once at wrap, changes nothing here: every rank builds the same seeded
+        model)."""
+        out = {k: getattr(self.cfg, k) for k in DDP_OPTIONS}
+        if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
+            out["forward_sync_buffers"] = out.pop("broadcast_buffers")
+        return out
 
     def wrap(self, model, device):
         if not dist.is_initialized():

@@ -27,9 +27,10 @@ def xla(cfg, facts, dev) -> list[str]:
                    f"the {pjrt}: unset PJRT_DEVICE (xbench then uses CUDA) or use a CPU platform")
     plugin = XLA_PLUGINS.get(pjrt)
     if plugin and not getattr(facts, plugin, False):
-        out.append(f"XLA on PJRT {pjrt} needs the {plugin} package matching torch-xla {_xla_version()} "
-                   "(pip install the torch_xla_cuda_plugin wheel of that version, see "
-                   "https://github.com/pytorch/xla#gpu-plugin), which is not installed here")
+        out.append(f"XLA on PJRT {pjrt} needs the {plugin} package matching torch-xla {_xla_version()}, which is "
+                   "not installed here; torch-xla 2.9 removed XLA on NVIDIA GPUs and no plugin was published for "
+                   "it (the last pair: torch 2.8 + torch-xla 2.8 + torch_xla_cuda_plugin 2.8). For XLA on NVIDIA "
+                   "GPUs today use runtime=torchax (JAX's XLA, jax[cuda13])")
     return out
 
 

@@ -15,9 +15,47 @@ Users: the host/device breakdown (bench/breakdown.BreakdownMeter) and bench.prof
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import sys
+import tempfile
 
 from xbench.bench.meters import Meter
+
+# What kineto writes to the process's stderr from C++ around a profiler's start and stop: torch >= 2.14 logs
+# `USDT:... profiler_start/stop` (and `STAGE:` lines) whatever KINETO_LOG_LEVEL says, and a CUDA build on a host
+# without a GPU logs its failed device probe. None of it is the user's business; anything else is kept.
+KINETO_NOISE = re.compile(r"^(?:(?:USDT|STAGE|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] "
+                          r"|ERROR:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount)")
+
+
+@contextlib.contextmanager
+def kineto_quieted():
+    """File descriptor 2 through a temporary file while the profiler starts, steps or stops; on the way out what
+    was written there goes back to stderr, less kineto's noise (KINETO_NOISE). The native library writes to the
+    descriptor, not to Python's sys.stderr, so only swapping the descriptor can keep it off the console."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no descriptor 2 (a closed stderr): nothing to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not KINETO_NOISE.match(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
 
 
 class ProfilerMeter(Meter):
@@ -51,7 +89,8 @@ class ProfilerMeter(Meter):
                 warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
                 prof = profile(activities=activities, on_trace_ready=self._trace_ready, **self.options,
                                schedule=schedule(wait=0, warmup=0, active=self.steps, repeat=1))
-                prof.__enter__()
+                with kineto_quieted():
+                    prof.__enter__()
         except RuntimeError:  # a profiler already active: leave it alone, run the steps unprofiled
             return
         self._prof, self._started = prof, True
@@ -63,12 +102,14 @@ class ProfilerMeter(Meter):
         """After each step of the window (its last one synced)."""
         self._stepped += 1
         if self._prof is not None:
-            self._prof.step()
+            with kineto_quieted():  # the last step of the schedule stops the profiler
+                self._prof.step()
 
     def window_end(self) -> None:
         prof, self._prof = self._prof, None
         if prof is not None:
-            prof.__exit__(None, None, None)
+            with kineto_quieted():
+                prof.__exit__(None, None, None)
 
     def close(self) -> dict:
         self.window_end()  # never left running, whatever happened inside the window
