@@ -75,7 +75,8 @@ def _point(dcfg: DictConfig, multirun: bool) -> None:
         _PRELOADED.append(True)
         if not isolated(dcfg):  # points sharing this process: an XLA one needs torch_xla before any backward
             preload_xla(" ".join(sys.argv) + str(OmegaConf.to_container(HydraConfig.get().sweeper)))
-    overrides = list(HydraConfig.get().overrides.task)
+    # as typed: an override's `${...}` is the config's to resolve, and a bad one is refusals' one line
+    overrides = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
     for line in resume_ignored(overrides):
         say(f"xbench: WARNING {line}")
     problems = refusals(dcfg, overrides)

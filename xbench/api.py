@@ -29,11 +29,30 @@ def _as_overrides(overrides) -> list[str]:
         return overrides.split()
     if isinstance(overrides, Mapping):
         return [f"{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
-                for k, v in overrides.items()]
+                for k, v in _dotted(overrides)]
     if isinstance(overrides, Iterable):
-        return [str(o) for o in overrides]
+        out = list(overrides)
+        if bad := [o for o in out if not isinstance(o, str)]:
+            raise TypeError(f"overrides must be 'key=value' strings; got {bad[0]!r} ({type(bad[0]).__name__})")
+        return out
     raise TypeError(f"overrides must be a list of 'key=value' strings, one such string or a dict, "
                     f"not {type(overrides).__name__}")
+
+
+def _dotted(d: Mapping, prefix: str = ""):
+    """{'data': {'batch_size': 8}} -> ('data.batch_size', 8): a nested dict is a set of dotted overrides."""
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            yield from _dotted(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _one_line(e: Exception) -> str:
+    """Hydra's refusal without its pointer to the grammar's docs and the blank lines (said once, shorter)."""
+    lines = [x for x in str(e).splitlines() if x.strip() and not x.startswith(("See https://", "Set the environment"))]
+    return " ".join(x.strip() for x in lines) + (" (the override grammar: https://hydra.cc/docs/advanced/"
+                                                 "override_grammar/basic)" if "grammar" in str(e) else "")
 
 
 def compose(overrides=(), config_dir: str | os.PathLike | None = None):
@@ -57,6 +76,8 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
     if sweeps:
         raise ValueError("xbench.run runs one configuration; for a sweep, call it in a loop (one record each)")
     if config_dir is not None:
+        if not isinstance(config_dir, (str, os.PathLike)):
+            raise TypeError(f"config_dir must be a folder path (str or os.PathLike), not {type(config_dir).__name__}")
         where = Path(config_dir).expanduser().resolve()
         if not where.is_dir():
             raise ValueError(f"config_dir={str(config_dir)!r} is not a folder (checked from {Path.cwd()})")
@@ -68,7 +89,7 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
         with initialize_config_dir(config_dir=package_conf(), version_base="1.3", job_name="xbench"):
             dcfg = hydra_compose(config_name="config", overrides=args)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ValueError(redact_text("\n".join([str(e), *compose_hints(args)]))) from None
+        raise ValueError(redact_text("\n".join([_one_line(e), *compose_hints(args)]))) from None
     given = [a for a in args if not a.startswith("hydra.searchpath=")]
     for line in resume_ignored(given):
         warnings.warn(f"xbench: {line}", stacklevel=3)
@@ -105,7 +126,12 @@ def load(stores: str | os.PathLike | Iterable[str | os.PathLike] = "results", pr
     require("xbench.load()", "pandas")
     from xbench.analysis.frame import load as load_frame
 
-    folders = [stores] if isinstance(stores, (str, os.PathLike)) else list(stores)
+    folders = [stores] if isinstance(stores, (str, os.PathLike)) else list(stores) \
+        if isinstance(stores, Iterable) else None
+    if folders is None or not all(isinstance(f, (str, os.PathLike)) for f in folders):
+        bad = stores if folders is None else next(f for f in folders if not isinstance(f, (str, os.PathLike)))
+        raise TypeError(f"xbench.load: stores must be a folder path (str or os.PathLike) or a list of them, "
+                        f"not {type(bad).__name__} ({bad!r})")
     loaded = load_frame(folders, progress=progress)
     for s in loaded.skipped:
         warnings.warn(f"xbench.load: {s}", stacklevel=2)

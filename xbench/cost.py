@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from xbench.analysis import currency as fx
 from xbench.analysis.baseline import same_work
 from xbench.analysis.frame import read
-from xbench.config import PlatformConfig
+from xbench.config import PlatformConfig, range_problems
 from xbench.metrics.cost import currency, not_numbers, problems
 from xbench.metrics.derived import derive
 from xbench.records.store import find_run, read_record
@@ -115,6 +117,19 @@ def apply_prices(platform: dict, overrides: list[str]) -> dict:
     return platform
 
 
+def price_problems(platform: dict) -> list[str]:
+    """Prices no run could have had, each named (empty: fine): the ranges a run's own platform is held to
+    (xbench.config.RANGES: an amount up to 1e12, a count of at least 1, finite numbers), and a currency the
+    rate table knows (else its figures could be compared with nothing)."""
+    out = [f"xbench.cost: {p}" for p in range_problems({"platform": platform})]
+    for c in platform.get("price") or []:
+        cur = c.get("currency", "USD")
+        if not fx.known(cur):
+            out.append(f"xbench.cost: platform {platform.get('name')!r} price component {c.get('name', '?')!r}: "
+                       f"currency={cur!r} is unknown; known: {', '.join(fx.currencies())}")
+    return out + [f"xbench.cost: {p}" for p in problems(platform)]
+
+
 def reprice(record: dict, platform: dict, baseline: dict | None = None) -> dict:
     """The record's derived figures recomputed with `platform` in place of its own."""
     config = {**record["config"], "platform": platform}
@@ -134,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per record instead of a table")
     a = ap.parse_args(argv)
     platform = apply_prices(load_platform(a.platform), a.price)
-    if bad := problems(platform):
-        print(f"xbench.cost: {'; '.join(bad)}", file=sys.stderr)
+    if bad := price_problems(platform):  # every impossible price at once, one line each, before any record
+        print("\n".join(dict.fromkeys(bad)), file=sys.stderr)
         return 2
     try:
         records, skipped = read([a.store])
@@ -165,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             against = baseline if base_rec is not None and same_work(rec, base_rec) else None
-            rows.append({"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
-                         **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)})
+            row = {"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
+                   **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)}
+            if inf := [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]:
+                raise ValueError(f"{', '.join(inf)} not finite (an extreme measurement or price)")
+            rows.append(row)
         except Exception as e:  # one odd record never stops the others: named, skipped
             print(f"xbench.cost: WARNING skipping record {getattr(rec, 'source', None) or rec.run_id}: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)

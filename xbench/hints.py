@@ -183,7 +183,24 @@ def refusals(dcfg, overrides: list[str]) -> list[str]:
     range are compat's (config.range_problems: a `failed` record, before any device work)."""
     from xbench.config import name_problems
 
+    if bad := unresolved(dcfg):  # every check below reads resolved values
+        return bad
     return added_key_problems(overrides) + name_problems(dcfg)
+
+
+def unresolved(dcfg) -> list[str]:
+    """`data.batch_size=${nosuch}`: an interpolation that names no key (or does not parse), one line with the
+    key, instead of OmegaConf's traceback from the first check that reads it."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        OmegaConf.to_container(dcfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        what = (getattr(e, "msg", None) or str(e)).splitlines()[0]
+        return [f"{key}: {what} (an interpolation ${{...}} names a key of the config, e.g. ${{data.batch_size}}; "
+                "write a literal $ as \\$)"]
+    return []
 
 
 def added_key_problems(argv: list[str]) -> list[str]:

@@ -35,6 +35,16 @@ class Rate:
     source: str
 
 
+def known(cur: str, given: dict[str, float] | None = None) -> bool:
+    """Whether a price in `cur` can be converted (USD, the rate table's, or one given with --fx)."""
+    c = str(cur).upper()
+    return c == "USD" or c in USD_PER or bool(given and c in given)
+
+
+def currencies() -> list[str]:
+    return sorted({"USD", *USD_PER})
+
+
 def report_currency(found: set[str], asked: str | None = None) -> str | None:
     """The currency a report shows money in: the one asked for, else USD when any record is in USD (or when
     records use several), else the one currency the records use; None without prices."""

@@ -26,6 +26,12 @@ def _rate_columns(cur: str) -> tuple[str, str, str]:
     return f"{cur}_per_hour", f"samples_per_s_per_{cur}_per_hour", f"{cur}_per_million_samples"
 
 
+def _positive(v) -> bool:
+    """A price or throughput a rate can be computed from: a finite number above 0 (a 1e308 or text one stays
+    as its record has it, never re-priced into inf)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e300
+
+
 def repriced(rows: Rows, cur: str | None) -> tuple[Rows, list[str]]:
     """(rows with each same-machine group's rate figures recomputed from all its runs at each of its prices,
     one sentence per group naming it). Rows outside such groups come back as they are; a re-priced row says
@@ -35,7 +41,7 @@ def repriced(rows: Rows, cur: str | None) -> tuple[Rows, list[str]]:
         return rows, []
     per_hour, per_price, per_million = _rate_columns(cur)
     local = Rows(r for r in rows if r.get("status") == "ok" and r.get("provider") == "local" and r.get("hostname")
-                 and r.get(per_hour) and r.get(TP))
+                 and _positive(r.get(per_hour)) and _positive(r.get(TP)))
     out, notes, done = [], {}, set()
     for _, g in groups(local, SAME):
         prices = {k["platform"]: p for k, p in groups(g, ["platform"])}

@@ -17,14 +17,24 @@ from xbench.metrics.stats import log_moments, ratio_ci95
 NOISY_CV_DEFAULT = 0.05  # bench.noisy_cv's default, for records that do not carry it
 
 
+def cv_of(xs: list[float]) -> float | None:
+    """Sample CV of `xs` in floats (statistics.stdev is exact and slow), computed on values scaled by their
+    largest magnitude: a CV does not depend on the scale, and a 1e308 throughput squared overflows."""
+    top = max((abs(x) for x in xs), default=0.0)
+    if not top or not math.isfinite(top):
+        return None
+    scaled = [x / top for x in xs]
+    mean = statistics.fmean(scaled)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in scaled) / (len(scaled) - 1))
+    return sd / mean if mean else None
+
+
 def spread(rows: Rows) -> tuple[float | None, float | None, float | None, str]:
     """(low, high, CV, source) of throughput: across runs when repeated, else within the one run."""
     ok = rows.ok()
     tps = ok.nums(TP)
     if len(tps) >= 2:
-        mean = statistics.fmean(tps)  # the sample standard deviation in floats (statistics.stdev is exact and slow)
-        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in tps) / (len(tps) - 1))
-        return min(tps), max(tps), sd / mean if mean else None, f"{len(tps)} runs min-max"
+        return min(tps), max(tps), cv_of(tps), f"{len(tps)} runs min-max"
     if len(tps) == 1:
         r = ok[0]
         lo, hi = r.get("throughput_process_ci95_low_samples_per_s"), r.get("throughput_process_ci95_high_samples_per_s")

@@ -37,12 +37,13 @@ def hydra_job() -> dict | None:
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
+        from omegaconf import OmegaConf
 
         if not HydraConfig.initialized():
             return None
         hc = HydraConfig.get()
         return {"multirun": hc.mode == RunMode.MULTIRUN, "job_num": hc.job.get("num"),
-                "overrides": list(hc.overrides.task)}
+                "overrides": OmegaConf.to_container(hc.overrides.task, resolve=False)}
     except Exception:  # Hydra internals differ by version: the run goes on without the facts
         return None
 

@@ -52,6 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "writes screenshot.png and browser_check.json beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():  # /dev/null, a file: mkdir would raise FileExistsError
+        p.error(f"--out {args.out}: not a folder (it is a file or a device); give a folder to write the report in")
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs}: give 1 or more processes")
     args.formats = [f.strip() for f in args.format.split(",") if f.strip()]
@@ -91,6 +94,10 @@ def main(argv=None) -> int:
         return 2
     for s in loaded.skipped:
         print(f"xbench.report: WARNING {s}", file=sys.stderr)
+    if not len(loaded.frame):  # `xbench.report /`: a folder that holds no run folder is a mistake, not a report
+        print(f"xbench.report: no run records under {', '.join(map(str, args.stores))} (a store holds run folders "
+              "<store>/<run id>/record.json; give the runs' store.root, e.g. results)", file=sys.stderr)
+        return 2
     return write_report(args, loaded, df, ctx, t0)
 
 
@@ -102,7 +109,12 @@ def write_report(args, loaded, df, ctx, t0: float) -> int:
 
     times = {"load": time.perf_counter() - t0}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"xbench.report: --out {out}: cannot create the folder ({e.strerror or e}); give a writable folder",
+              file=sys.stderr)
+        return 2
     job = None
     try:  # a query the frame cannot answer (a typo'd key, an ambiguous baseline, an unknown currency)
         rows = prepare(df, ctx)

@@ -275,13 +275,37 @@ def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
     for fig in study["small"].get("figures") or []:
         kind, name = fig.split(":", 1)
         folder, ext = where[kind]
-        if not (Path(report_dir) / folder / f"{name}{ext}").is_file():
+        path = Path(report_dir) / folder / f"{name}{ext}"
+        if not path.is_file():
             out.append(fig)
+        elif (empty := _not_a_figure(path, kind)) is not None:  # a 0-byte or cut-off file draws nothing
+            out.append(f"{fig} ({path} {empty})")
         elif kind == "plot" and (drawn := Path(report_dir) / folder / f"{name}.json").is_file():
-            d = json.loads(drawn.read_text())
-            if len(set(d["works_drawn"])) < len(set(d["works_with_data"])):
-                out.append(f"{fig} (draws {len(set(d['works_drawn']))} of {len(set(d['works_with_data']))} works)")
+            try:
+                d = json.loads(drawn.read_text())
+                drawn_n, with_data_n = len(set(d["works_drawn"])), len(set(d["works_with_data"]))
+            except (ValueError, KeyError, TypeError) as e:  # a damaged sidecar is a missing figure, named
+                out.append(f"{fig} ({drawn} is not the report's plot summary: {type(e).__name__}: {e})")
+                continue
+            if drawn_n < with_data_n:
+                out.append(f"{fig} (draws {drawn_n} of {with_data_n} works)")
     return out
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _not_a_figure(path: Path, kind: str) -> str | None:
+    """Why `path` is no drawn figure (empty, not a PNG, a table without a data row), or None."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        return "is empty (0 bytes)"
+    if kind == "plot" and not head.startswith(PNG_MAGIC):
+        return "is not a PNG image"
+    if kind == "table" and len([x for x in head.splitlines() if x.strip()]) < 2:
+        return "has no data row"
+    return None
 
 
 def run_here_hint(experiment: str | None) -> str | None:

@@ -69,6 +69,10 @@ def main(argv=None) -> int:
             print(f"wrote {REPO / 'docs' / 'studies.md'}")
         return 0
     if args.check_report:
+        if not Path(args.check_report).is_dir():
+            print(f"xbench.studies: --check-report {args.check_report}: no such folder (give the report's --out folder)",
+                  file=sys.stderr)
+            return 1
         missing = [f"{s['id']}: {f}" for s in chosen for f in studies.missing_figures(s, args.check_report)]
         for m in missing:
             print(f"xbench.studies: the report in {args.check_report} lacks {m}", file=sys.stderr)

@@ -100,7 +100,7 @@ class DistinctSweep(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        overrides = [o for o in config.hydra.overrides.task if not o.lstrip("+~").startswith("hydra")]
+        overrides = [o for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False) if not o.lstrip("+~").startswith("hydra")]
         problems = distinct_points(None, overrides)
         if problems:
             print("xbench: this sweep repeats configs, nothing was run:\n  " + "\n  ".join(problems),
