@@ -109,7 +109,7 @@ class PlatformConfig:
 
 @dataclass
 class RuntimeConfig:
-    name: str = MISSING  # eager | compile | xla | xla_compile | accelerate
+    name: str = MISSING  # eager | compile | xla | xla_compile | accelerate | torchax
     cudnn_benchmark: bool = True  # CUDA: let cuDNN pick the fastest convolution algorithms (fixed shapes)
     # torch.compile (runtime=compile) and the XLA compile path (runtime=xla_compile)
     backend: str = "inductor"  # compile: a torch.compile backend; xla_compile: torch_xla | openxla
@@ -121,7 +121,7 @@ class RuntimeConfig:
 
 @dataclass
 class ParallelConfig:
-    name: str = MISSING  # single | ddp | dataparallel | xla_spmd | xla_mp | accelerate
+    name: str = MISSING  # single | ddp | dataparallel | xla_spmd | xla_mp | accelerate | fsdp | xla_fsdp | jax_dp
     world_size: int = 1  # processes (ddp, xla_mp) or devices (dataparallel, xla_spmd)
     backend: str = "auto"  # auto | gloo | nccl
     nnodes: int = 1

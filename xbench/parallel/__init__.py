@@ -41,6 +41,8 @@ STRATEGIES: dict[str, StrategyInfo] = {
     "accelerate": StrategyInfo("accelerate", "torchrun", True, "xbench.parallel.accelerate:AccelerateDDP",
                                requires=("accelerate",)),
     "fsdp": StrategyInfo("fsdp", "torchrun", True, "xbench.parallel.fsdp:FSDP"),
+    "jax_dp": StrategyInfo("jax_dp", "inline", False, "xbench.parallel.jax_dp:JaxDataParallel",
+                           devices_in_process=True),  # runtime=torchax checks torchax/jax/optax
 }
 
 

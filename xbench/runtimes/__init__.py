@@ -21,6 +21,8 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "xla": ("xbench.runtimes.xla:XlaRuntime", ("torch_xla",)),
     "xla_compile": ("xbench.runtimes.xla:XlaCompileRuntime", ("torch_xla",)),
     "accelerate": ("xbench.runtimes.accelerate:AccelerateRuntime", ("accelerate",)),
+    # torchax, jax and optax: checked by its own rules (no xbench extra installs them; its module imports none)
+    "torchax": ("xbench.runtimes.torchax:TorchaxRuntime", ()),
 }
 
 
