@@ -11,9 +11,10 @@ moment it was started (an earlier compiled run in the same process does not leak
 - what the compile gave up on (`DYNAMO_FIGURES`), as totals since the start and as `*_timed` since
   the timed windows began (`mark_timed`): recompiles (a frame compiled again after its guards failed:
   `convert_frame.FRAME_COMPILE_COUNTER` beyond each frame's first), recompile-limit hits (dynamo's
-  `counters["unimplemented"]` "recompile_limit reached": past `cache_size_limit` the frame runs eagerly
-  from then on, and the compile counter stops growing, so warm-up looks steady), frames dynamo failed
-  to compile and ran eagerly (`counters["frames"]` total - ok), and inductor's CUDA-graph skips
+  `counters["unimplemented"]`: "recompile_limit reached" on torch 2.9, "Dynamo recompile limit exceeded..."
+  on 2.15: past `recompile_limit` the frame runs eagerly from then on, and the compile counter stops
+  growing, so warm-up looks steady), frames dynamo failed to compile and ran eagerly (`counters["frames"]`
+  total - ok), and inductor's CUDA-graph skips
   (`counters["inductor"]["cudagraph_skips"]`: a graph that replays without CUDA graphs under a mode
   that promises them). Limit hits and CUDA-graph skips are warned of wherever they happened (the windows
   ran what they left); the others when they happened during the windows.
@@ -44,8 +45,11 @@ def _dynamo_state() -> dict:
 
 
 def _is_limit_hit(reason: str) -> bool:
-    # torch 2.9: "recompile_limit reached" (also accumulated_recompile_limit); older: cache_size_limit
-    return "limit reached" in reason or "cache limit" in reason.lower() or "cache_size_limit" in reason
+    # torch 2.9: "recompile_limit reached" (also accumulated_recompile_limit); older: cache_size_limit;
+    # torch 2.15: the graph-break message whose first line (gb_type) is "Dynamo recompile limit exceeded"
+    low = reason.lower()
+    return ("limit reached" in low or "cache limit" in low or "cache_size_limit" in low
+            or "recompile limit exceeded" in low)
 
 
 # state key -> figure name; each also as <name>_timed (since mark_timed)
