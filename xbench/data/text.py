@@ -9,16 +9,23 @@ padding and 1 for unknown words. With `data.ngrams: 2` word bigrams compete for 
 (fastText's n-gram features) and are appended after the words. Sequences keep their first `seq_len`
 tokens and are padded on the left (as Keras did in the studies). The encoded splits and the vocabulary
 are cached beside the data (`.xbench_cache/`, or ~/.cache/xbench when that folder is read-only),
-keyed by the input files' sizes and mtimes and the tokenisation settings.
+keyed by the input files' sizes and mtimes and the tokenisation settings. The cache is not trusted: it is
+written and read without following links (a symlinked cache folder or file is refused by name), and each
+cache file is checked against a SHA-256 written beside it (the BPE streams: in their JSON, with the source
+text's), so a damaged or planted cache is rebuilt with a warning that names it, never trained on.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
+import io
 import json
 import os
 import re
+import stat
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -71,6 +78,7 @@ def _cache_file(data, inputs: list[Path], extra: dict) -> Path:
     name = f"{data.source}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
     root = Path(data.path)
     beside = (root if root.is_dir() else root.parent) / ".xbench_cache"
+    _real_folder(data, beside)
     try:
         beside.mkdir(exist_ok=True)
         if os.access(beside, os.W_OK):
@@ -79,19 +87,80 @@ def _cache_file(data, inputs: list[Path], extra: dict) -> Path:
         pass
     home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "xbench"
     home.mkdir(parents=True, exist_ok=True)
+    _real_folder(data, home)
     return home / name
 
 
-def _cached(path: Path, make) -> dict:
-    """Load the cached encoding, or make it and write it atomically (tmp file + rename)."""
-    if path.is_file():
-        return torch.load(path, weights_only=True)
+def _real_folder(data, folder: Path) -> None:
+    """Refuse a cache folder that is a link: its writes would land wherever the link points."""
+    if folder.is_symlink():
+        raise malformed(data, f"the data cache folder {folder} is a symbolic link (to {os.readlink(folder)}); "
+                              f"xbench writes its cache only into a real folder: remove the link (rm {folder})")
+
+
+def _refuse_link(data, path: Path, e: OSError):
+    if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+        raise malformed(data, f"the data cache file {path} is a symbolic link; xbench reads and writes its "
+                              f"cache only as real files: remove it (rm {path}) and run again") from None
+    raise e
+
+
+def _read_cache(data, path: Path) -> bytes | None:
+    """A cache file's bytes, never through a link (refused by name); None when it is absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        _refuse_link(data, path, e)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise malformed(data, f"the data cache file {path} is not a regular file; remove it and run again")
+        return f.read()
+
+
+def _write_cache(data, path: Path, payload: bytes) -> str:
+    """Write `payload` to `path` atomically (a tmp file of this process, then a rename: ranks building at once
+    each write their own), never through a link; its SHA-256."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # a crashed run's leftover (a link is removed, not followed)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        _refuse_link(data, tmp, e)
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+    os.replace(tmp, path)  # replaces a planted link itself, never what it points to
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _digest_file(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _cached(path: Path, make, data=None) -> dict:
+    """Load the cached encoding if its SHA-256 (written beside it, last) matches; else make it and write it
+    (vocabulary copy, data, then the digest that marks it complete). A damaged or planted cache is rebuilt,
+    with a warning that names it."""
+    raw = _read_cache(data, path)
+    if raw is not None:
+        want = (_read_cache(data, _digest_file(path)) or b"").decode(errors="replace").strip()
+        if want == hashlib.sha256(raw).hexdigest():
+            try:
+                return torch.load(io.BytesIO(raw), weights_only=True)
+            except Exception as e:  # checksummed yet unreadable (a torch format change): rebuilt
+                why = f"unreadable ({type(e).__name__})"
+        else:
+            why = "its checksum is missing" if not want else "it does not match its checksum"
+        warnings.warn(f"xbench: the data cache {path} was not used ({why}: damaged, or written by hand); "
+                      "rebuilding it from the data", stacklevel=2)
     value = make()
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(value["vocab"], ensure_ascii=False))  # human-readable copy of the vocabulary
-    os.replace(tmp, path.with_suffix(".vocab.json"))
-    torch.save(value, tmp)  # ranks building at once each write their own tmp file; the rename is atomic
-    os.replace(tmp, path)
+    # human-readable copy of the vocabulary
+    _write_cache(data, path.with_suffix(".vocab.json"), json.dumps(value["vocab"], ensure_ascii=False).encode())
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    digest = _write_cache(data, path, buf.getvalue())
+    _write_cache(data, _digest_file(path), digest.encode())
     return value
 
 
@@ -106,7 +175,7 @@ def _classification(data, train_docs, train_y, eval_docs, eval_y, inputs: list[P
                 "eval_x": encode(ev, vocab, data.seq_len), "eval_y": eval_y()}
 
     cache = _cache_file(data, inputs, extra or {})
-    c = _cached(cache, make)
+    c = _cached(cache, make, data)
     for y in (c["train_y"], c["eval_y"]):
         if len(y) and y.max() >= data.num_classes:
             raise malformed(data, f"labels reach {int(y.max())} but data.num_classes={data.num_classes}")
@@ -215,7 +284,7 @@ class CharWindows(Dataset):
         return max(0, (len(self.ids) - self.seq_len - 1) // self.stride + 1)
 
     def __getitem__(self, i):
-        w = self.ids[i * self.stride: i * self.stride + self.seq_len + 1]
+        w = self.ids[i * self.stride: i * self.stride + self.seq_len + 1].long()  # ids may be stored narrower
         return w[:-1], w[1:]
 
 
@@ -232,7 +301,7 @@ def text_chars(data, task: str) -> Splits:
         index = {c: i for i, c in enumerate(vocab)}
         return {"vocab": vocab, "ids": torch.tensor([index[c] for c in text], dtype=torch.long)}
 
-    c = _cached(_cache_file(data, [path], {"kind": "chars"}), make)
+    c = _cached(_cache_file(data, [path], {"kind": "chars"}), make, data)
     if len(c["vocab"]) > data.vocab_size:
         raise malformed(data, f"{path} has {len(c['vocab'])} distinct characters but data.vocab_size="
                               f"{data.vocab_size}; set data.vocab_size >= {len(c['vocab'])}")
@@ -252,8 +321,10 @@ def text_bytes(data, task: str) -> Splits:
     if data.vocab_size < 256:
         raise malformed(data, f"data.source=text_bytes reads bytes (256 symbols), but data.vocab_size="
                               f"{data.vocab_size}; set data.vocab_size=256")
-    raw = path.read_bytes()
-    ids = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() if raw else torch.zeros(0, dtype=torch.long)
+    buf = bytearray(path.stat().st_size)  # the bytes once, as uint8 (int64 was 8x the file); windows widen
+    with open(path, "rb") as f:
+        del buf[f.readinto(buf):]  # in place (a file that shrank meanwhile): never a second copy
+    ids = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.zeros(0, dtype=torch.uint8)
     cut = round(len(ids) * (1 - data.eval_fraction))
     train, ev = _windows(data, path, ids[:cut], ids[cut:], "bytes")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": 256})
@@ -289,9 +360,31 @@ def _ids_bytes(ids: list[int]) -> bytes:
     return torch.tensor(ids, dtype=torch.int32).numpy().astype("<i4").tobytes()
 
 
-def _read_ids(path: Path) -> torch.Tensor:
-    raw = bytearray(path.read_bytes())
-    return torch.frombuffer(raw, dtype=torch.int32).long() if raw else torch.zeros(0, dtype=torch.long)
+def _ids(raw: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(raw), dtype=torch.int32).long() if raw else torch.zeros(0, dtype=torch.long)
+
+
+def _bpe_cache(data, meta_file: Path, train_file: Path, eval_file: Path, settings: dict):
+    """(meta, {stream file: bytes}) of a complete, intact BPE cache made from this very text with these
+    settings, or (None, None): nothing cached yet, or a cache that fails its checks (said, by name, then
+    rebuilt). Nothing is read through a link."""
+    raw = _read_cache(data, meta_file)
+    if raw is None:
+        return None, None
+    try:
+        meta = json.loads(raw)
+        why = next((f"its {k} differs" for k, v in settings.items() if meta.get(k) != v), None)
+        streams = {} if why else {f: _read_cache(data, f) for f in (train_file, eval_file)}
+        for f, key in ((train_file, "train_sha256"), (eval_file, "eval_sha256")):
+            if why is None and (streams[f] is None or hashlib.sha256(streams[f]).hexdigest() != meta[key]):
+                why = f"{f.name} is missing or does not match its checksum"
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        why = f"its JSON is not the cache's ({type(e).__name__})"
+    if why is None:
+        return meta, streams
+    warnings.warn(f"xbench: the tokenizer cache {meta_file} was not used ({why}: damaged, written by hand, or "
+                  "from another text); rebuilding it from the data", stacklevel=3)
+    return None, None
 
 
 def text_bpe(data, task: str) -> Splits:
@@ -308,26 +401,25 @@ def text_bpe(data, task: str) -> Splits:
                               f"vocab_size={data.vocab_size}, num_classes={data.num_classes}")
     cache = _cache_file(data, [path], {"kind": "bpe", "eval_fraction": data.eval_fraction})
     meta_file, train_file, eval_file = (cache.with_suffix(s) for s in (".bpe.json", ".train.i32", ".eval.i32"))
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else None
-    if meta is None or train_file.stat().st_size != 4 * meta["train_tokens"] or \
-            eval_file.stat().st_size != 4 * meta["eval_tokens"]:
+    source = path.read_bytes()
+    settings = {"v": CACHE_VERSION, "vocab_size": data.vocab_size, "eval_fraction": data.eval_fraction,
+                "source_sha256": hashlib.sha256(source).hexdigest()}
+    meta, streams_raw = _bpe_cache(data, meta_file, train_file, eval_file, settings)
+    if meta is None:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = source.decode("utf-8")
         except UnicodeDecodeError as e:
             raise malformed(data, f"{path} is not UTF-8 text ({e})") from e
         cut = round(len(text) * (1 - data.eval_fraction))
         tok = _train_bpe(text[:cut], data.vocab_size)
         streams = {f: tok.encode(part).ids for f, part in ((train_file, text[:cut]), (eval_file, text[cut:]))}
-        for f, ids in streams.items():  # ranks building at once each write their own tmp file; renames are atomic
-            tmp = f.with_suffix(f"{f.suffix}.tmp{os.getpid()}")
-            tmp.write_bytes(_ids_bytes(ids))
-            os.replace(tmp, f)
+        streams_raw = {f: _ids_bytes(ids) for f, ids in streams.items()}
+        digests = {f: _write_cache(data, f, raw) for f, raw in streams_raw.items()}
         meta = {"tokenizer": json.loads(tok.to_str()), "vocab": tok.get_vocab_size(), "train_chars": cut,
-                "train_tokens": len(streams[train_file]), "eval_tokens": len(streams[eval_file])}
-        tmp = meta_file.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(meta, ensure_ascii=False))
-        os.replace(tmp, meta_file)
-    train, ev = _windows(data, path, _read_ids(train_file), _read_ids(eval_file), "tokens")
+                "train_tokens": len(streams[train_file]), "eval_tokens": len(streams[eval_file]),
+                "train_sha256": digests[train_file], "eval_sha256": digests[eval_file], **settings}
+        _write_cache(data, meta_file, json.dumps(meta, ensure_ascii=False).encode())  # last: marks it complete
+    train, ev = _windows(data, path, _ids(streams_raw[train_file]), _ids(streams_raw[eval_file]), "tokens")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": meta["vocab"],
                                    "tokens_train": meta["train_tokens"], "tokens_eval": meta["eval_tokens"],
                                    "cache": str(meta_file)})
@@ -380,7 +472,7 @@ def text_mlm(data, task: str) -> Splits:
         return {"vocab": vocab, "train_x": tr_x, "train_y": tr_y, "eval_x": ev_x, "eval_y": ev_y}
 
     cache = _cache_file(data, files, {"kind": "mlm", "eval_fraction": data.eval_fraction})
-    c = _cached(cache, make)
+    c = _cached(cache, make, data)
     return Splits(TensorDataset(c["train_x"], c["train_y"]), TensorDataset(c["eval_x"], c["eval_y"]),
                   info={"train": len(c["train_y"]), "eval": len(c["eval_y"]), "vocab": len(c["vocab"]),
                         "cache": str(cache)})
