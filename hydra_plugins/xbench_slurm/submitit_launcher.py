@@ -9,7 +9,8 @@ One SLURM job per sweep point, as hydra-submitit-launcher submits them (a job ar
 - While waiting: each job's state as it changes, with SLURM's reason for a pending one (`squeue %r`).
   The wait reads `squeue` and the result files, not `sacct`: it works without SLURM's accounting, and a
   job that died without a result is seen as ended (submitit would wait on it forever without sacct).
-- When the jobs end: each point's status, headline figure and record path (found in the store by the
+- When the jobs end: each point's status, headline figure (as the console's summary rounds it, with the kinds
+  of the record's warnings: `[noisy, contended]`) and record path (found in the store by the
   record's SLURM_JOB_ID), and for a job that failed or a run that did not succeed, its log's path. A point
   that did not succeed makes the sweep exit non-zero (Hydra reports the first).
 """
@@ -36,10 +37,6 @@ except ImportError:  # Hydra imports every plugin module at start-up: this one m
 
 POLL_S = 2.0  # squeue and the result files are read this often while jobs run (a sleep, never a busy loop)
 GONE_GRACE_S = 10.0  # a job gone from squeue without a result: waited this long for its files to land
-# The figure a point is summed up by, per mode: the first one the record has.
-HEADLINE = (("throughput_samples_per_s", "samples/s"), ("wall_time_to_target_s", "s to target"),
-            ("max_batch_size_per_device", "samples per device (largest batch that fits)"),
-            ("throughput_samples_per_s_partial", "samples/s before the stop"))
 
 
 def say(line: str) -> None:
@@ -138,12 +135,11 @@ def find_record(store: Path, slurm_job_id: str, since: float) -> Path | None:
 
 
 def headline(record: dict) -> str:
-    values = {**(record.get("measurements") or {}), **(record.get("derived") or {})}
-    for key, unit in HEADLINE:
-        v = values.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return f"{v:,.4g} {unit}" if isinstance(v, float) else f"{v:,} {unit}"
-    return "no figure"
+    """A point's figure as the console's summary shows it, with the kinds of its warnings: "46 samples/s
+    [oversubscribed, noisy, contended]" (xbench/sinks/console.py owns the rounding and the kinds)."""
+    from xbench.sinks.console import headline as summed  # here: Hydra imports this module at every start-up
+
+    return summed(record)
 
 
 class SlurmLauncher(Base):  # type: ignore[misc,valid-type]

@@ -46,3 +46,33 @@ def compact(v, digits: int = 4, whole_from: float = 1000, missing: str = "") -> 
 def whole(v) -> str:
     """A configuration value as a label shows it: a whole float without its ".0" (2.0 devices: "2"), else as is."""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def _fixed(v: float, decimals: int) -> str:
+    """`v` rounded at `decimals` (negative: to tens, hundreds, ...), with thousands separators, never an exponent."""
+    return f"{round(v, decimals):,.0f}" if decimals <= 0 else f"{v:,.{decimals}f}"
+
+
+def by_spread(v, half_width, max_digits: int = 4) -> str:
+    """A figure to the digits its uncertainty supports: rounded at the leading digit of `half_width` (half its
+    interval), at most `max_digits` significant digits, at least one: 223.7 +- 12 -> "220", 46.11 +- 0.3 ->
+    "46.1", 24,150 +- 3 -> "24,150". Without a usable spread: `human(v, max_digits)`."""
+    if not finite_number(v) or v == 0 or not finite_number(half_width) or half_width <= 0:
+        return human(v, max_digits)
+    magnitude = math.floor(math.log10(abs(v)))
+    digits = min(max_digits, max(1, magnitude - math.floor(math.log10(half_width)) + 1))
+    decimals = digits - 1 - magnitude
+    return human(v, max_digits) if decimals > 9 else _fixed(v, decimals)
+
+
+def granular(v, step) -> str:
+    """A count made in steps of `step` (epochs at an evaluation every 0.45 epoch, or every whole epoch): a whole
+    value as an integer (4.0 -> "4"), else to the decimal that tells one step from the next (2.232 at 0.446 ->
+    "2.2"; 2.232 at 1/56 -> "2.23"; at least one decimal). Without a step: `human(v)`."""
+    if not finite_number(v):
+        return str(v)
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    if not finite_number(step) or step <= 0:
+        return human(v)
+    return _fixed(v, max(1, math.ceil(-math.log10(step) - 1e-9)))

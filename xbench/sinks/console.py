@@ -1,14 +1,16 @@
-"""Console output: a progress bar through warm-up and the timed steps, and a summary table."""
+"""Console output: a progress bar through warm-up and the timed steps, a summary table, and a run in one line
+(`headline`: the SLURM launcher's end lines). Every figure to the digits it supports, beside its target and unit."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 from tqdm import tqdm
 
 from xbench.metrics import targets
 from xbench.metrics.cost import currency
-from xbench.metrics.numbers import finite_number, human
+from xbench.metrics.numbers import by_spread, finite_number, granular, human
 from xbench.records.record import RunRecord
 
 
@@ -121,12 +123,39 @@ def scaled(v, unit: str) -> str:
     return f"{human(v)} {unit}".rstrip()
 
 
+def throughput_spread(v: dict) -> float | None:
+    """Half the throughput's interval, relative to it, as analysis/spread.py reads one run: the 95% CI over
+    whole-process repeats, else over timed windows, else samples/s at the p90 and p10 step times; None: none."""
+    tp = v.get("throughput_samples_per_s")
+    if not finite_number(tp) or tp <= 0:
+        return None
+    for key in ("throughput_process_ci95_samples_per_s", "throughput_ci95_samples_per_s"):
+        ci = v.get(key)
+        if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(finite_number(x) for x in ci):
+            return (ci[1] - ci[0]) / 2 / tp
+    gb, p10, p90 = v.get("global_batch_size"), v.get("step_time_s_p10"), v.get("step_time_s_p90")
+    if all(finite_number(x) and x > 0 for x in (gb, p10, p90)):
+        return (gb / p10 - gb / p90) / 2 / tp
+    return None
+
+
+def rate(x, v: dict, max_digits: int = 4) -> str:
+    """A rate that moves with the throughput (samples/s, per device, tokens/s, steps/s) to the digits the
+    throughput's spread supports: 223.7 samples/s +- 5% reads "220"."""
+    spread = throughput_spread(v)
+    return by_spread(x, spread * abs(x) if spread is not None and finite_number(x) else None, max_digits)
+
+
 def _throughput(v: dict) -> str | None:
     tp = v.get("throughput_samples_per_s")
     if not finite_number(tp):
         return None
     steps = tp / v["global_batch_size"] if finite_number(v.get("global_batch_size")) and v["global_batch_size"] else None
-    return f"{human(tp)} samples/s" + (f" ({human(steps, 3)} steps/s)" if steps else "")
+    return f"{rate(tp, v)} samples/s" + (f" ({rate(steps, v, 3)} steps/s)" if steps else "")
+
+
+def _rate(key: str, unit: str):
+    return lambda v: None if not finite_number(v.get(key)) else f"{rate(v[key], v)} {unit}"
 
 
 def _pair(a: str, b: str, fmt, sep: str = " / ", suffix: str = ""):
@@ -170,12 +199,36 @@ def _flops_per_sample(v: dict) -> str | None:
     return ", ".join(parts) or None
 
 
+def epochs(n, v: dict, at_evaluation: bool = True) -> str:
+    """Epochs as counted: whole ones as integers, a fraction to the granularity it was counted at (an evaluation's,
+    `epochs_per_eval`, or one step's, `epochs_per_step`; `figures` reads them from the config)."""
+    return granular(n, v.get("epochs_per_eval" if at_evaluation else "epochs_per_step"))
+
+
+def goal(v: dict) -> str | None:
+    """The metric the run trained for beside its target: "top1 0.9722 (target 0.95: reached at epoch 4)",
+    "(target 0.95: not reached)"; several targets: how many were reached (a line each follows)."""
+    metric = v.get("goal_metric")
+    if metric is None:
+        return None
+    final = v.get("metric_final")
+    shown = f"{metric} {human(final)}" if finite_number(final) else f"{metric} not evaluated"
+    ts = [t for t in (v.get("goal_targets") or [v.get("goal_target")]) if finite_number(t)]
+    if not ts:
+        return shown
+    if len(ts) > 1:
+        return f"{shown} (targets {', '.join(f'{t:g}' for t in ts)}: {v.get('targets_reached', 0)} reached)"
+    if v.get("target_reached") and v.get("epochs_to_target") is not None:
+        return f"{shown} (target {ts[0]:g}: reached at epoch {epochs(v['epochs_to_target'], v)})"
+    return f"{shown} (target {ts[0]:g}: not reached)"
+
+
 def _training(v: dict) -> str | None:
     t, n = v.get("train_time_s"), v.get("epochs_done")
     if t is None and n is None:
         return None
     return " over ".join(x for x in (seconds(t) if t is not None else None,
-                                     f"{human(n)} epochs" if n is not None else None) if x)
+                                     f"{epochs(n, v, at_evaluation=False)} epochs" if n is not None else None) if x)
 
 
 def _memory(used: str, total: str):
@@ -201,8 +254,8 @@ def _costs(train: str, wall: str):
 # (label, how the line reads from the figures): a row whose figures are all missing is left out.
 SUMMARY_ROWS = (
     ("throughput", _throughput),
-    ("per device", _one("throughput_per_device_samples_per_s", lambda x: f"{human(x)} samples/s")),
-    ("tokens", _one("tokens_per_s", lambda x: f"{human(x)} tokens/s")),
+    ("per device", _rate("throughput_per_device_samples_per_s", "samples/s")),
+    ("tokens", _rate("tokens_per_s", "tokens/s")),
     ("step time (median)", _one("step_time_s_median", seconds)),
     ("step time p10 / p90", _pair("step_time_s_p10", "step_time_s_p90", seconds)),
     ("step time spread (CV)", _one("step_time_cv", percent)),
@@ -220,12 +273,12 @@ SUMMARY_ROWS = (
     ("cost", _cost("cost_per_million_samples", " per 1M samples")),
     ("loss first / last", _pair("loss_first", "loss_last", human)),
     ("target reached", _target),
-    ("epochs to target", _one("epochs_to_target", human)),
+    ("epochs to target", lambda v: None if v.get("epochs_to_target") is None else epochs(v["epochs_to_target"], v)),
     ("time to target", _pair("train_time_to_target_s", "wall_time_to_target_s", seconds, sep=" training, ",
                              suffix=" wall")),
     ("start-up / evaluation", _pair("startup_s", "eval_time_s", seconds)),
     ("cost to target train / wall", _costs("cost_train_to_target", "cost_to_target")),
-    ("final metric", _pair("goal_metric", "metric_final", str, sep=" ")),
+    ("final metric", goal),
     ("training (all)", _training),
     ("training cost (all)", _cost("cost_train")),
     ("resumes", _one("resumes", human)),
@@ -243,6 +296,66 @@ COST_KEYS = {"cost_per_million_samples": "{cur}_per_million_samples", "cost_trai
              "cost_train_to_target": "train_cost_to_target_{cur}", "cost_to_target": "cost_to_target_{cur}"}
 
 
+def figures(config: dict, measurements: dict, derived: dict) -> dict:
+    """What the console's lines read: the record's figures, its costs under one name each (COST_KEYS), and the
+    granularity its epochs were counted at (`epochs_per_eval`, `epochs_per_step`)."""
+    values = {**measurements, **derived}
+    cur = currency(config.get("platform") or {}).lower()  # cost figures are named after it (metrics/derived.py)
+    values.update(currency=cur.upper(), **{alias: values.get(key.format(cur=cur)) for alias, key in COST_KEYS.items()})
+    g, per_epoch = config.get("goal") or {}, values.get("steps_per_epoch")
+    if finite_number(per_epoch) and per_epoch > 0:
+        values["epochs_per_step"] = 1 / per_epoch
+        values["epochs_per_eval"] = (g["eval_every_steps"] / per_epoch if g.get("eval_every_steps")
+                                     else g.get("eval_every_epochs") or 1)
+    return values
+
+
+# Warnings whose first words do not name them; the others say their kind before a colon ("noisy: ...").
+WARNING_KINDS = ((r"^warm-up did not stabilise", "warm-up unstable"), (r"^timed windows capped", "windows capped"),
+                 (r"compilation\(s\) during a timed window", "compiled while timed"),
+                 (r"^MFU .* is above", "MFU high"), (r"^throughput fell", "throughput fell with batch"),
+                 (r"recompile limit", "recompile limit"), (r"skipped CUDA graphs", "CUDA graphs skipped"),
+                 (r"^target .* not reached", "target not reached"), (r"^resumed \d+ time", "resumed"),
+                 (r"^ranks computed different", "ranks' curves differ"),
+                 (r"^find_max_batch stopped", "search time limit"), (r"live curve feed stopped", "curve feed stopped"))
+
+
+def warning_kind(text: str) -> str:
+    """A warning's first words, the kind it says it is: "noisy: spread above ..." -> "noisy", a sentence without
+    a "kind:" head by WARNING_KINDS, else its first four words."""
+    for pattern, kind in WARNING_KINDS:
+        if re.search(pattern, text):
+            return kind
+    head = re.split(r": | \(|; |, ", text, maxsplit=1)[0].strip()
+    words = head.split()
+    return head if len(words) <= 4 else " ".join(words[:4]) + "..."
+
+
+def warning_kinds(warnings) -> list[str]:
+    """Each warning's kind once, in the record's order."""
+    return list(dict.fromkeys(warning_kind(str(w)) for w in warnings or ()))
+
+
+def headline(record: dict) -> str:
+    """One point in one line (the SLURM launcher's end lines): its figure as the summary shows it (throughput
+    to its spread's digits; the metric beside its target and the time to it; the largest batch), then the
+    kinds of its warnings: "220 samples/s [oversubscribed, noisy, contended]"."""
+    v = figures(record.get("config") or {}, record.get("measurements") or {}, record.get("derived") or {})
+    if v.get("goal_metric") is not None:
+        t = v.get("wall_time_to_target_s")
+        shown = goal(v) + (f" in {seconds(t)} wall" if finite_number(t) else "")
+    elif v.get("max_batch_size_per_device") is not None:
+        shown = f"{human(v['max_batch_size_per_device'])} samples per device (largest batch that fits)"
+    elif finite_number(v.get("throughput_samples_per_s")):
+        shown = f"{rate(v['throughput_samples_per_s'], v)} samples/s"
+    elif finite_number(v.get("throughput_samples_per_s_partial")):
+        shown = f"{human(v['throughput_samples_per_s_partial'])} samples/s before the stop"
+    else:
+        shown = "no figure"
+    kinds = warning_kinds(record.get("warnings"))
+    return shown + (f" [{', '.join(kinds)}]" if kinds else "")
+
+
 def summary(record: RunRecord, path) -> str:
     c = record.config
     head = (f"xbench run {record.run_id}: {record.status.upper()}"
@@ -252,9 +365,8 @@ def summary(record: RunRecord, path) -> str:
             f"precision={c.get('precision', {}).get('name')} parallel={c.get('parallel', {}).get('name')} "
             f"batch={c.get('data', {}).get('batch_size')}/device")
     lines = [head, what]
-    values = {**record.measurements, **record.derived}
-    cur = currency(c.get("platform") or {}).lower()  # cost figures are named after it (metrics/derived.py)
-    values.update(currency=cur.upper(), **{alias: values.get(key.format(cur=cur)) for alias, key in COST_KEYS.items()})
+    values = figures(c, record.measurements, record.derived)
+    cur = values["currency"].lower()
     for label, row in SUMMARY_ROWS:
         shown = row(values)
         if shown is not None:
@@ -266,11 +378,11 @@ def summary(record: RunRecord, path) -> str:
         costs = [row.get(f"{k}_{targets.label(t)}_{cur}") for k in ("train_cost_to_target", "cost_to_target")]
         cost = (f", {' / '.join(human(c) for c in costs)} {cur.upper()} train / wall"
                 if any(c is not None for c in costs) else "")
-        goal = f"to {t:g}"  # the target and the epochs as counted, not as measured figures
+        to = f"to {t:g}"  # the target and the epochs as counted, not as measured figures
         if row["epochs"] is None:
-            lines.append(f"  {goal:<30} not reached")
+            lines.append(f"  {to:<30} not reached")
             continue
-        lines.append(f"  {goal:<30} {row['epochs']:g} epochs, {human(row['train_time_s'])} / "
+        lines.append(f"  {to:<30} {epochs(row['epochs'], values)} epochs, {human(row['train_time_s'])} / "
                      f"{human(row['wall_s'])} s train / wall{cost}")
     for w in record.warnings:
         lines.append(f"  WARNING: {w}")
