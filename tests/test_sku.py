@@ -34,6 +34,8 @@ A100_80 = ("NVIDIA A100-SXM4-80GB", 81920 * MIB, 108)
 V100_16 = ("Tesla V100-SXM2-16GB", 16160 * MIB, 80)
 V100_32 = ("Tesla V100-SXM2-32GB", 32510 * MIB, 80)
 H200 = ("NVIDIA H200", 143771 * MIB, 132)
+# The H200 NVL as its driver names it; NVIDIA gives both parts 141 GB (same memory reported) and the GH100's 132 SMs
+H200_NVL = ("NVIDIA H200 NVL", 143771 * MIB, 132)
 
 
 def gpus(gpu, n=1, **kw) -> HostFacts:
@@ -64,6 +66,8 @@ PAIRS = [
     ("gce_a2_highgpu_1g", A100_40, A100_80),
     ("aws_p3_2xlarge", V100_16, V100_32),
     ("h200", H200, H100_SXM),
+    ("h200", H200, H200_NVL),  # same name, memory and SMs: the NVL word tells them apart
+    ("h200_nvl", H200_NVL, H200),
 ]
 
 
@@ -82,6 +86,21 @@ def test_the_reason_says_which_figure_differs():
     assert "its SM count differs" in platform_reasons(cfg, gpus(H100_PCIE))[0]
     assert "its memory differs" in platform_reasons(cfg, gpus(H100_NVL))[0]
     assert "its name differs" in platform_reasons(cfg, gpus(H200))[0]
+
+
+def test_an_h200_nvl_is_not_given_the_sxm_peaks():
+    """The old rule passed an H200 NVL as platform=h200 (989 bf16 TFLOPS: MFU ~16% low); now it is refused with
+    the reason, and platform=h200_nvl takes it with the NVL's datasheet peaks."""
+    [reason] = platform_reasons(platform_cfg("h200"), gpus(H200_NVL))
+    assert "GPU 0 here is NVIDIA H200 NVL" in reason and "its name ('NVL': another part" in reason, reason
+    assert platform_reasons(platform_cfg("h200_nvl"), gpus(H200_NVL)) == []
+    assert platform_reasons(platform_cfg("h200_x8"), gpus(H200_NVL, 8)) != []
+    sxm, nvl = load_platform("h200")["peak_tflops"], load_platform("h200_nvl")["peak_tflops"]
+    assert (sxm["bf16"], nvl["bf16"]) == (989.4, 835.5)
+    assert nvl["bf16"] / sxm["bf16"] == pytest.approx(0.844, abs=1e-3)  # the 16% an NVL's MFU read low
+    assert sku.other_part("H200", "NVIDIA H200 NVL") == "NVL"
+    assert sku.other_part("H200 NVL", "NVIDIA H200 NVL") is None
+    assert sku.other_part("H100", "NVIDIA H100 80GB HBM3") is None
 
 
 def test_every_gpu_the_platform_uses_is_checked():

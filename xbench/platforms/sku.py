@@ -3,7 +3,9 @@
 One GPU name covers several parts with different peaks and prices ("H100": SXM5 80 GB with 132 SMs,
 PCIe 80 GB with 114, NVL 94 GB with 132; "A100": 40 and 80 GB), so a GPU platform matches on the
 name as a whole word plus the memory and the multiprocessor count it declares (`memory_gib`,
-`sm_count`). A TPU platform matches the accelerator type the TPU runtime reports (`accelerator_type`:
+`sm_count`). Where two parts share name, memory and SMs (the H200 SXM and the H200 NVL: 141 GB and 132 SMs
+each, 989 and 835 dense bf16 TFLOPS, 700 and 600 W), the word the driver adds to the other part's name
+(`PART_WORDS`: "NVIDIA H200 NVL") tells them apart: a platform that does not name it refuses that device. A TPU platform matches the accelerator type the TPU runtime reports (`accelerator_type`:
 `v3-8`, `v5litepod-8`). Each mismatch says what was asked and what was found.
 
 Torch-free: it reads the platform config and `HostFacts` only.
@@ -17,13 +19,25 @@ import re
 # 79.6 GiB, a 12 GB K80 11.2 GiB with ECC, a 141 GB H200 140.4 GiB. The next SKU up is >= 17% larger
 # (H100 NVL 94 GB vs 80 GB), so this window tells them apart.
 MEMORY_LOW, MEMORY_HIGH = 0.90, 1.03
+# Words in a device name that make it another part than the bare name (its own peaks and power): the NVL parts
+# (H100 NVL, H200 NVL) are PCIe cards at a lower power limit. A platform for one names the word in `accelerator`.
+PART_WORDS = ("NVL",)
+
+
+def _has_word(word: str, text: str) -> bool:
+    return re.search(r"(?<![a-z0-9])" + re.escape(word.lower()) + r"(?![a-z0-9])", text.lower()) is not None
 
 
 def name_matches(accelerator: str, device_name: str) -> bool:
     """`accelerator` as a whole word of the device name: "V100" matches "Tesla V100-SXM2-16GB", not
     "Tesla V100S-PCIE-32GB" or "Quadro GV100"."""
-    pattern = r"(?<![a-z0-9])" + re.escape(accelerator.lower()) + r"(?![a-z0-9])"
-    return re.search(pattern, device_name.lower()) is not None
+    return _has_word(accelerator, device_name)
+
+
+def other_part(accelerator: str, device_name: str) -> str | None:
+    """The part word (`PART_WORDS`) the device name has and the accelerator does not: "NVL" for an
+    accelerator 'H200' and the device 'NVIDIA H200 NVL'; None when they agree."""
+    return next((w for w in PART_WORDS if _has_word(w, device_name) and not _has_word(w, accelerator)), None)
 
 
 def is_tpu(platform) -> bool:
@@ -64,6 +78,9 @@ def gpu_problem(platform, facts, i: int) -> str | None:
         sms = facts.cuda_sm_counts[i] if i < len(facts.cuda_sm_counts) else None
         if sms != platform.sm_count:
             return "SM count"
+    word = other_part(platform.accelerator, name)
+    if word:
+        return f"name ({word!r}: another part, with its own peaks)"
     return None
 
 
