@@ -149,6 +149,8 @@ def test_throughput_record_has_the_runtime_figures_and_no_timed_compilation(stor
     assert "device_memory_used_gib" not in m and "Device.memory_stats() is None" in m["device_memory_unavailable"]
     assert m["peak_host_rss_gib"] > 0
     assert m["loss_last"] < m["loss_first"]
+    # torch.profiler's breakdown does not see JAX's execution: the record says so
+    assert any("does not see JAX's execution" in w for w in rec["warnings"]), rec["warnings"]
 
 
 @pytest.mark.slow
