@@ -140,3 +140,31 @@ def test_api_mistakes_are_one_clear_exception():
     with pytest.raises(ValueError, match=r"^data.batch_size: Interpolation key 'nosuch' not found"):
         api.compose(["data.batch_size=${nosuch}"])  # was: InterpolationKeyError from deep in OmegaConf
     assert api.compose({"data": {"batch_size": 3}}).data.batch_size == 3  # nested dicts are dotted overrides
+
+
+@pytest.mark.parametrize("sinfo, said", [
+    ("sleep 100", "sinfo did not answer within 10 s"),
+    ('echo "sinfo: error: Unable to contact slurm controller" >&2; exit 1', "sinfo failed (sinfo: error: Unable"),
+    ('echo "debug*|2|4000|infinite"', "sbatch failed (FailedJobError: sbatch: error: Batch job submission failed"),
+])
+def test_a_failing_or_hung_slurm_is_one_line(tmp_path, sinfo, said):
+    """SLURM's commands stand in as scripts (no SLURM here): a hung sinfo is bounded (was 60 s, then a
+    traceback), a failing sinfo or sbatch is one line naming it (were tracebacks)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    import os
+    import time
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("sinfo", sinfo), ("sbatch", 'echo "sbatch: error: Batch job submission failed: Invalid '
+                                                   'account" >&2; exit 1')):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    t = time.monotonic()
+    p = subprocess.run([PY, "-m", "xbench", "-m", "hydra/launcher=slurm", f"store.root={tmp_path / 's'}",
+                        "bench.seed=0,1", "logger=none"], capture_output=True, text=True, timeout=120, cwd=REPO,
+                       env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"})
+    took = time.monotonic() - t
+    _no_traceback(p)
+    assert p.returncode == 1 and f"xbench: SLURM: nothing submitted: {said}" in p.stderr, p.stderr[-1500:]
+    assert took < 45, took  # start-up, plus sinfo's 10 s bound at most
