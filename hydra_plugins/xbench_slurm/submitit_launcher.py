@@ -37,6 +37,7 @@ except ImportError:  # Hydra imports every plugin module at start-up: this one m
 
 POLL_S = 2.0  # squeue and the result files are read this often while jobs run (a sleep, never a busy loop)
 GONE_GRACE_S = 10.0  # a job gone from squeue without a result: waited this long for its files to land
+SINFO_TIMEOUT_S = 10.0  # sinfo answers in well under a second when SLURM's controller is up
 
 
 def say(line: str) -> None:
@@ -63,7 +64,14 @@ def minutes(limit: str) -> float | None:
 
 def partition(name: str | None) -> Partition:
     """What `sinfo` says of the partition (its default when none named)."""
-    out = subprocess.run(["sinfo", "-h", "-o", "%P|%c|%m|%l"], capture_output=True, text=True, timeout=60)
+    try:  # a hung slurmctld: a short bound, then one line (was 60 s and a traceback)
+        out = subprocess.run(["sinfo", "-h", "-o", "%P|%c|%m|%l"], capture_output=True, text=True,
+                             timeout=SINFO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"sinfo did not answer within {SINFO_TIMEOUT_S:g} s: is SLURM's controller up "
+                           "(scontrol ping)?") from None
+    except OSError as e:
+        raise RuntimeError(f"sinfo could not be run ({e.strerror or e}): is this a SLURM login node?") from None
     if out.returncode != 0:
         raise RuntimeError(f"sinfo failed ({out.stderr.strip() or out.returncode}): is this a SLURM login node?")
     rows = [line.split("|") for line in out.stdout.splitlines() if line.count("|") == 3]
@@ -157,7 +165,11 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
         return ret
 
     def launch(self, job_overrides, initial_job_idx):
-        part = partition(self.params.get("partition"))
+        try:
+            part = partition(self.params.get("partition"))
+        except (RuntimeError, ValueError) as e:  # sinfo failed, hung or names no such partition: one line
+            say(f"nothing submitted: {e}")
+            raise SystemExit(1) from None
         fitted, problems = fit_request(self.params, part)
         if problems:  # it would stay pending for ever (PartitionConfig): nothing is submitted
             say(f"nothing submitted: the request cannot run on partition {part.name}")
@@ -168,7 +180,12 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
             say(f"cpus_per_task={fitted['cpus_per_task']} (a whole node of partition {part.name}: "
                 f"{part.cpus} CPUs / {fitted.get('tasks_per_node') or 1} task(s); hydra.launcher.cpus_per_task=N to ask less)")
         self.params = fitted
-        jobs = self._submit(job_overrides, initial_job_idx)
+        try:
+            jobs = self._submit(job_overrides, initial_job_idx)
+        except Exception as e:  # sbatch refused or failed (submitit raises with its output): one line
+            said = " ".join(str(e).split())[:300]
+            say(f"nothing submitted: sbatch failed ({type(e).__name__}: {said}); see `sbatch --test-only`")
+            raise SystemExit(1) from None
         try:
             return self._wait(jobs, initial_job_idx)
         except BaseException:  # Ctrl-C twice, a kill: this process stops waiting, SLURM keeps the jobs
