@@ -162,7 +162,8 @@ def test_foreach_lars_lamb_match_the_per_parameter_reference(cls, ref, kw):
 
 def test_lars_lamb_step_is_one_vectorised_call_per_op_not_one_per_parameter():
     """The number of kernels the step dispatches does not grow with the number of parameters' Python
-    iterations: counted as ATen calls made from Python (foreach ops count once)."""
+    iterations: counted as ATen calls made from Python (foreach ops count once; views, which launch no kernel,
+    not at all: optim._spread hands each parameter a view of one buffer)."""
 
     class Calls(TorchDispatchMode):
         def __init__(self):
@@ -170,7 +171,7 @@ def test_lars_lamb_step_is_one_vectorised_call_per_op_not_one_per_parameter():
             self.n = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += 1
+            self.n += not func.is_view
             return func(*args, **(kwargs or {}))
 
     def calls(cls, width: int, **kw) -> int:

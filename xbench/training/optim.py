@@ -11,7 +11,10 @@ LARS and LAMB are written with `torch._foreach_*` ops over each whole param grou
 per parameter: a GPU step is not launch-bound by Python) and tensor ops only (no `.item()`): on XLA the
 whole update stays in the step's graph, the trust ratios are computed as one vector, their "1 where a
 norm is zero" is a `torch.where`, not a branch, and LAMB's step count is a tensor (a Python int would be
-a new constant to dynamo and XLA every step).
+a new constant to dynamo and XLA every step). A per-parameter factor (trust ratio, bias correction) reaches
+its tensor as one view per parameter of a buffer filled in one kernel (`_spread`), not as a list of 0-dim
+tensors: CUDA's multi-tensor kernels need the two lists' tensors to have one shape each, and a list of 0-dim
+tensors sends the op down the slow route, one kernel per parameter.
 """
 
 from __future__ import annotations
@@ -135,6 +138,22 @@ def _norms(tensors) -> torch.Tensor:
     return torch.stack(torch._foreach_norm(tensors))
 
 
+_REPEATS: dict = {}  # (device, numels) -> the numels as a device tensor: made once, not copied in every step
+
+
+def _spread(values: torch.Tensor, like: list) -> list:
+    """values[i] over a tensor shaped like like[i], for every i: views of one buffer that one repeat_interleave
+    fills on the device (output_size given: no host read), so a foreach op taking them beside `like` has
+    tensors of one shape pairwise, its fast route. Element for element the same products and quotients as
+    a 0-dim factor per tensor."""
+    numels = tuple(t.numel() for t in like)
+    key = (values.device, numels)
+    if key not in _REPEATS:
+        _REPEATS[key] = torch.tensor(numels, device=values.device)
+    flat = torch.repeat_interleave(values, _REPEATS[key], output_size=sum(numels))
+    return [v.view(t.shape) for v, t in zip(flat.split(numels), like)]
+
+
 def _with_grads(group):
     return [p for p in group["params"] if p.grad is not None]
 
@@ -164,7 +183,7 @@ class LARS(torch.optim.Optimizer):
             if group["adapt"]:
                 w_norm = _norms(params)
                 scale = lr * _trust(w_norm, _norms(grads) + wd * w_norm, group["trust_coefficient"], group["eps"])
-                upd = torch._foreach_mul(upd, list(scale.unbind()))
+                upd = torch._foreach_mul(upd, _spread(scale, upd))
             else:
                 upd = torch._foreach_mul(upd, lr)
             bufs = []
@@ -216,15 +235,15 @@ class LAMB(torch.optim.Optimizer):
             torch._foreach_mul_(vs, b2)
             torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
             t = torch.stack(steps)
-            u = torch._foreach_div(ms, list((1 - b1 ** t).unbind()))
-            denom = torch._foreach_div(vs, list((1 - b2 ** t).unbind()))
+            u = torch._foreach_div(ms, _spread(1 - b1 ** t, ms))
+            denom = torch._foreach_div(vs, _spread(1 - b2 ** t, vs))
             torch._foreach_sqrt_(denom)
             torch._foreach_add_(denom, eps)
             torch._foreach_div_(u, denom)
             if wd:
                 torch._foreach_add_(u, params, alpha=wd)
             if group["adapt"]:
-                torch._foreach_mul_(u, list(_trust(_norms(params), _norms(u), 1.0).unbind()))
+                torch._foreach_mul_(u, _spread(_trust(_norms(params), _norms(u), 1.0), u))
             torch._foreach_mul_(u, lr)
             torch._foreach_sub_(params, u)
         return loss
