@@ -5,15 +5,17 @@ default order is FASTEST_FIRST; NVML enumerates by PCI bus id), so `nvmlDeviceGe
 meters another GPU whenever the two differ (SLURM, a shared node, CUDA_VISIBLE_DEVICES=2,3). A handle is
 found, in order:
 
-1. torch.cuda initialised (the timed windows): CUDA's own identity of the device,
-   `get_device_properties(i).uuid` (NVML's `GPU-<uuid>`, or `MIG-<uuid>`), else its PCI bus id;
-2. otherwise (the probe before the rank builds, which must not create a CUDA context): the environment
-   read the way CUDA reads it. UUIDs (`GPU-...`, unique prefixes allowed; `MIG-...`) name one device
+1. torch imported with CUDA devices (the timed windows, and the probe before the rank builds): CUDA's own
+   identity of the device, `get_device_properties(i).uuid` (NVML's `GPU-<uuid>`, or `MIG-<uuid>`), else its
+   PCI bus id (`nvmlDeviceGetHandleByPciBusId`), whatever CUDA_DEVICE_ORDER says. Reading the properties
+   initialises torch's CUDA state in this process (a CUDA run's rank does so a moment later anyway) but
+   creates no context on any device (`held_contexts` still reads none);
+2. otherwise (no torch, or a torch without CUDA here): the environment read the way CUDA reads it. UUIDs (`GPU-...`, unique prefixes allowed; `MIG-...`) name one device
    each; indices mean PCI order only under CUDA_DEVICE_ORDER=PCI_BUS_ID (NVML's devices sorted by bus
    id here, not by NVML index); on a host with one GPU there is nothing to get wrong;
 3. else no handle: `Unmapped` says why, and the figure says it is unavailable. Never a guess.
 
-torch is read only when already imported (`sys.modules`), so nothing here starts CUDA.
+torch is read only when already imported (`sys.modules`): nothing here imports it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,19 @@ def _cuda():
     try:
         return cuda if cuda is not None and cuda.is_initialized() else None
     except Exception:  # a torch without CUDA support
+        return None
+
+
+def _cuda_devices():
+    """torch.cuda where torch is imported here and CUDA has devices (initialised or not), else None: its
+    properties name each device as CUDA numbers it (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER applied)."""
+    cuda = _cuda()
+    if cuda is not None:
+        return cuda
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        return cuda if cuda is not None and cuda.is_available() and cuda.device_count() > 0 else None
+    except Exception:  # a torch without CUDA support, or a driver that does not answer: the environment's rules
         return None
 
 
@@ -150,6 +165,6 @@ def _by_environment(nvml, ordinal: int):
 def handles(nvml, ordinals: list[int]) -> dict[int, object]:
     """{CUDA ordinal: NVML handle} for this process's CUDA numbering (the module doc's rules); raises
     Unmapped when a handle cannot be named without guessing."""
-    cuda = _cuda()
+    cuda = _cuda_devices()
     return {i: _by_cuda_identity(nvml, cuda, i) if cuda is not None else _by_environment(nvml, i)
             for i in ordinals}
