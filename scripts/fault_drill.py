@@ -1245,6 +1245,51 @@ def extreme_figures(tmp: Path) -> list[Row]:
     return [row]
 
 
+# ---- round 4's cases (R4 5/7): the data cache, one-line failures ----------------------------------------
+
+def planted_data_cache(tmp: Path) -> list[Row]:
+    """writes through links: a `.xbench_cache` link beside a text file is refused by name, nothing written
+    through it; a planted token stream of the right size is caught by its checksum (rebuilt, said)."""
+    corpus, victim = tmp / "corpus.txt", tmp / "victim"
+    corpus.write_text(" ".join(f"word{i % 37} and more{i % 11}" for i in range(800)))
+    victim.mkdir()
+    (tmp / ".xbench_cache").symlink_to(victim)
+    code = ("import warnings, torch; from xbench.config import DataConfig; from xbench.data import loaders\n"
+            f"d = DataConfig(name='t', source='text_bpe', modality='tokens', seq_len=16, vocab_size=300, "
+            f"num_classes=300, path={str(corpus)!r}, eval_fraction=0.1)\n"
+            "try:\n    loaders.build(d, 'lm'); print('built')\nexcept loaders.DataFormatError as e:\n"
+            "    print('refused:', e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, env=env())
+    row = Row("a planted .xbench_cache link beside the data", "refused", complete="n/a")
+    written = list(victim.iterdir())
+    row.observed = "written through" if written else "refused" if "refused:" in p.stdout and \
+        "symbolic link" in p.stdout else f"exit {p.returncode}"
+    row.detail = (p.stdout.strip() or p.stderr.strip()).splitlines()[-1][-100:] if (p.stdout + p.stderr).strip() else ""
+    return [row]
+
+
+def report_cost_mistakes(tmp: Path) -> list[Row]:
+    """crashes and poor errors: the report's --out /dev/null, a report over a folder of no records, and
+    xbench.cost at an impossible price are each one line and a non-zero exit, never a traceback."""
+    rows = []
+    (tmp / "empty").mkdir()
+    for name, args, said in (
+            ("report --out /dev/null", ["xbench.report", str(tmp / "empty"), "--out", "/dev/null"], "not a folder"),
+            ("report over a folder of no records", ["xbench.report", str(tmp / "empty"), "--out", str(tmp / "r")],
+             "no run records under"),
+            ("xbench.cost at a price of 1e308", ["xbench.cost", str(tmp / "empty"), "--platform", "gce_k80",
+                                                 "--price", "gpu=1e308"], "out of range")):
+        p = subprocess.run([sys.executable, "-m", *args, "--no-progress"] if "report" in args[0] else
+                           [sys.executable, "-m", *args], capture_output=True, text=True, timeout=120, cwd=REPO,
+                           env=env())
+        row = Row(name, "one line", complete="n/a")
+        row.observed = "traceback" if "Traceback" in p.stderr else "exit 0" if p.returncode == 0 else \
+            "one line" if said in p.stderr else f"exit {p.returncode}"
+        row.detail = (p.stderr.strip().splitlines() or [""])[-1][:100]
+        rows.append(row)
+    return rows
+
+
 # The classes of fault the drill covers: round 3's findings (#27), a case or more each.
 CLASSES = {
     "store_code": "code from the store (pickles, parsed data)",
@@ -1309,6 +1354,8 @@ CASES = [  # (case, in --short, class)
                  "model.options.hidden=-4 is out of range")), False, "errors"),
     (hydra_folder_store, False, "errors"),
     (extreme_figures, False, "errors"),
+    (planted_data_cache, False, "links"),
+    (report_cost_mistakes, False, "errors"),
 ]
 # Rows known to fail, with their class and why: the fix is another change's, not landed when this was written.
 # The drill reports them as xfail (and xpass once fixed: then remove the line); they do not fail the exit status.

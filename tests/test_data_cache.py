@@ -15,7 +15,7 @@ from xbench.config import DataConfig
 from xbench.data import loaders
 from xbench.data.loaders import DataFormatError
 
-WORDS = "the quick brown fox jumps over the lazy dog while a merry band of otters plays nearby ".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "a", "merry", "band", "of", "otters", "plays", "nearby"]
 
 
 def _text(path, n=600):

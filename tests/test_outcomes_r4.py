@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, drill_test
 
 PY = sys.executable
 
@@ -168,3 +168,9 @@ def test_a_failing_or_hung_slurm_is_one_line(tmp_path, sinfo, said):
     _no_traceback(p)
     assert p.returncode == 1 and f"xbench: SLURM: nothing submitted: {said}" in p.stderr, p.stderr[-1500:]
     assert took < 45, took  # start-up, plus sinfo's 10 s bound at most
+
+
+@drill_test("planted_data_cache", "report_cost_mistakes")
+def test_drill_rows_of_round_4(drill):
+    rows = drill.rows_of("planted_data_cache") + drill.rows_of("report_cost_mistakes")
+    assert len(rows) == 4 and all(r["verdict"] == "ok" for r in rows), rows
