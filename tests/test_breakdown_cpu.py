@@ -86,13 +86,21 @@ def test_a_planted_host_cost_and_a_planted_compute_cost_come_back_within_20_perc
     fig = profiled_window(loop.Hooks(step=profiled_step, next_batch=lambda: (x, None), sync=lambda: None), meter)
     assert fig["breakdown_steps"] == 3 and all(len(ran) == 3 for ran in RAN_S.values()), (fig, RAN_S)
     ran = {k: statistics.mean(v) for k, v in RAN_S.items()}
-    assert fig["device_s_per_step"] == pytest.approx(ran["forward"] + ran["backward"], rel=0.2), (fig, ran)
-    assert fig["host_s_per_step"] == pytest.approx(ran["host"], rel=0.2), (fig, ran)
+    # The step's time outside the planted costs (the Linear, autograd, the optimizer, the profiler: ~1 ms idle;
+    # on a loaded machine also the preemptions that fell there, 10-30 ms seen) lands in some figure, in none
+    # more than once: a figure may exceed its planted cost by it, never fall short.
+    lost = statistics.mean(steps) - sum(ran.values())
+
+    def planted(got: float, cost: float) -> bool:
+        return 0.8 * cost <= got <= 1.2 * cost + lost
+
+    assert planted(fig["device_s_per_step"], ran["forward"] + ran["backward"]), (fig, ran, lost)
+    assert planted(fig["host_s_per_step"], ran["host"]), (fig, ran, lost)
     # The phases are wall spans of the same steps: the Python and the op's forward are forward's, its backward
     # backward's, the optimizer's step microseconds.
-    assert fig["forward_s_per_step"] == pytest.approx(ran["host"] + ran["forward"], rel=0.2), (fig, ran)
-    assert fig["backward_s_per_step"] == pytest.approx(ran["backward"], rel=0.2), (fig, ran)
-    assert fig["optimizer_s_per_step"] < 0.2 * BWD_S, fig
+    assert planted(fig["forward_s_per_step"], ran["host"] + ran["forward"]), (fig, ran, lost)
+    assert planted(fig["backward_s_per_step"], ran["backward"]), (fig, ran, lost)
+    assert fig["optimizer_s_per_step"] < 0.2 * BWD_S + lost, (fig, lost)
     assert "kernel of their own" in fig["breakdown_source"]
 
 
