@@ -23,7 +23,7 @@ backend compile); the JAX platform and devices. (The jitted step's `_cache_size(
 2 devices its C++ dispatch cache takes a second entry at the third call, with no trace and no compilation.) Memory: `Device.memory_stats()` of the mesh's devices; on the CPU it is None, and the record says so.
 
 Limits, refused by `rules` before any work: amp_fp16 (torchax has no gradient scaler), tf32 (a CUDA setting
-of torch's matmuls), LARS/LAMB, gradient accumulation, train_to_target (the trained weights stay in JAX; the
+of torch's matmuls), gradient accumulation, train_to_target (the trained weights stay in JAX; the
 evaluation and checkpoints read the torch model), channels_last, bench.profile. torchax's batch norm computes
 the running statistics but does not write them back (they stay at their initial values; the training loss,
 which uses batch statistics, is unaffected): a warning says so when the model has them.
@@ -46,7 +46,7 @@ from xbench.training.step import StepOptions, loss_for_task
 
 PACKAGES = ("torchax", "jax", "optax")  # import names; pip: torchax jax optax (+ jax[cuda13] / jax[tpu])
 PRECISIONS = ("fp32", "bf16", "amp_bf16")
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ("sgd", "adamw", "lars", "lamb")  # every one xbench has (training/optim.py)
 STRATEGIES = ("single", "jax_dp")
 # torch's device type of the platform -> the JAX platform that drives it
 JAX_PLATFORM = {"cpu": "cpu", "cuda": "gpu", "xla": "tpu"}
@@ -146,15 +146,20 @@ def optax_of(optimizer, names: dict[int, str]):
 
     SGD (torch, dampening 0): g += wd w; b = m b + g; w -= lr (g + m b if nesterov else b): optax's
     add_decayed_weights -> trace -> scale(-lr) (the trace starts at zero, so its first step is g, as torch's).
-    AdamW: w -= lr (m_hat / (sqrt(v_hat) + eps) + wd w): optax's scale_by_adam -> add_decayed_weights -> scale."""
+    AdamW: w -= lr (m_hat / (sqrt(v_hat) + eps) + wd w): optax's scale_by_adam -> add_decayed_weights -> scale.
+    LAMB (training/optim.py): scale_by_adam -> add_decayed_weights -> scale_by_trust_ratio (||w|| / ||u||, 1 where
+    either is 0; not on a group with `adapt` False) -> scale. LARS: `_lars` (optax.lars divides by ||g + wd w||,
+    xbench's MLPerf LARS by ||g|| + wd ||w||)."""
     import optax
 
     kind = type(optimizer).__name__
-    if kind not in ("SGD", "AdamW"):
-        raise ValueError(f"runtime torchax maps optim.name sgd and adamw to optax, not {kind}")
+    if kind not in ("SGD", "AdamW", "LARS", "LAMB"):
+        raise ValueError(f"runtime torchax maps optim.name sgd, adamw, lars and lamb to optax, not {kind}")
 
     def one(g) -> optax.GradientTransformation:
         wd, lr = g["weight_decay"], g["lr"]
+        if kind == "LARS":
+            return _lars(lr, g["momentum"], g["nesterov"], wd, g["trust_coefficient"], g["eps"], g["adapt"])
         if kind == "SGD":
             if g.get("dampening", 0) or g.get("maximize"):
                 raise ValueError("runtime torchax: SGD with dampening or maximize has no mapping here")
@@ -168,6 +173,8 @@ def optax_of(optimizer, names: dict[int, str]):
         parts = [optax.scale_by_adam(b1=b1, b2=b2, eps=g["eps"])]
         if wd:
             parts.append(optax.add_decayed_weights(wd))
+        if kind == "LAMB" and g["adapt"]:
+            parts.append(optax.scale_by_trust_ratio())
         return optax.chain(*parts, optax.scale(-lr))
 
     groups = optimizer.param_groups
@@ -175,6 +182,36 @@ def optax_of(optimizer, names: dict[int, str]):
         return one(groups[0])
     labels = {names[id(p)]: str(i) for i, g in enumerate(groups) for p in g["params"]}
     return optax.multi_transform({str(i): one(g) for i, g in enumerate(groups)}, labels)
+
+
+def _lars(lr: float, momentum: float, nesterov: bool, wd: float, trust: float, eps: float, adapt: bool):
+    """xbench's LARS (training/optim.LARS, MLPerf's) as an optax transformation: g' = g + wd w; with `adapt`,
+    lr_l = lr x trust ||w|| / (||g|| + wd ||w|| + eps) (lr where a norm is 0), else lr; v = m v + lr_l g';
+    the update is -(v), or -(lr_l g' + m v) with Nesterov. Its state is v (zeros at first, as torch's buffer)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def scaled(g, w):
+        upd = g + wd * w if wd else g
+        if not adapt:
+            return upd * lr
+        w_norm = jnp.linalg.norm(w.ravel())
+        u_norm = jnp.linalg.norm(g.ravel()) + wd * w_norm
+        ratio = jnp.where((w_norm > 0) & (u_norm > 0), trust * w_norm / (u_norm + eps), 1.0)
+        return upd * (lr * ratio).astype(upd.dtype)
+
+    def init(params):
+        return jax.tree.map(jnp.zeros_like, params)
+
+    def update(grads, velocity, params):
+        upd = jax.tree.map(scaled, grads, params)
+        velocity = jax.tree.map(lambda v, u: momentum * v + u, velocity, upd)
+        if nesterov:
+            return jax.tree.map(lambda u, v: -(u + momentum * v), upd, velocity), velocity
+        return jax.tree.map(lambda v: -v, velocity), velocity
+
+    return optax.GradientTransformation(init, update)
 
 
 def _host_array(t: torch.Tensor):
@@ -208,10 +245,7 @@ class TorchaxRuntime(Runtime):
                        "read (its matmuls follow jax_default_matmul_precision): use fp32, amp_bf16 or bf16")
         elif p not in PRECISIONS:
             out.append(f"runtime torchax: precision {p!r} is not supported; allowed: {', '.join(PRECISIONS)}")
-        if o.name == "lars":
-            out.append("runtime torchax: optim.name=lars has no optax equivalent with xbench's semantics (optax.lars "
-                       "divides by ||g + wd w||, xbench's MLPerf LARS by ||g|| + wd ||w||): use sgd or adamw")
-        elif o.name not in OPTIMIZERS:
+        if o.name not in OPTIMIZERS:
             out.append(f"runtime torchax: optim.name={o.name} is not mapped to optax here; allowed: "
                        f"{', '.join(OPTIMIZERS)}")
         if o.accumulate_steps != 1:
