@@ -12,12 +12,22 @@ ResNet and BERT; the checker's default, 6.1.0, has neither): `init_start` carrie
 process's, or its sweep point's: start-up counts as init, as in MLPerf), `cache_clear` is logged (value
 false: xbench drops no OS caches), and `submission_benchmark` is the MLPerf benchmark of the run's task
 (`mlperf_benchmark`), with xbench's own workload name under `xbench_workload`.
+
+Every way a run ends leaves a log the checker passes: `run_stop` closes an epoch left open (a target met at an
+evaluation inside an epoch or at its last step, a time limit), and `close()` of a run that never reached
+`run_stop` (a stop by signal) closes it with status aborted, those lines marked `xbench_stop`; a resume drops the
+marked lines before it appends, so a stopped-and-resumed log still holds exactly one `run_stop`. Epoch numbers are
+one meaning throughout: `epoch_num` of `epoch_start`/`epoch_stop` is the epoch's 1-based number (MLPerf's), and an
+evaluation's is the epochs done when it ran, so it lies in (n - 1, n] inside epoch n. `metadata.file` is relative to
+the directory that holds the xbench package (`xbench/bench/...`), never this machine's absolute path.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +46,8 @@ RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are wr
 # benchmark, masked-LM accuracy its BERT one (conf/recipe/mlperf_resnet50.yaml, mlperf_bert.yaml), language-model
 # perplexity its GPT-3 one (whose open rules also fix GPT-3's hyperparameters and log perplexity as eval_accuracy,
 # so an xbench LM log passes the common checks, not those).
+STOP_MARK = "xbench_stop"  # metadata on the lines a stop writes and a resume removes
+_SOURCE_ROOT = re.escape(str(Path(__file__).resolve().parents[2]))  # the folder holding the xbench package
 MLPERF_BENCHMARKS = {"top1": "resnet", "top5": "resnet", "accuracy": "resnet", "mlm_accuracy": "bert",
                      "perplexity": "gpt3", "log_perplexity": "gpt3"}
 
@@ -50,10 +62,13 @@ class MLPerfLog:
         self._logger = logging.getLogger(f"xbench.mllog.{path}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
+        self._path = path
         self._stream = safe_io.open_append(path)  # appended, never through a planted link
         self._handler = logging.StreamHandler(self._stream)
         self._logger.addHandler(self._handler)
-        self.ml = MLLogger(logger=self._logger, default_stack_offset=1)
+        self.ml = MLLogger(logger=self._logger, default_stack_offset=1, root_dir=_SOURCE_ROOT)
+        self._open_epoch: int | None = None  # the 1-based number of an epoch started and not stopped
+        self._run_open = False  # run_start (or a resume) logged and no run_stop yet
 
     def run_start(self, plan: Plan, train_samples: int, eval_samples: int, global_batch: int,
                   hyper: dict | None = None, started_at: float | None = None) -> None:
@@ -77,15 +92,35 @@ class MLPerfLog:
         e(key=C.EVAL_SAMPLES, value=eval_samples)
         self.ml.end(key=C.INIT_STOP)
         self.ml.start(key=C.RUN_START)
+        self._run_open = True
 
-    def resumed(self, count: int, epoch: float, samples: int) -> None:
+    def resumed(self, count: int, epoch: float, samples: int, open_epoch: int | None = None) -> None:
+        """`open_epoch`: the 0-based index of the epoch the checkpoint stopped inside (None at an epoch's edge)."""
+        self._drop_stop_lines()
         self.ml.event(key="xbench_resume", value=count, metadata={C.EPOCH_NUM: epoch, C.SAMPLES_COUNT: samples})
+        self._open_epoch = None if open_epoch is None else open_epoch + 1
+        self._run_open = True
+
+    def _drop_stop_lines(self) -> None:
+        """Remove what a stop wrote to close the log (its epoch_stop and aborted run_stop): the run goes on."""
+        self._stream.flush()
+        with os.fdopen(safe_io.open_fd(self._path, os.O_RDONLY), "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        kept = [ln for ln in text.splitlines(keepends=True) if f'"{STOP_MARK}": true' not in ln]
+        if len(kept) != len(text.splitlines()):
+            os.ftruncate(self._stream.fileno(), 0)  # O_APPEND: the next write lands at the (new) end
+            self._stream.write("".join(kept))
+            self._stream.flush()
 
     def epoch_start(self, epoch: int) -> None:
-        self.ml.start(key=C.EPOCH_START, metadata={C.EPOCH_NUM: epoch})
+        """`epoch`: the 0-based index of the epoch (logged 1-based, as MLPerf numbers epochs)."""
+        self._open_epoch = epoch + 1
+        self.ml.start(key=C.EPOCH_START, metadata={C.EPOCH_NUM: epoch + 1})
 
-    def epoch_stop(self, epoch: int) -> None:
-        self.ml.end(key=C.EPOCH_STOP, metadata={C.EPOCH_NUM: epoch})
+    def epoch_stop(self, epoch: int, **meta) -> None:
+        """`epoch`: the 0-based index of the epoch that ended."""
+        self._open_epoch = None
+        self.ml.end(key=C.EPOCH_STOP, metadata={C.EPOCH_NUM: epoch + 1, **meta})
 
     def eval_start(self, epoch: float) -> None:
         self.ml.start(key=C.EVAL_START, metadata={C.EPOCH_NUM: epoch})
@@ -98,10 +133,15 @@ class MLPerfLog:
             value = math.log(value)
         self.ml.event(key=C.EVAL_ACCURACY, value=value, metadata=meta)
 
-    def run_stop(self, reached: bool) -> None:
-        self.ml.end(key=C.RUN_STOP, metadata={C.STATUS: C.SUCCESS if reached else C.ABORTED})
+    def run_stop(self, reached: bool, **meta) -> None:
+        if self._open_epoch is not None:  # the run ended inside an epoch (or before its edge was logged)
+            self.epoch_stop(self._open_epoch - 1, **meta)
+        self._run_open = False
+        self.ml.end(key=C.RUN_STOP, metadata={C.STATUS: C.SUCCESS if reached else C.ABORTED, **meta})
 
     def close(self) -> None:
+        if self._run_open:  # stopped (a signal) before run_stop: closed as aborted, marked for a resume to drop
+            self.run_stop(False, **{STOP_MARK: True})
         self._logger.removeHandler(self._handler)
         self._handler.close()
         self._stream.close()

@@ -142,7 +142,8 @@ class TargetTraining:
                                                self.goal.max_epochs)
         self.mlog = for_rank(self.run_dir / LOG_FILE, ctx.rank)
         if ckpt:
-            self.mlog.resumed(self.p.resumes, self.epoch_f(), self.p.samples)
+            self.mlog.resumed(self.p.resumes, self.epoch_f(), self.p.samples,
+                              open_epoch=self.p.epoch if self.p.batch else None)  # stopped inside that epoch
         else:
             self.mlog.run_start(plan, self.train_samples, self.eval_samples, self.global_batch, self.hyper,
                                 started_at=self.created)  # MLPerf init_start: the run's start, start-up included
