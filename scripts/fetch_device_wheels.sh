@@ -19,7 +19,8 @@ pyver="${1:-3.12}"
 pins=(wandb==0.31.0)
 # Without their dependencies: hydra's antlr4 is built below; mlperf-logging (xbench's MLPerf log) needs
 # numpy, pandas, scipy and pyyaml, which the image has and torch was built against: never shadow them.
-nodeps=(hydra-core==1.3.2 omegaconf==2.3.0 mlperf-logging==4.1.68)
+# torchax (the device check's runtime=torchax row: the image has JAX with CUDA but no torchax): a pure wheel, 118 KB.
+nodeps=(hydra-core==1.3.2 omegaconf==2.3.0 mlperf-logging==4.1.68 torchax==0.0.14.dev20261026)
 
 fetch() {  # fetch DIR [pip download's target flags...]: the whole set into DIR
   local dir="$1"; shift

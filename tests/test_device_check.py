@@ -227,3 +227,39 @@ def test_every_gpu_run_composes_and_passes_compat_on_an_h200():
                                                                          if r.name == "r50_fp16_recipe").gpu]))
     assert (r50.model.name, r50.model.channels_last, r50.precision.name, r50.data.batch_size) == \
         ("resnet50", True, "amp_fp16", 256)
+
+
+def test_every_row_judges_the_record_shapes_a_gpu_run_writes():
+    """On a GPU the meters write per-GPU dicts (the utilisation meter: {"0": 93.1} keyed by CUDA ordinal): the NVML
+    row compared that dict with `> 0` and raised, failing on every healthy GPU. Each row here gets a record shaped
+    as the meters write it on one H200 and gives a verdict, none an error."""
+    ms = {"throughput_samples_per_s": 3100.0, "gpu_util_percent_mean": {"0": 93.1}, "gpu_util_source": "nvml",
+          "gpu_mem_used_gib_max": {"0": 41.2}, "energy_j": 5200.0, "energy_source": "nvml",
+          "energy_j_per_sample": 0.1, "scaler_syncs_per_step": 0, "contended": False, "stalled": False,
+          "device_s_per_step": 0.081, "step_time_s_median": 0.082, "step_time_source": "cuda_events",
+          "peak_device_allocated_gib": 40.0, "device_total_gib": 139.8}
+    recs = {"r50_fp16_recipe": {"status": "ok", "measurements": ms, "derived": {},
+                                "artifacts": {"wandb_mode": "offline"}},
+            "compile_r50": {"status": "ok", "measurements": {"throughput_samples_per_s": 3400.0}},
+            "llm": {"status": "ok", "measurements": {}, "derived": {"tokens_per_s": 21000.0, "mfu": 0.38}},
+            "torchax": {"status": "ok", "measurements": {"throughput_samples_per_s": 2500.0}},
+            "overhead": {"status": "ok", "_result": {"ratio_median": 0.995, "goal": 0.99, "ratio_ci95_text": "-"}}}
+    by = {c.name: c for c in dc.CHECKS}
+    for name in ("harness vs hand-written loop (ResNet-50 amp_bf16)",
+                 "ResNet-50 AMP fp16 channels_last (NVIDIA recipe, like for like)",
+                 "compile speed-up on the recipe's work", "Llama 3 (1B shapes, 8,192 tokens, amp_bf16): tokens/s and MFU",
+                 "study 4's XLA side on the GPU (runtime=torchax)", "NVML utilisation present", "NVML energy present",
+                 "fp16 scaler: syncs per step", "device time per step vs CUDA-event step time", "peak device memory"):
+        verdict, figure, why = dc.evaluate(by[name], recs, gpu=True)
+        assert verdict == "pass", (name, figure, why)
+    ms["gpu_util_percent_mean"] = {"0": 93.1, "1": None}  # a GPU the meter read nothing from
+    assert dc.evaluate(by["NVML utilisation present"], recs, gpu=True)[0] == "fail"
+
+
+def test_the_rows_that_matter_most_come_first_and_fit_the_deadline():
+    assert [c.run for c in dc.CHECKS[:7]] == ["overhead", "r50_fp16_recipe", "compile_r50", "llm", "torchax",
+                                              "r50_fp16_recipe", "r50_fp16_recipe"]
+    assert [r.name for r in dc.RUNS[:5]] == ["overhead", "r50_fp16_recipe", "compile_r50", "llm", "torchax"]
+    assert dc.DEADLINE_S <= 360 and sum(r.est_s for r in dc.RUNS[:5]) <= dc.DEADLINE_S
+    torchax = next(r for r in dc.RUNS if r.name == "torchax")
+    assert "runtime=torchax" in torchax.gpu
