@@ -137,12 +137,36 @@ def test_full_scale_command_passes_compat_on_its_platform(study_id, which, monke
         assert compat.check(obj, facts) == [], " ".join(job)
 
 
+def _xla_cuda_bert_8_v100():
+    """bert_8_v100's XLA side through torch-xla's XLA:CUDA (parallel=xla_spmd, PJRT CUDA), the route the
+    manifest names for torch 2.8 + torch-xla 2.8 while torchax has no fp16 loss scaling."""
+    words = studies.parse(_entry("xla_speedup", "bert_8_v100")["command"]).overrides
+    job = [w for w in words if not w.startswith(("parallel=", "data.batch_size="))] + ["parallel=xla_spmd"]
+    return OmegaConf.to_object(compose_point(CONF, job))
+
+
+def test_study_4_xla_side_on_v100s_is_torchax_and_says_why_fp16_waits(monkeypatch):
+    """The 8-V100 commands' XLA side is runtime=torchax over a JAX mesh (torch-xla 2.9 has no XLA:CUDA); compat
+    refuses its amp_fp16 with the reason the manifest's pending states (no gradient scaler under jax.grad)."""
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    for which in ("bert_8_v100", "bert_max_batch"):
+        entry = _entry("xla_speedup", which)
+        xla_side = [OmegaConf.to_object(c) for _, c in _points(entry["command"]) if c.runtime.name == "torchax"]
+        assert xla_side and all(c.precision.name == "amp_fp16" for c in xla_side), which
+        assert "PJRT_DEVICE" not in studies.parse(entry["command"]).env
+        host = studies_checks.simulated_host(load_platform(entry["platform"]))
+        for cfg in xla_side:
+            assert cfg.parallel.name == ("jax_dp" if which == "bert_8_v100" else "single")
+            reasons = compat.check(cfg, HostFacts(**host))
+            assert any("amp_fp16 needs a gradient scaler" in r for r in reasons), reasons
+        assert "gradient scaler" in entry["pending"]["needs"] and entry["pending"]["stage"] == "compat"
+
+
 def test_study_4_runs_fp16_on_xla_cuda_where_torch_xla_has_it(monkeypatch):
     """XLA on 8 V100 in amp_fp16, as the study: accepted with torch-xla 2.8 (torch_xla.amp's fp16 autocast and
     GradScaler on XLA:GPU), refused with the reason on 2.9, which removed them; amp_fp16 on XLA:CPU stays refused."""
     monkeypatch.setenv("PJRT_DEVICE", "CUDA")
-    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
-               if c.parallel.name == "xla_spmd")
+    cfg = _xla_cuda_bert_8_v100()
     assert cfg.precision.name == "amp_fp16" and cfg.platform.accelerator == "V100" and cfg.platform.memory_gib == 16
     host = studies_checks.simulated_host(load_platform("gce_n1_standard_64_8xv100"))
     for release, refused in (("2.8.0", False), ("2.9.0", True)):
@@ -387,8 +411,7 @@ def test_xla_spmd_on_pjrt_cuda_spans_world_size_gpus(monkeypatch):
     from xbench.launch.xla import xla_env
 
     monkeypatch.setenv("PJRT_DEVICE", "CUDA")
-    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
-               if c.parallel.name == "xla_spmd")
+    cfg = _xla_cuda_bert_8_v100()
     assert xla_env(cfg).get("GPU_NUM_DEVICES") == "8"
 
 
@@ -397,8 +420,7 @@ def test_xla_on_a_gpu_platform_does_not_fall_back_to_the_cpu(monkeypatch):
     from xbench.launch.xla import xla_env
 
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
-    cfg = next(OmegaConf.to_object(c) for _, c in _points(_entry("xla_speedup", "bert_8_v100")["command"])
-               if c.parallel.name == "xla_spmd")
+    cfg = _xla_cuda_bert_8_v100()
     facts = HostFacts(**studies_checks.simulated_host(load_platform("gce_n1_standard_64_8xv100")))
     reasons = compat.check(cfg, facts)
     assert xla_env(cfg)["PJRT_DEVICE"] == "CUDA" and "PJRT_DEVICE" not in os.environ  # the check set nothing

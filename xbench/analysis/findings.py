@@ -184,6 +184,12 @@ def _scaling(rows: Rows) -> tuple[list[Finding], int]:
     return out, max(0, len(found) - MAX_SCALING)
 
 
+# What compiled each runtime's rows, named in its finding: XLA through torch-xla (TPUs, XLA:CPU, XLA:CUDA up to
+# torch-xla 2.8) or through torchax (JAX's XLA: the XLA side on GPUs since torch-xla 2.9 removed XLA:CUDA).
+FRONT_ENDS = {"xla": "XLA (torch-xla)", "xla_compile": "XLA (torch-xla, torch.compile's openxla backend)",
+              "torchax": "XLA (torchax)", "compile": "torch.compile (inductor)"}
+
+
 def _runtimes(found: list[Found]) -> list[Finding]:
     """Each non-eager runtime against the eager run of the same workload and placement, per configuration
     (never pooled over batch sizes): listed when few, else the median with the best and worst named."""
@@ -211,8 +217,8 @@ def _runtimes(found: list[Found]) -> list[Finding]:
             lo, hi = min(pairs, key=lambda p: p[1]), max(pairs, key=lambda p: p[1])
             body = (f"median {ratios[len(ratios) // 2]:.2f}x over {len(pairs)} configurations, from {one(lo)} "
                     f"to {one(hi)}; {noise} within noise")
-        out.append(Finding(f"{rt} speed-up", None, f"{rt} vs eager (throughput ratio, same workload and placement): "
-                           f"{body}."))
+        out.append(Finding(f"{rt} speed-up", None, f"{FRONT_ENDS.get(rt, rt)}, runtime {rt} vs eager (throughput "
+                           f"ratio, same workload and placement): {body}."))
     return out
 
 

@@ -7,6 +7,7 @@ its module docstring describes the clocks, stops and targets this code keeps).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -115,6 +116,38 @@ def load_checkpoint(run_dir: Path) -> dict | None:
                               f"checkpoint): {text.splitlines()[0] if text else type(e).__name__}") from None
 
 
+def progress_problems(progress: dict, max_epochs: int, steps_per_epoch: int, global_batch: int) -> list[str]:
+    """What a checkpoint's progress cannot be for this run (empty: none): a count that is not a whole number >= 0,
+    a time or loss sum that is not finite (times >= 0), an epoch beyond goal.max_epochs, a batch beyond an epoch's,
+    or steps and samples other than the epochs and batches done imply (one step per batch, global_batch samples
+    each). A planted `epoch: 1e12` made a resume report an ok run of a trillion epochs."""
+    out = []
+    counts = ("epoch", "batch", "step", "samples", "evals", "resumes", "pending_loss_steps")
+    for k in counts:
+        v = progress.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            out.append(f"{k}={v!r} is not a whole number >= 0")
+    for k in ("train_time_s", "eval_time_s", "wall_s", "pending_loss_sum"):
+        v = progress.get(k, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
+                (k.endswith("_s") and v < 0):
+            out.append(f"{k}={v!r} is not a finite number" + (" >= 0" if k.endswith("_s") else ""))
+    if out:
+        return out
+    epoch, batch = progress.get("epoch", 0), progress.get("batch", 0)
+    if epoch > max_epochs or (epoch == max_epochs and batch):
+        out.append(f"epoch {epoch} (batch {batch}) is beyond this run's goal.max_epochs={max_epochs}")
+    if batch > steps_per_epoch:
+        out.append(f"batch {batch} is beyond an epoch's {steps_per_epoch} steps")
+    step = epoch * steps_per_epoch + batch
+    if not out and progress.get("step", 0) != step:
+        out.append(f"step {progress.get('step')} is not the {step} that epoch {epoch}, batch {batch} imply")
+    if not out and progress.get("samples", 0) != step * global_batch:
+        out.append(f"samples {progress.get('samples')} is not the {step * global_batch} that {step} steps of "
+                   f"{global_batch} imply")
+    return out
+
+
 class TargetTraining:
     """One rank's training to the target(s): built once, then `run()` until the last target, a limit or a stop.
 
@@ -191,13 +224,18 @@ class TargetTraining:
             if ckpt.get("world_size", 1) != self.ctx.world_size:
                 raise ValueError(f"the checkpoint was written by {ckpt.get('world_size', 1)} rank(s); this attempt "
                                  f"has {self.ctx.world_size} (resume with the stored config)")
+            mine = ckpt["ranks"][self.ctx.rank]  # this rank's own RNG and open-segment losses
+            progress = {**ckpt["progress"], "pending_loss_sum": mine["pending_loss_sum"],
+                        "pending_loss_steps": mine["pending_loss_steps"]}
+            bad = progress_problems(progress, self.goal.max_epochs, self.steps_per_epoch, self.global_batch)
+            if bad:  # before any of it is used: the record would report it as measured
+                raise CheckpointError(f"refused the checkpoint in {self.run_dir}: its progress is not this run's "
+                                      f"({'; '.join(bad)}); planted or damaged? nothing was trained")
             w.strategy.load_state_dicts(self.module, w.optimizer, ckpt["model"], ckpt["optimizer"])
             if w.precision.scaler is not None and ckpt.get("scaler"):
                 w.precision.scaler.load_state_dict(ckpt["scaler"])
-            mine = ckpt["ranks"][self.ctx.rank]  # this rank's own RNG and open-segment losses
             torch.set_rng_state(mine["rng"])
-            self.p = Progress(**{**ckpt["progress"], "pending_loss_sum": mine["pending_loss_sum"],
-                                 "pending_loss_steps": mine["pending_loss_steps"]})
+            self.p = Progress(**progress)
             self.p.resumes += 1
         else:
             self.p = Progress(curve={k: [] for k in (*CURVE_KEYS, self.goal.metric)})

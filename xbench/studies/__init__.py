@@ -28,7 +28,7 @@ DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 # Cores (PJRT devices) per chip: TPU v2 and v3 have two TensorCores a chip, v4 and newer one (megacore).
 CORES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 # What `facts` reports; `expect` in studies.yaml may name any of these.
-FACTS = ("model", "lstm_impl", "data", "image_size", "seq_len", "augment", "dataset_size", "batch_size_per_device",
+FACTS = ("model", "model_layers", "model_hidden", "model_heads", "lstm_impl", "data", "image_size", "seq_len", "augment", "dataset_size", "batch_size_per_device",
          "global_batch", "devices", "devices_used", "devices_billed", "billed_unit", "threads", "precision", "runtime",
          "pjrt_device", "parallel", "platform", "price_per_hour", "currency", "pricing_model", "bench_mode",
          "epochs", "target", "targets", "metric", "optimizer", "lr_schedule", "projection_epochs", "cpu_capability")
@@ -136,6 +136,9 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
     optim = cfg.get("optim") or {}
     return {
         "model": cfg["model"]["name"],
+        "model_layers": (cfg["model"].get("options") or {}).get("layers"),
+        "model_hidden": (cfg["model"].get("options") or {}).get("hidden"),
+        "model_heads": (cfg["model"].get("options") or {}).get("heads"),
         "lstm_impl": (cfg["model"].get("options") or {}).get("lstm_impl"),
         "data": d["name"],
         "image_size": d.get("image_size") if image else None,
