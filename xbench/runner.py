@@ -68,6 +68,16 @@ def check_resume(dcfg: DictConfig) -> tuple[dict, Path]:
     return prior, path
 
 
+def interpolations(tree, where: str = "") -> list[str]:
+    """Keys of a stored config whose string value OmegaConf would resolve (`${...}`: `${oc.env:NAME}` reads the
+    environment of whoever resumes, a resolver runs): a stored record is data, never resolved again."""
+    if isinstance(tree, dict):
+        return [k for key, v in tree.items() for k in interpolations(v, f"{where}.{key}" if where else str(key))]
+    if isinstance(tree, list):
+        return [k for i, v in enumerate(tree) for k in interpolations(v, f"{where}[{i}]")]
+    return [where] if isinstance(tree, str) and "${" in tree else []
+
+
 def resume_config(dcfg: DictConfig, prior: dict, path: Path) -> DictConfig:
     """`resume=<run id or folder>`: the stored record's config is authoritative (the model, data, goal
     and seed must be the ones the checkpoint was made with); only `resume`, `store`, `logger` and
@@ -76,6 +86,11 @@ def resume_config(dcfg: DictConfig, prior: dict, path: Path) -> DictConfig:
         raise Refused(f"resume={dcfg.resume!r}: no {CHECKPOINT_FILE} in {path.parent} (set goal.checkpoint_every_evals, "
                       "or stop a run with SIGTERM, to leave one); its record is left as it is")
     config = copy.deepcopy(prior["config"])
+    if planted := interpolations(config):  # xbench stores configs resolved: none of its records holds one
+        raise Refused(f"resume={dcfg.resume!r}: the stored config holds an interpolation at {', '.join(planted[:5])}"
+                      f"{' ...' if len(planted) > 5 else ''} (`${{...}}`, which would be resolved here: "
+                      "`${oc.env:NAME}` reads this machine's environment into the shared record); a stored config is "
+                      "data, so the run is not resumed and its record is left as it is")
     unknown = unknown_keys(config)
     for keys in unknown:  # an older xbench let `+bench.step=5` through; it had no effect on the run
         node = config

@@ -10,8 +10,11 @@ resumed run starts the same epoch's order at the batch it stopped at (`start`). 
 
 Evaluation: rank r scores eval samples r::world in fixed-shape batches (`goal.eval_batch_size` per device); the
 last batch is padded with targets that count nowhere (-1 for labels, -100 for tokens), so no sample counts
-twice and XLA compiles one evaluation graph. Sums (hits, scored targets, loss) are summed over the ranks by
-the strategy.
+twice and XLA compiles one evaluation graph. Every rank scores the same number of batches, the largest share's
+(`ceil(ceil(N / world) / batch)`): a rank with fewer samples ends with batches that are all padding. A sharded
+model's forward is a collective (FSDP all-gathers each block's parameters), so a rank with one batch fewer would
+leave its peers waiting in that all-gather for good (an eval set of 17 on 2 ranks at batch 8: 9 and 8 samples,
+2 and 1 batches). Sums (hits, scored targets, loss) are summed over the ranks by the strategy.
 """
 
 from __future__ import annotations
@@ -87,26 +90,44 @@ def _pad(x: torch.Tensor, y: torch.Tensor, size: int):
 
 
 class EvalShard:
-    """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded."""
+    """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded; then
+    batches of padding alone up to `batches_per_eval`, the same count on every rank (see the module docstring)."""
 
     def __init__(self, dataset, rank: int, world: int, batch: int, data_cfg, collate=None, device=None):
         self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
         self.pin = pinned(data_cfg, device)
         self.indices = list(range(rank, len(dataset), world))
         self.size = len(dataset)
-        self.batches_per_eval = math.ceil(len(self.indices) / batch)
+        self.batches_per_eval = math.ceil(math.ceil(len(dataset) / world) / batch)  # rank 0's share: the largest
 
     def __iter__(self):
+        n, last = 0, None
+        for xb, yb in self._own():
+            n, last = n + 1, (xb, yb)
+            yield _pad(xb, yb, self.batch)
+        if n < self.batches_per_eval:
+            x, y = last if last is not None else self._sample()
+            blank = _pad(x[:0], y[:0], self.batch)  # counts nowhere; keeps this rank in step with its peers
+            for _ in range(self.batches_per_eval - n):
+                yield blank
+
+    def _own(self):
+        """This rank's samples in batches of `batch` (the last one short)."""
         if isinstance(self.dataset, TensorDataset):
             x, y = (t[self.indices] for t in self.dataset.tensors)
             for i in range(0, len(self.indices), self.batch):
-                yield _pad(x[i:i + self.batch], y[i:i + self.batch], self.batch)
+                yield x[i:i + self.batch], y[i:i + self.batch]
             return
         d = self.data_cfg
         loader = DataLoader(Subset(self.dataset, self.indices), batch_size=self.batch, shuffle=False,
                             num_workers=d.num_workers, pin_memory=self.pin, collate_fn=self.collate)
-        for xb, yb in loader:
-            yield _pad(xb, yb, self.batch)
+        yield from loader
+
+    def _sample(self):
+        """One sample of the eval set as a batch: the shapes of a rank that holds no sample (eval set < world)."""
+        if isinstance(self.dataset, TensorDataset):
+            return tuple(t[:1] for t in self.dataset.tensors)
+        return next(iter(DataLoader(Subset(self.dataset, [0]), batch_size=1, collate_fn=self.collate)))
 
 
 METRICS = ("top1", "accuracy", "top5", "mlm_accuracy", "perplexity", "log_perplexity")

@@ -96,8 +96,8 @@ class RunRecord:
 
 def impossible_values(rec: RunRecord) -> list[str]:
     """Figures no measurement can produce: non-finite numbers anywhere in the measurements and derived
-    figures (xbench writes null), a negative throughput, step time, price or cost, a priced component
-    with a negative or non-finite amount."""
+    figures (xbench writes null), a negative throughput, step time, price or cost, more epochs done than the
+    run's goal.max_epochs, a priced component with a negative or non-finite amount."""
     out = []
     for where, figures in (("measurements", rec.measurements), ("derived", rec.derived)):
         for k, v in figures.items():
@@ -107,6 +107,10 @@ def impossible_values(rec: RunRecord) -> list[str]:
                 out.append(f"{where}.{k}={v} is not a finite number")
             elif v < 0 and NON_NEGATIVE.search(k):
                 out.append(f"{where}.{k}={v} cannot be negative")
+    done, most = rec.measurements.get("epochs_done"), (rec.config.get("goal") or {}).get("max_epochs")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (done, most)) and math.isfinite(done) \
+            and done > most:  # a run stops at goal.max_epochs: more is a planted or damaged figure
+        out.append(f"measurements.epochs_done={done:g} is beyond the run's goal.max_epochs={most:g}")
     price = (rec.config.get("platform") or {}).get("price") or []
     for c in price if isinstance(price, list) else [price]:
         amount = c.get("amount", 0.0) if isinstance(c, dict) else c
