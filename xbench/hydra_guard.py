@@ -9,11 +9,17 @@ which checks that the points are distinct) is built:
   exits 2 with the count and the setting to raise.
 - **A stop signal while the sweep is being prepared exits at once** (130): until the first point starts,
   nothing has been measured, so there is nothing to save and no reason to wait for composition.
+- **Hydra's basic sweeper is bounded like xbench's**: `hydra/sweeper=basic` composes every point of a batch
+  before it runs one, and its batch is the whole sweep unless `hydra.sweeper.max_batch_size` is set: on the
+  local launcher it is set to 1 (each point composed just before it runs, as xbench's sweeper does), said once.
 - **No plain-text sweep file**: the sweeper writes `multirun.yaml` (the whole config and the command line)
   before the first point. xbench's sweeper (hydra_plugins/xbench_sweeper, the default) writes it through
   `save_sweep_file`; for Hydra's basic sweeper (`hydra/sweeper=basic`) its `OmegaConf.save` is replaced,
   for that module only, by one that redacts first. Either way the file is born redacted
   (xbench/records/redact.py) and a SIGKILL at any moment leaves no secret on disk.
+- **Hydra's per-run files too** (`hydra.output_subdir=.hydra` brings back `config.yaml`, `hydra.yaml` and
+  `overrides.yaml`: the config, Hydra's node and the command line): Hydra's writer of them is replaced, in every
+  process that builds this callback, by one that redacts first and writes atomically, never through a link.
 - **A store that cannot hold Hydra's folder** (read-only, full, a file in the way) is exit 74 with the
   folder and the reason, before Hydra's own traceback; and Hydra's per-run and per-point folders, empty
   since xbench keeps no Hydra files (`hydra.output_subdir: null`), are removed when the process ends.
@@ -31,7 +37,7 @@ import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import Container, DictConfig, OmegaConf, open_dict
 
 EXIT_STORE = 74  # the store could not take what the run writes (sysexits EX_IOERR, as the record's fallback)
 
@@ -51,16 +57,38 @@ def sweep_size(params: dict | None, overrides: list[str]) -> int:
     for o in OverridesParser.create().parse_overrides(args):
         key = o.get_key_element()
         if o.is_sweep_override() and o.is_discrete_sweep():
-            choices[key] = sum(1 for _ in o.sweep_string_iterator())
+            choices[key] = choice_count(o)
         else:
             choices[key] = 1  # a fixed value replaces an earlier sweep of the same key
     return math.prod(choices.values()) if choices else 1
 
 
+def choice_count(override) -> int:
+    """How many values a discrete sweep lists, without listing them: `range(0,1000000000)` is a billion from
+    its bounds (iterating it took minutes before the count could refuse it); a list or `choice()` by length;
+    a glob (`model=glob(*)`, a group's options) by listing them."""
+    from decimal import Decimal
+
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    value = override.value()
+    if isinstance(value, RangeSweep):  # shuffled or sorted too: the same values
+        start, stop, step = value.start, value.stop, value.step
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in (start, stop, step)):
+            return len(range(start, stop, step))  # a step of 0: range's own ValueError, as Hydra raises
+        start, stop, step = (Decimal(x) for x in (start, stop, step))  # Hydra's FloatRange counts in Decimal
+        return max(0, math.ceil((stop - start) / step)) if step else 0
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    if isinstance(value, list):
+        return len(value)
+    return sum(1 for _ in override.sweep_string_iterator())
+
+
 def _redacted(config) -> DictConfig:
     from xbench.records.redact import redact
 
-    tree = OmegaConf.to_container(config, resolve=False) if isinstance(config, DictConfig) else config
+    tree = OmegaConf.to_container(config, resolve=False) if isinstance(config, Container) else config
     return OmegaConf.create(redact(tree))
 
 
@@ -85,6 +113,39 @@ def _redacting_save():
     shim = RedactingOmegaConf()
     shim.save = save
     return shim
+
+
+def _redacting_save_config(cfg, filename: str, output_dir: Path) -> None:
+    """hydra.core.utils._save_config (config.yaml, hydra.yaml, overrides.yaml), redacted first, written atomically
+    and never through a planted link."""
+    from xbench.records.safe_io import atomic_write
+
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(output_dir) / filename, OmegaConf.to_yaml(_redacted(cfg)), fsync=False)
+
+
+def redact_run_files_at_write() -> None:
+    """From now on, Hydra writes its per-run files (hydra.output_subdir) redacted (idempotent)."""
+    from hydra.core import utils
+
+    if utils._save_config is not _redacting_save_config:
+        utils._save_config = _redacting_save_config
+
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def bound_basic_sweeper(config: DictConfig) -> bool:
+    """hydra/sweeper=basic on the local launcher with no max_batch_size (the whole sweep composed before its
+    first point): one point per batch. True when it was bounded here."""
+    sweeper, launcher = config.hydra.sweeper, config.hydra.get("launcher") or {}
+    if sweeper.get("_target_") != BASIC_SWEEPER or launcher.get("_target_") != BASIC_LAUNCHER \
+            or sweeper.get("max_batch_size") is not None:
+        return False
+    with open_dict(sweeper):
+        sweeper.max_batch_size = 1
+    return True
 
 
 def redact_sweep_file_at_write() -> None:
@@ -163,6 +224,7 @@ class HydraGuard(Callback):
 
     def __init__(self):
         self.preparing = _PreparingSignals()
+        redact_run_files_at_write()  # here: every process that runs a job builds its callbacks first
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         run_dir = Path(str(config.hydra.run.dir))
@@ -183,6 +245,9 @@ class HydraGuard(Callback):
                 f"(to run it, add sweep_max_points={n})")
             raise SystemExit(2)
         say(f"sweep: {n:,} point{'s' if n != 1 else ''}")
+        if n > 1 and bound_basic_sweeper(config):
+            say("hydra/sweeper=basic composes a whole batch before it runs a point; each point is its own batch "
+                "here (hydra.sweeper.max_batch_size=1): composed just before it runs")
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if make_folder(str(sweep_dir), "Hydra's sweep folder (hydra.sweep.dir)"):
             atexit.register(remove_empty, sweep_dir, sweep_dir)  # the per-point folders, empty

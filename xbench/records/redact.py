@@ -28,8 +28,14 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "C
                 "AUTHORIZATION", "COOKIE")
 # Short words that are secret only as a whole part of a name or its end (`db_pwd`, `basic_auth`, `oauth`,
 # `jwt`, `smtp_pass`, `db_pw`), never inside a longer word (`author`, `passes`, `bypass_cache`).
-SECRET_ENDINGS = ("PWD", "AUTH", "JWT")
+SECRET_ENDINGS = ("PWD", "AUTH", "JWT", "BEARER", "SIGNATURE")  # the last two: HTTP header names (x-amz-signature)
 SECRET_PARTS = ("PASS", "PW")
+# Plurals: `secrets`, `passwords`, `cookies` always; `keys` and `tokens` only after a word that makes them
+# credentials (`api_keys`, `access_tokens`, `apikeys`), since `max_tokens` and `exclude_keys` are not.
+QUALIFIED_PLURALS = ("KEYS", "TOKENS")
+CREDENTIAL_QUALIFIERS = ("API", "ACCESS", "AUTH", "OAUTH", "REFRESH", "BEARER", "SESSION", "SECRET", "PRIVATE", "SIGNING",
+                         "CLIENT", "ID", "APP", "USER", "SERVICE", "PERSONAL", "CSRF", "XSRF", "HF", "GITHUB", "GH",
+                         "WANDB", "AWS", "GCP", "AZURE", "SSH", "GPG", "ENCRYPTION")
 _NOT_SECRET_ENV = ("PWD", "OLDPWD", "XAUTHORITY")  # the shell's working folders, X's cookie file path
 MIN_SECRET_LEN = 8
 MIN_GIVEN_LEN = 4
@@ -39,7 +45,22 @@ _LEARNED: set[str] = set()  # secret values given to this process (command line,
 
 def _secret_parts(parts: list[str]) -> bool:
     return any(p.endswith(w) for p in parts for w in SECRET_WORDS + SECRET_ENDINGS) \
-        or any(p in SECRET_PARTS or p.startswith("PASSW") for p in parts)
+        or any(p in SECRET_PARTS or p.startswith("PASSW") for p in parts) or _secret_plural(parts)
+
+
+def _secret_plural(parts: list[str]) -> bool:
+    """SECRETS, DB_PASSWORDS, COOKIES; API_KEYS, ACCESS_TOKENS, APIKEYS (see QUALIFIED_PLURALS)."""
+    for i, p in enumerate(parts):
+        if not p.endswith("S"):
+            continue
+        if any(p.endswith(w + "S") for w in SECRET_WORDS + SECRET_ENDINGS if w + "S" not in QUALIFIED_PLURALS):
+            return True
+        for w in QUALIFIED_PLURALS:
+            if p.endswith(w):
+                before = p[:-len(w)] or (parts[i - 1] if i else "")
+                if before.endswith(CREDENTIAL_QUALIFIERS):
+                    return True
+    return False
 
 
 def is_secret_name(name: str) -> bool:
