@@ -225,8 +225,9 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
         info = splits.info or {}
         data_info = {name: info[k] for k, name in (("train", "data_train_samples"), ("eval", "data_eval_samples"),
                                                     ("vocab", "data_vocab_size")) if k in info}
-        train_loader = feed.make_loader(splits.train, data, ctx.rank, ctx.world_size, bench.seed,
-                                        splits.collate, batch_size=per_rank, device=runtime.device)
+        reader, readers, read_batch = strategy.feed_share(per_rank)  # multi-host SPMD: this host's share only
+        train_loader = feed.make_loader(splits.train, data, reader, readers, bench.seed,
+                                        splits.collate, batch_size=read_batch, device=runtime.device)
         if runtime.drives_xla:  # MpDeviceLoader: background transfer; SPMD: each device gets only its shard
             fetch = runtime.device_feed(train_loader, prepare_inputs, strategy.feed_sharding())
         else:

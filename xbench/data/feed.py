@@ -11,7 +11,8 @@ runs while step i computes, and the step's stream waits for the copy (`wait_stre
 tensors it reads (`record_stream`, so the allocator does not reuse them under the step). Elsewhere
 on the CPU the batches go as before: a plain copy when they are asked for. XLA devices are fed by
 torch-xla's MpDeviceLoader (runtimes/xla.py `DeviceFeed`, over `epoch_cycle` here); under SPMD each
-device receives only its shard of the batch.
+device receives only its shard of the batch, and on a multi-host slice each host reads and decodes only
+its share of every global batch (`host_share`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,20 @@ def make_loader(dataset, data, rank: int, world_size: int, seed: int, collate=No
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,  # fixed shapes
                       num_workers=data.num_workers, pin_memory=pinned(data, device), collate_fn=collate,
                       persistent_workers=data.num_workers > 0)
+
+
+def host_share(global_batch: int, process_index: int, process_count: int) -> tuple[int, int, int]:
+    """Multi-host SPMD (one process per host, one program over every host's devices): (reader, readers, batch)
+    of this host's DataLoader. Host `process_index` of `process_count` reads only its 1/process_count of each
+    global batch (make_loader's DistributedSampler over the hosts: disjoint shares), and the feed hands it
+    over as this host's rows of the global batch (ShardingSpec minibatch=True, runtimes/xla.py
+    `batch_sharding`). One host: the whole global batch, as before."""
+    if process_count < 1 or not 0 <= process_index < process_count:
+        raise ValueError(f"process {process_index} of {process_count}: not a process of the run")
+    if global_batch % process_count:
+        raise ValueError(f"the global batch of {global_batch} samples does not split over {process_count} hosts: "
+                         "use a data.batch_size that gives every host the same share")
+    return process_index, process_count, global_batch // process_count
 
 
 def host_batches(loader: DataLoader):

@@ -3,11 +3,16 @@
 As parallel=xla_spmd (the launcher switches the process to SPMD with `parallel.world_size` devices), but
 the parameters are annotated too: each one whose dim 0 divides is split along it over the mesh's `fsdp`
 axis (runtimes/xla.py `shard_parameters`), so a device keeps 1/fsdp of it, and of its gradient and
-optimizer state (XLA propagates the sharding to what is computed from it); XLA's SPMD partitioner
-inserts the all-gathers before use and the reduce-scatters of the gradients. Batches are split over
-both axes (every device gets its own samples). `parallel.options.fsdp_size` (null: every device)
-shards within groups of that many devices and replicates over `world_size / fsdp_size` groups (the mesh
-must divide the devices). On a TPU slice and on XLA:CPU devices here alike.
+optimizer state (XLA propagates the sharding to what is computed from it). Batches are split over
+both axes (every device gets its own samples), and so is the output of every transformer block and of
+the model (`shard_outputs`, FSDPv2's shard_output): XLA's SPMD partitioner then gathers each weight
+before use and reduces each gradient to its shard, and never moves activations. Without the block
+outputs it computed each block's output projection tensor-parallel (the sharded weight kept in place,
+the global batch's activations all-gathered to it, all-to-alls): tests/test_xla_fsdp_hlo.py reads the
+partitioned HLO. A gradient leaves the partitioner as an all-reduce sliced to the shard, which XLA's GPU
+compiler rewrites into a reduce-scatter (its ReduceScatterCreator pass); XLA:CPU's pipeline has no such
+pass, so none shows here. `parallel.options.fsdp_size` (null: every device) shards within groups of that
+many devices and replicates over `world_size / fsdp_size` groups (the mesh must divide the devices). On a TPU slice and on XLA:CPU devices here alike.
 
 All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
 """
@@ -46,7 +51,7 @@ class XlaFsdp(XlaSpmd):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.sharded, self.total, self.optimizer = 0, 0, None
+        self.sharded, self.total, self.sharded_outputs, self.optimizer = 0, 0, 0, None
 
     def wrap(self, model, device):
         if device.type != "xla":
@@ -54,6 +59,11 @@ class XlaFsdp(XlaSpmd):
         f = options(self.cfg)["fsdp_size"] or self.ctx.devices_per_rank
         self.mesh = rx.fsdp_mesh(f)
         self.sharded, self.total = rx.shard_parameters(model, self.mesh), sum(1 for _ in model.parameters())
+        from xbench.parallel.fsdp import transformer_blocks  # imports torch: not when compat asks the rules
+
+        # FSDP, not tensor parallelism: each block's output (and the model's) split over the batch, as FSDPv2's
+        # shard_output does; the partitioner then gathers the weights, never the activations.
+        self.sharded_outputs = rx.shard_outputs([*transformer_blocks(model), model], self.mesh)
         return model
 
     def wrap_optimizer(self, optimizer):
@@ -62,6 +72,6 @@ class XlaFsdp(XlaSpmd):
 
     def rank_figures(self, model) -> dict:
         return {**super().rank_figures(model), "xla_fsdp_sharded_params": self.sharded,
-                "xla_fsdp_params": self.total,
+                "xla_fsdp_params": self.total, "xla_fsdp_batch_sharded_outputs": self.sharded_outputs,
                 "xla_fsdp_param_sharding": rx.sharding_spec(next(iter(model.parameters()))),
                 **rx.device_state_memory(model, self.optimizer)}

@@ -4,7 +4,8 @@ The launcher (launch/xla.py) has already switched the process to SPMD (`xr.use_s
 tensor) with the device count the config asks for. Here the batch is annotated as split along dim 0
 over the mesh; parameters stay unannotated, i.e. replicated, and XLA's SPMD partitioner inserts the
 gradient all-reduce itself. Real data is transferred already split (`feed_sharding`, through
-MpDeviceLoader): each device receives only its shard. The model code and the step are unchanged: a global batch of
+MpDeviceLoader): each device receives only its shard; on a multi-host slice each host reads only its
+share of every global batch (`feed_share`). The model code and the step are unchanged: a global batch of
 `data.batch_size x devices` trains exactly as on one device.
 
 All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
@@ -51,10 +52,19 @@ class XlaSpmd(Strategy):
         self.mesh = rx.data_mesh()
         return model  # replicated parameters: nothing to wrap
 
+    def feed_share(self, batch: int) -> tuple[int, int, int]:
+        """This host's share of each global batch of `batch` samples: on a multi-host slice every host runs this
+        one rank, and reads only its 1/process_count of the data (data/feed.py `host_share`)."""
+        from xbench.data import feed  # imports torch: not when compat asks the rules
+
+        return feed.host_share(batch, *rx.process())
+
     def feed_sharding(self):
         """Real data arrives split over the mesh at transfer time (MpDeviceLoader's input_sharding): each
-        device receives only its shard, instead of the whole batch replicated and then resharded."""
-        return rx.batch_sharding(self.mesh)
+        device receives only its shard, instead of the whole batch replicated and then resharded. The batch
+        a host feeds is its own rows of the global batch (`minibatch`: torch-xla assembles the global batch
+        from every host's; on one host, that is the whole batch)."""
+        return rx.batch_sharding(self.mesh, minibatch=True)
 
     def place_batch(self, inputs, targets):
         spec = rx.sharding_spec(inputs)

@@ -266,6 +266,44 @@ def shard_parameters(model, mesh, axis: str = "fsdp") -> int:
     return count
 
 
+class _Resharded(torch.autograd.Function):
+    """`t` annotated with a sharding, and its gradient with the same one (torch_xla's MarkShardingFunction,
+    with the mesh and spec as strings made once: dynamo cannot trace their formatting, nor mark_sharding)."""
+
+    @staticmethod
+    def forward(ctx, t, mesh: str, spec: str):
+        ctx.mesh, ctx.spec = mesh, spec
+        return torch.ops.xla.aot_mark_sharding(t, mesh, spec)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.ops.xla.aot_mark_sharding(grad, ctx.mesh, ctx.spec), None, None
+
+
+def shard_outputs(modules, mesh) -> int:
+    """Annotate each module's output (its first tensor, when it returns several) and that output's gradient as
+    split along dim 0 (the batch) over the mesh's batch axes, at every forward: FSDPv2's `shard_output`
+    (torch_xla.experimental.spmd_fully_sharded_data_parallel). Without it the partitioner may keep a sharded
+    weight in place and move the activations instead (an all-gather of the whole global batch before a
+    block's output projection, all-to-alls). Traced lazily and by dynamo alike. -> how many modules."""
+    import torch_xla.distributed.spmd  # noqa: F401 - registers torch.ops.xla.aot_mark_sharding
+
+    axis = BATCH_AXES[len(mesh.mesh_shape)]
+    mesh_str = str(mesh)  # made here, outside any trace: constants for dynamo
+    specs = {n: str((axis,) + (None,) * (n - 1)) for n in range(1, 9)}  # by the output's rank
+
+    def hook(module, args, output):
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        if not (isinstance(out, torch.Tensor) and out.dim() in specs and out.device.type == "xla"):
+            return None
+        out = _Resharded.apply(out, mesh_str, specs[out.dim()])
+        return out if isinstance(output, torch.Tensor) else type(output)([out, *output[1:]])
+
+    for m in modules:
+        m.register_forward_hook(hook)
+    return len(modules)
+
+
 def shard_batch(t: torch.Tensor, mesh) -> torch.Tensor:
     """Annotate `t` as split along dim 0 over the mesh (the other dims replicated); returns `t`."""
     import torch_xla.distributed.spmd as xs
@@ -274,11 +312,12 @@ def shard_batch(t: torch.Tensor, mesh) -> torch.Tensor:
     return t
 
 
-def batch_sharding(mesh):
+def batch_sharding(mesh, minibatch: bool = False):
     """An `xs.ShardingSpec` that splits dim 0 of every tensor of a batch over the mesh's `data` axis (the
     other dims replicated), for the data feed: with it MpDeviceLoader sends each device only its shard.
     torch-xla's own spec applies to tensors of its partition spec's rank only (inputs and targets differ:
-    the targets would go replicated), so the spec here is made per tensor rank."""
+    the targets would go replicated), so the spec here is made per tensor rank. `minibatch`: the tensors
+    fed are this host's rows of the global batch (its addressable devices' shards), not the whole of it."""
     import torch_xla.distributed.spmd as xs
 
     class BatchSharding(xs.ShardingSpec):
@@ -286,15 +325,15 @@ def batch_sharding(mesh):
             if t.dim() == 0:
                 return None
             if t.dim() not in self.by_rank:
-                self.by_rank[t.dim()] = xs.ShardingSpec(self.mesh, (axis,) + (None,) * (t.dim() - 1))
+                self.by_rank[t.dim()] = xs.ShardingSpec(self.mesh, (axis,) + (None,) * (t.dim() - 1), minibatch)
             return self.by_rank[t.dim()].xla_spec(t)
 
         def can_apply(self, t):
             return t.dim() >= 1
 
     axis = BATCH_AXES[len(mesh.mesh_shape)]
-    spec = BatchSharding(mesh, (axis,))
-    spec.by_rank = {1: xs.ShardingSpec(mesh, (axis,))}
+    spec = BatchSharding(mesh, (axis,), minibatch)
+    spec.by_rank = {1: xs.ShardingSpec(mesh, (axis,), minibatch)}
     return spec
 
 
