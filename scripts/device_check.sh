@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# The GPU check (issue 24, item 4): one prepared run on the device machine that brings its answers back.
-# Rows for fp16 with a scaler (NVIDIA's ResNet-50 AMP NHWC recipe, like for like with its ~3,000 img/s
-# per H200) and its sync count, compile with CUDA graphs and 0 recompiles, contention and stalls, NVML
-# utilisation and energy, device time against CUDA-event step time, peak memory, real data (digits),
-# find_max_batch's OOM and the memory freed after it, bench.self_check, W&B from the carried files,
-# tf32, DDP at world size 1, BERT's MFU and the harness overhead; the rows one GPU cannot check are named
-# unverified. scripts/device_check.py says what each row reads and holds it to.
+# The GPU check (issue 24, item 4; R4 3/7 item 5): one prepared run on the device machine that brings its answers
+# back within 6 minutes of device time. The default runs, in order of value (each with an H200 estimate; 20 s of
+# set-up plus those fit the 360-s deadline): the harness against a plain loop, ResNet-50 AMP fp16 channels_last
+# against NVIDIA's recipe (NVML utilisation and energy, scaler syncs, contention, stalls, device time, peak memory
+# and W&B from the same run), compile's speed-up, a Llama 3 1B-shape step's tokens/s and MFU, runtime=torchax,
+# W&B from the carried files. --more runs the rest in a second call (deadline 540 s): compile with CUDA graphs,
+# find_max_batch's OOM, digits, bench.self_check, tf32, DDP at world size 1, BERT's MFU. The rows one GPU cannot
+# check are named unverified. scripts/device_check.py says what each row reads and holds it to.
 #
-# What comes back: $OUT/table.md (rewritten after every run), rows.jsonl, records.jsonl, log.txt: 4
-# files, none in a folder (the tool returns 8 files, 2 folders down). Records and W&B files stay in a
-# temporary folder. An overall deadline (--deadline-s, default 360 s: the answer in one run within 6 minutes of
-# device time) skips what is left and says so; on the GPU a skipped row fails the check like a failed one. Rows in
-# order of value: the harness against a plain loop, ResNet-50 AMP against NVIDIA's recipe, compile's speed-up, a
-# Llama 3 step's tokens/s and MFU, runtime=torchax on the GPU, NVML utilisation and energy, then the rest.
-# Installs nothing from the network: run scripts/fetch_device_wheels.sh here first and carry .whl/.
-#   bash scripts/device_check.sh                 # on the GPU machine (deadline 8 minutes)
-#   bash scripts/device_check.sh --dry-run       # anywhere: tiny sizes on the CPU (the default without a GPU)
-# Dry run measured on the development machine (2 CPU cores shared, load ~3), every run: 153-217 s wall,
-# 4 files under $OUT (~70 KB).
+# What comes back: $OUT/table.md, rows.jsonl, records.jsonl (each rewritten atomically after every run), log.txt:
+# 4 files, none in a folder (the tool returns 8 files, 2 folders down). Records and W&B files stay in a temporary
+# folder. A run the deadline reaches is skipped and says so; a skipped row fails the check like a failed one.
+# Installs nothing from the network: run scripts/fetch_device_wheels.sh here first and carry .whl/ (38 wheels,
+# 28.1 MB, torchax among them).
+#   bash scripts/device_check.sh                 # on the GPU machine (deadline 6 minutes)
+#   bash scripts/device_check.sh --more          # the rest, in a second call (deadline 9 minutes)
+#   bash scripts/device_check.sh --dry-run       # anywhere: the CPU in CUDA's place at tiny sizes, every row judged
+#                                                # (the default without a GPU; exit 1 on a failed or skipped row)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
