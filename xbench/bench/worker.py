@@ -118,9 +118,23 @@ class Workload:
 _BUILD_LOCK = threading.Lock()
 
 
+def _build_model(plan: Plan, on_meta: bool) -> torch.nn.Module:
+    """The model, seeded: on the meta device (nothing allocated) when the strategy shards before it allocates
+    (FSDP) and the model can initialise itself afterwards (`init_parameters`), else whole on the CPU."""
+    m = plan.model
+    if on_meta:
+        with torch.device("meta"):
+            model = models.build(m.name, plan.spec, dict(m.options))
+        if callable(getattr(model, "init_parameters", None)):
+            return model
+    torch.manual_seed(plan.bench.seed)
+    return models.build(m.name, plan.spec, dict(m.options))
+
+
 def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     """strategy -> runtime/device -> precision -> model (on the device, in the parameter dtype and memory
-    format, wrapped by the strategy) -> optimizer. FLOPs are measured on the meta device first."""
+    format, wrapped by the strategy; FSDP: built on the meta device, sharded, then allocated and initialised)
+    -> optimizer. FLOPs are measured on the meta device first."""
     spec, m, optim = plan.spec, plan.model, plan.optim
     strategy = parallel.create(plan.parallel, ctx)
     runtime = runtimes.create(plan.runtime, plan.device_type, ctx.local_rank)
@@ -128,12 +142,17 @@ def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     entry = models.get(m.name)
     flops = flops_per_sample(m.name, spec, dict(m.options), recompute_blocks=strategy.recompute_blocks)
     with _BUILD_LOCK:  # seed -> weights in one go: replicas that are threads of one process share the RNG
-        torch.manual_seed(plan.bench.seed)
-        model = models.build(m.name, spec, dict(m.options))
+        model = _build_model(plan, strategy.builds_on_meta)
+    on_meta = any(p.is_meta for p in model.parameters())
     params_count = sum(p.numel() for p in model.parameters())
     memory_format = torch.channels_last if m.channels_last else torch.contiguous_format
-    model = model.to(device=runtime.device, dtype=precision.param_dtype, memory_format=memory_format)
+    model = model.to(**({} if on_meta else {"device": runtime.device}), dtype=precision.param_dtype,
+                     memory_format=memory_format)
     model = strategy.wrap(model, runtime.device)
+    if on_meta:  # sharded on the meta device: now allocate this rank's part, seeded as the whole build was
+        with _BUILD_LOCK:
+            torch.manual_seed(plan.bench.seed)
+            strategy.materialise(model, runtime.device)
     model.train()
     # The linear scaling rule (optim.lr_reference_batch) reads the global batch of one optimizer step.
     global_batch = plan.data.batch_size * ctx.devices * optim.accumulate_steps

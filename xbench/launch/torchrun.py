@@ -10,7 +10,8 @@ Two ways in, one code path per rank (`rank_main`):
 
 Every rank runs the work it was handed (launch/preamble.run_rank); the RankResults are gathered to
 rank 0 with gather_object.
-Collectives time out after parallel.timeout_s, so a dead rank ends the run instead of hanging it.
+Collectives time out after parallel.timeout_s, so a dead rank ends the run instead of hanging it (a
+compiled run: after at least COMPILE_TIMEOUT_S, which its first steps' compiles must fit in).
 """
 
 from __future__ import annotations
@@ -57,6 +58,22 @@ def _threads_for_rank(plan, dev_type: str, local_world: int) -> dict:
     return threads_asked(plan, local_world if dev_type == "cpu" else 1)
 
 
+# A compiled run's first steps compile (torch.compile of the step, or FSDP's per-block compile: 77-125 s a step
+# on 2 CPU cores for the tiny decoder, minutes for an 8B on a GPU) between its collectives, and a rank that
+# finishes first waits for the slowest in the next one: parallel.timeout_s (120 s), which is there to end a
+# run with a dead rank, would end a healthy run that is compiling. A compiled run's collectives therefore wait
+# at least this long, for the whole run (recompiles come after the first step too); a dead rank or hung
+# collective then ends it within this, and a signal still stops it at once.
+COMPILE_TIMEOUT_S = 1800.0
+
+
+def process_group_timeout_s(plan) -> float:
+    """The process group's collective timeout: parallel.timeout_s, at least COMPILE_TIMEOUT_S when the run
+    compiles (runtime=compile, or parallel.options.compile_blocks)."""
+    compiles = plan.runtime.name == "compile" or bool(dict(plan.parallel.options or {}).get("compile_blocks"))
+    return max(plan.parallel.timeout_s, COMPILE_TIMEOUT_S) if compiles else plan.parallel.timeout_s
+
+
 def rank_main(work, on_step=None, stop=None):
     """One rank: process group -> the work -> gather. Returns the RankResults on rank 0, else None."""
     import torch
@@ -74,7 +91,7 @@ def rank_main(work, on_step=None, stop=None):
     if dev_type == "cuda":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(resolve_backend(plan.parallel.backend, dev_type),
-                            timeout=timedelta(seconds=plan.parallel.timeout_s))
+                            timeout=timedelta(seconds=process_group_timeout_s(plan)))
     if dist.get_world_size() != world:  # silent fallbacks to a world of one exist (GOTCHAS)
         raise RuntimeError(f"process group has {dist.get_world_size()} ranks, expected {world}")
     try:

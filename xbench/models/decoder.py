@@ -102,6 +102,10 @@ class Block(nn.Module):
         return x + self.feed_forward(self.ffn_norm(x))
 
 
+def _normal_002(t: torch.Tensor) -> torch.Tensor:
+    return nn.init.normal_(t, std=0.02)
+
+
 class Decoder(nn.Module):
     """ids (B, T) -> next-token logits (B, T, vocab). `checkpoint_blocks`: recompute each block's
     activations in backward (torch.utils.checkpoint) instead of keeping them."""
@@ -110,18 +114,37 @@ class Decoder(nn.Module):
                  checkpoint_blocks=False):
         super().__init__()
         self.rope_theta, self.head_dim, self.checkpoint_blocks = rope_theta, dim // heads, checkpoint_blocks
-        self.tok_embeddings = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(Block(dim, heads, kv_heads, ffn_dim, eps) for _ in range(layers))
-        self.norm = RMSNorm(dim, eps)
-        self.output = nn.Linear(dim, vocab, bias=False)
-        self.apply(self._init)
+        # Construction's own draws (nn.Linear's default init) are undone: the weights are init_parameters'
+        # draws from the RNG state the decoder was built in, whether built here or on the meta device.
+        with torch.random.fork_rng(devices=[]):
+            self.tok_embeddings = nn.Embedding(vocab, dim)
+            self.layers = nn.ModuleList(Block(dim, heads, kv_heads, ffn_dim, eps) for _ in range(layers))
+            self.norm = RMSNorm(dim, eps)
+            self.output = nn.Linear(dim, vocab, bias=False)
         if tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
+        self.init_parameters()
 
-    @staticmethod
-    def _init(m):
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=0.02)
+    def init_parameters(self, write=None) -> None:
+        """Every parameter's initial value, in one fixed order from the global CPU RNG: N(0, 0.02) for the
+        embedding and every Linear, ones for the norms (a tied head is the embedding, drawn once).
+        `write(param, fill)`: how `fill` (an in-place init of a full-size fp32 CPU tensor) reaches the
+        parameter; default: in place. FSDP builds the decoder on the meta device, shards it, allocates each
+        rank's shards and then calls this with a `write` that keeps the rank's part of each full value
+        (parallel/fsdp.py): seeded alike, the shards together equal this build's weights."""
+        write = write or (lambda p, fill: fill(p.data))
+        seen = set()
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    fill = _normal_002
+                elif isinstance(m, RMSNorm):
+                    fill = nn.init.ones_
+                else:
+                    continue
+                if id(m.weight) not in seen:
+                    seen.add(id(m.weight))
+                    write(m.weight, fill)
 
     def forward(self, ids):
         cos, sin = rotary(ids.shape[1], self.head_dim, self.rope_theta, ids.device)

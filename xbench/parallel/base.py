@@ -17,6 +17,9 @@ class Strategy:
     # How wrap makes the model's blocks recompute their activations in backward (activation checkpointing),
     # or None: bench/flops.py applies it to its meta copy to count the hardware FLOPs.
     recompute_blocks = None
+    # True: wrap takes a model built on the meta device (one with init_parameters) and materialise then
+    # allocates and initialises what this rank keeps (FSDP: its shards), never the whole model per rank.
+    builds_on_meta = False
 
     def __init__(self, cfg, ctx: RankContext):
         self.cfg, self.ctx = cfg, ctx
@@ -34,6 +37,10 @@ class Strategy:
     def wrap(self, model, device):
         """The model as this rank trains it."""
         return model
+
+    def materialise(self, model, device) -> None:
+        """After wrap, for a model built on the meta device (builds_on_meta): allocate and initialise it."""
+        raise NotImplementedError(f"parallel={self.cfg.name} builds whole models, not on the meta device")
 
     def wrap_optimizer(self, optimizer):
         """The optimizer the step calls."""

@@ -2,6 +2,13 @@
 state (fp32 master weights) from a build on the meta device, over the shards a strategy splits them into
 (1 for DDP's whole replica; the ranks, or the shard group, for fsdp and xla_fsdp), against the device's
 memory. Activations come on top: a model refused here cannot run at any batch size.
+
+Device memory is what a run needs once built; building it needs host memory too. parallel=fsdp builds the
+decoder on the meta device and each rank allocates only its shards (parallel/fsdp.py): its host needs one fp32
+parameter at a time (the largest: 4.2 GB of 70B's 128,256 x 8,192 embedding), so a 70B that passes here can
+be built. A whole build (ddp, xla_fsdp, fsdp on a model without init_parameters) holds the whole fp32 model in
+host memory per process first (282 GB for 70B): not checked here (host memory is not a host fact); the
+report's fit table shows both (report/llm.py).
 """
 
 from __future__ import annotations

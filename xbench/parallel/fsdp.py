@@ -1,10 +1,19 @@
 """Fully sharded data parallelism (PyTorch FSDP2, `torch.distributed.fsdp.fully_shard`), one process per device.
 
 Ranks and the process group come from the torchrun launcher, as for DDP (NCCL on GPUs, gloo on the CPU).
-Each transformer block is sharded on its own (`fully_shard` per block, then at the root), so one block's
-parameters are all-gathered just before its forward and freed after it (`reshard_after_forward`), and its
-gradients reduce-scattered in backward: a device keeps 1/N of the parameters, gradients and optimizer
-state, which become DTensors (their `to_local()` is the shard). Mixed precision is FSDP's own policy:
+The units are torchtitan's (apply_fsdp): the embeddings, each transformer block, the final norm with the
+output head, each sharded on its own (`fully_shard`), then the root, which holds nothing left when all three
+exist. A unit's parameters are all-gathered just before its forward and freed after it
+(`reshard_after_forward`: gathered again in backward), its gradients reduce-scattered in backward; the head
+is never freed after forward (backward starts with it), nor the root (FSDP2's own default for it). A device
+keeps 1/N of the parameters, gradients and optimizer state, which become DTensors (their `to_local()` is
+the shard). `unit_layout` says which units a model gets and how many all-gathers a step makes.
+
+A model with `init_parameters` (the Llama decoder) is built on the meta device, sharded, and only then
+allocated (`to_empty`) and initialised, each rank drawing every full value on the CPU and keeping its shard
+(`materialise`): host memory per rank is its shards plus the largest parameter, not the whole fp32 model
+(32 GB for 8B, 282 GB for 70B, on every rank), and the weights equal a whole build with the same seed.
+Other models are built whole, then sharded. Mixed precision is FSDP's own policy:
 parameters all-gathered and computed in `param_dtype` (bf16), gradients reduced in `reduce_dtype` (fp32),
 the sharded master copy in the model's dtype (fp32). `shard_size` < world size shards within groups of
 that many ranks and replicates across them (HSDP, a 2-D mesh). Options (parallel.options, defaults in
@@ -112,6 +121,52 @@ def _checkpoint_blocks(model: nn.Module) -> None:
             lst[i] = checkpoint_wrapper(block)
 
 
+def _head_units(model: nn.Module) -> tuple[nn.Module | None, list[nn.Module]]:
+    """The decoder's embeddings and its norm + output head (torchtitan's units of their own); none when the
+    model lacks them or ties the head to the embeddings (a tied weight must stay in one unit: the root)."""
+    emb, norm, out = (getattr(model, k, None) for k in ("tok_embeddings", "norm", "output"))
+    if not all(isinstance(m, nn.Module) for m in (emb, norm, out)) or out.weight is emb.weight:
+        return None, []
+    return emb, [norm, out]
+
+
+def unit_layout(model: nn.Module, reshard_after_forward: bool) -> dict:
+    """The FSDP units wrap gives `model` and the all-gathers they make per step: every unit holding
+    parameters is gathered once in forward, and again in backward if it was freed after forward (the blocks
+    and the embeddings under reshard_after_forward; the head and the root never)."""
+    emb, head = _head_units(model)
+    blocks = transformer_blocks(model)
+    held = {id(p) for m in [*([emb] if emb else []), *blocks, *head] for p in m.parameters()}
+    units = {"embeddings": int(emb is not None), "blocks": len(blocks), "head": int(bool(head)),
+             "root": int(any(id(p) not in held for p in model.parameters()))}
+    freed = (len(blocks) + units["embeddings"]) if reshard_after_forward else 0
+    return {**units, "all_gathers_per_step": sum(units.values()) + freed}
+
+
+def _reshard_after_evaluation(model: nn.Module, args, output) -> None:
+    """After a forward no backward follows (an evaluation, under no_grad): free what FSDP keeps gathered for
+    backward (the head, the root), which only backward would free; a checkpoint or the record's figures
+    read after it then see the shards (DTensors), and the memory is the step's, not the evaluation's."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not torch.is_grad_enabled():
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.reshard()
+
+
+def _write_shard(p: nn.Parameter, fill) -> None:
+    """One parameter's initial value for this rank: `fill` draws the full value on the CPU in fp32 (exactly
+    a whole build's draw), the rank keeps its part of it (a local split: every rank drew the same)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    full = fill(torch.empty(p.shape, dtype=torch.float32)).to(p.dtype)
+    if isinstance(p, DTensor):
+        p.to_local().copy_(distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None).to_local())
+    else:
+        p.copy_(full)
+
+
 def local_sha256(model) -> str:
     """Fingerprint of this rank's shards (a DTensor's local part): differs between ranks by design."""
     h = hashlib.sha256()
@@ -127,6 +182,7 @@ class FSDP(DDP):
     (the same process group), the wrap is FSDP's."""
 
     name = "fsdp"
+    builds_on_meta = True  # for a model with init_parameters (bench/worker.py builds the others whole)
 
     @classmethod
     def rules(cls, cfg, facts, dev):
@@ -146,6 +202,8 @@ class FSDP(DDP):
         self.recompute_blocks = _checkpoint_blocks if self.opts["activation_checkpointing"] else None
         self.mesh = None
         self.blocks = 0
+        self.layout: dict = {}
+        self.meta_built = False
 
     def mesh_shape(self) -> tuple[int, ...]:
         world = dist.get_world_size()
@@ -172,12 +230,29 @@ class FSDP(DDP):
         names = ("fsdp",) if len(shape) == 1 else ("replicate", "fsdp")
         self.mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
         policy = MixedPrecisionPolicy(param_dtype=DTYPES[o["param_dtype"]], reduce_dtype=DTYPES[o["reduce_dtype"]])
+        raf = o["reshard_after_forward"]
+        self.layout = unit_layout(model, raf)
+        emb, head = _head_units(model)
+        if emb is not None:
+            fully_shard(emb, mesh=self.mesh, mp_policy=policy, reshard_after_forward=raf)
         for b in blocks:
-            fully_shard(b, mesh=self.mesh, mp_policy=policy, reshard_after_forward=o["reshard_after_forward"])
-        fully_shard(model, mesh=self.mesh, mp_policy=policy, reshard_after_forward=o["reshard_after_forward"])
+            fully_shard(b, mesh=self.mesh, mp_policy=policy, reshard_after_forward=raf)
+        if head:  # backward starts with the head: freeing it after forward would only gather it again
+            fully_shard(head, mesh=self.mesh, mp_policy=policy, reshard_after_forward=False)
+        # The root's reshard is FSDP2's (kept through backward): reshard_after_forward=True here gathered
+        # the root (embeddings, norm, head, before they had units) twice a step.
+        fully_shard(model, mesh=self.mesh, mp_policy=policy)
+        model.register_forward_hook(_reshard_after_evaluation)
         self.blocks = len(blocks)
         self.activations.watch(model)
         return model
+
+    def materialise(self, model, device) -> None:
+        """A model sharded on the meta device: allocate this rank's shards on `device`, then initialise them
+        with the model's own init_parameters (the caller seeds it as for a whole build)."""
+        model.to_empty(device=device)
+        model.init_parameters(write=_write_shard)
+        self.meta_built = True
 
     def wrap_optimizer(self, optimizer):
         self.states.watch(optimizer)
@@ -210,6 +285,9 @@ class FSDP(DDP):
             "process_group_backend": dist.get_backend(),
             "fsdp_mesh_shape": list(self.mesh.mesh.shape) if self.mesh is not None else None,
             "fsdp_sharded_blocks": self.blocks,
+            "fsdp_units": sum(v for k, v in self.layout.items() if k != "all_gathers_per_step"),
+            "fsdp_all_gathers_per_step": self.layout.get("all_gathers_per_step"),
+            "fsdp_meta_build": self.meta_built,
             "fsdp_params_dtensor": bool(params) and all(type(p).__name__ == "DTensor" for p in params),
             **{f"fsdp_{k}": v for k, v in self.opts.items()},
             **self.states.figures(),

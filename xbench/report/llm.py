@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from xbench.analysis.rows import NoData, Rows, groups
 from xbench.analysis.workload import CONFIGURATION
-from xbench.metrics.llm_sizes import PUBLISHED, shards_needed, size_params, state_gib_per_device
+from xbench.metrics.llm_sizes import (
+    GIB,
+    LLAMA3_VOCAB,
+    PUBLISHED,
+    SIZES,
+    shards_needed,
+    size_params,
+    state_gib_per_device,
+)
 from xbench.report import layout
 from xbench.report.layout import Bar, Facet, hbar_figure
 from xbench.report.rows import (
@@ -89,6 +97,12 @@ def strategies_table(rows: Rows, ctx: Context) -> Table:
                  "runs that differ in the strategy only: the same work, devices and global batch.")
 
 
+def largest_param(size: str, vocab: int = LLAMA3_VOCAB) -> int:
+    """The decoder's largest parameter: the embedding (vocab x dim) or a SwiGLU matrix (dim x ffn_dim)."""
+    s = SIZES[size]
+    return max(vocab * s["dim"], s["dim"] * s["ffn_dim"])
+
+
 def fit_table(rows: Rows, ctx: Context) -> Table:
     llm = llm_rows(rows)
     machines = sorted({(r["platform"], r["platform_memory_gib"], int(r.get("devices") or r.get("world_size") or 1))
@@ -108,13 +122,19 @@ def fit_table(rows: Rows, ctx: Context) -> Table:
                 "ddp": "fits" if whole <= mem else "refused",
                 f"states per device over {n} [GiB]": sharded,
                 "fsdp / xla_fsdp": "fits" if sharded <= mem else f"refused (needs {least} shards)",
+                "host memory to build, whole [GiB per process]": params * 4 / GIB,
+                "host memory to build, fsdp [GiB per rank]": largest_param(size) * 4 / GIB,
             })
     return Table("llm_fit", "Which Llama sizes fit one device under DDP and sharded (fsdp, xla_fsdp) over the "
                  "run's devices", frame(out),
                  note="fp32 parameters, gradients and AdamW's two moments: 16 bytes a parameter, whole under DDP, "
                  "1/devices each when sharded; activations come on top (a 'fits' here is the states only). "
                  "xbench refuses a run that cannot fit before any work (parallel/fit.py, the same rule). "
-                 "Parameters from Meta's published shapes with the 128,256-token vocabulary.")
+                 "Building needs host memory: ddp and xla_fsdp build the whole fp32 model in each process "
+                 "first (4 bytes a parameter, not checked before the run); fsdp builds the decoder on the meta "
+                 "device and each rank allocates only its shards, drawing one fp32 parameter at a time on the "
+                 "host (the largest). Parameters from Meta's published shapes with the 128,256-token "
+                 "vocabulary.")
 
 
 HOLDERS = (("memory_params_gib", "parameters"), ("memory_grads_gib", "gradients"),
