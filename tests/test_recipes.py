@@ -348,3 +348,60 @@ def test_every_strategy_and_no_target_pass_compat():
     assert compat.check(_cfg(*DIGITS, "parallel=xla_spmd", "parallel.world_size=2"), HOST) == []
     assert compat.check(_cfg(*DIGITS, "parallel=accelerate", "parallel.world_size=2"), HOST) == []
     assert compat.check(_cfg(*DIGITS, "parallel=xla_mp", "parallel.world_size=1"), HOST) == []
+
+
+# ---------- gradient clipping: an optimizer option every recipe can set ----------
+
+def _clip_case(clip: float | None, scaler=None):
+    """(parameters before, after one step) of a linear model whose loss has a huge gradient, SGD at lr 1."""
+    import dataclasses
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.0)
+    p = resolve("fp32", "cpu")
+    if scaler is not None:
+        p = dataclasses.replace(p, scaler=scaler)
+    step = make_train_step(model, opt, "classify", p, options=StepOptions(grad_clip_norm=clip))
+    x, y = 1e4 * torch.randn(8, 4), torch.randint(0, 3, (8,))
+    step(x, y)
+    return model, before, (x, y)
+
+
+def test_grad_clip_norm_bounds_the_update_as_clip_grad_norm_would():
+    model, before, (x, y) = _clip_case(1.0)
+    delta = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    assert delta.norm().item() == pytest.approx(1.0, rel=1e-5)  # lr 1: the update is the clipped gradient
+    # the same step by hand with torch's clip_grad_norm_: the same parameters
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(4, 3)
+    torch.nn.functional.cross_entropy(ref(x), y).backward()
+    total = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+    assert total.item() > 100  # the gradient really was huge
+    with torch.no_grad():
+        for q in ref.parameters():
+            q -= q.grad
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b)
+    unclipped, before, _ = _clip_case(None)
+    assert torch.cat([(p.detach() - b).flatten() for p, b in zip(unclipped.parameters(), before)]).norm() > 100
+
+
+def test_grad_clip_norm_under_a_gradient_scaler_clips_the_unscaled_gradients():
+    """amp_fp16's scaler: unscaled before the norm is taken, so the update is the same as without a scaler."""
+    scaled, before, _ = _clip_case(1.0, scaler=torch.amp.GradScaler("cpu", init_scale=2.0 ** 10))
+    plain, _, _ = _clip_case(1.0)
+    delta = torch.cat([(p.detach() - b).flatten() for p, b in zip(scaled.parameters(), before)])
+    assert delta.norm().item() == pytest.approx(1.0, rel=1e-4)
+    for a, b in zip(scaled.parameters(), plain.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_grad_clip_norm_is_an_optimizer_option_the_step_and_mlperf_log_take():
+    from xbench.bench.mlperf_log import recipe_events
+
+    cfg = _cfg("+experiment=digits_to_target", "optim.grad_clip_norm=1.0")
+    assert StepOptions.of(cfg.optim).grad_clip_norm == 1.0
+    assert ("opt_gradient_clip_norm", 1.0) in recipe_events(cfg.optim, {"lr_base": 0.1, "lr_schedule": "constant"})
+    assert StepOptions.of(_cfg("+experiment=digits_to_target").optim).grad_clip_norm is None

@@ -202,6 +202,7 @@ class OptimConfig:
     trust_coefficient: float = 0.001  # lars: eta of the layer-wise trust ratio
     label_smoothing: float = 0.0  # classification loss
     accumulate_steps: int = 1  # micro-batches per optimizer step (gradient accumulation); each is data.batch_size
+    grad_clip_norm: float | None = None  # clip the gradients' global L2 norm to this before each update; null: none
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
 
@@ -350,6 +351,7 @@ RANGES: dict[str, str] = {
     "optim.lr": "(0, 1e6]", "optim.lr_reference_batch": f"[1, {_BIG}]", "optim.momentum": "[0, 1)",
     "optim.weight_decay": "[0, 1e6]", "optim.betas": "[0, 1)", "optim.eps": "[0, 1]", "optim.trust_coefficient": "(0, 1e6]",
     "optim.label_smoothing": "[0, 1)", "optim.accumulate_steps": "[1, 1000000]", "optim.tuned_global_batch": f"[1, {_BIG}]",
+    "optim.grad_clip_norm": "(0, 1e6]",
     "optim.schedule.warmup_epochs": "[0, 1e6]", "optim.schedule.warmup_start_factor": "[0, 1]",
     "optim.schedule.milestones_epochs": "[0, 1e6]", "optim.schedule.gamma": "(0, 1e6]",
     "optim.schedule.decay_epochs": "(0, 1e6]", "optim.schedule.power": "(0, 1e3]", "optim.schedule.end_factor": "[0, 1e6]",

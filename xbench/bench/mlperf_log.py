@@ -24,10 +24,12 @@ the directory that holds the xbench package (`xbench/bench/...`), never this mac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +58,28 @@ def mlperf_benchmark(metric: str) -> str:
     return MLPERF_BENCHMARKS[metric]
 
 
+class _StopOnErrorHandler(logging.StreamHandler):
+    """mllog's lines into the file. A write that fails (a full or read-only store: ENOSPC, EFBIG, EROFS) is said
+    once, on stderr, and the log stops there: the run goes on and its record keeps every figure (logging's
+    default printed a traceback per line: 905 in 5 minutes of a full store)."""
+
+    def __init__(self, stream, path: Path):
+        super().__init__(stream)
+        self.path, self.problem = path, None  # problem: why the log stopped (None: every line was written)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.problem is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.problem is None:
+            e = sys.exc_info()[1]
+            self.problem = f"{type(e).__name__}: {e}"
+            with contextlib.suppress(Exception):
+                print(f"xbench: {self.path} stopped ({self.problem}); the run goes on, its record keeps every "
+                      "figure and says the log is incomplete", file=sys.stderr, flush=True)
+
+
 class MLPerfLog:
     def __init__(self, path: Path):
         # A logger of our own (not mllog's global default), so runs in one process never share handlers.
@@ -64,7 +88,7 @@ class MLPerfLog:
         self._logger.setLevel(logging.INFO)
         self._path = path
         self._stream = safe_io.open_append(path)  # appended, never through a planted link
-        self._handler = logging.StreamHandler(self._stream)
+        self._handler = _StopOnErrorHandler(self._stream, path)
         self._logger.addHandler(self._handler)
         self.ml = MLLogger(logger=self._logger, default_stack_offset=1, root_dir=_SOURCE_ROOT)
         self._open_epoch: int | None = None  # the 1-based number of an epoch started and not stopped
@@ -144,11 +168,19 @@ class MLPerfLog:
             self.run_stop(False, **{STOP_MARK: True})
         self._logger.removeHandler(self._handler)
         self._handler.close()
-        self._stream.close()
+        with contextlib.suppress(OSError):  # lines a failed write left in the buffer (said once, above)
+            self._stream.close()
+
+    @property
+    def problem(self) -> str | None:
+        """Why the log stopped before its end (a failed write), or None."""
+        return self._handler.problem
 
 
 class NullLog:
     """What ranks other than 0 log: nothing (one mlperf.log per run)."""
+
+    problem = None
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
@@ -193,5 +225,7 @@ def recipe_events(optim, hyper: dict) -> list[tuple[str, object]]:
             out += [(C.OPT_LR_DECAY_STEPS, hyper["lr_decay_steps"]), (C.OPT_END_LR, hyper["lr_end"])]
     if optim.label_smoothing:
         out.append(("label_smoothing", optim.label_smoothing))
+    if getattr(optim, "grad_clip_norm", None):
+        out.append((C.OPT_GRADIENT_CLIP_NORM, optim.grad_clip_norm))
     out.append(("opt_learning_rate_schedule", hyper["lr_schedule"]))
     return out

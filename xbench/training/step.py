@@ -2,9 +2,11 @@
 optimizer step. Runtimes wrap it (torch.compile, XLA sync, Accelerate) instead of rewriting it, so
 the step being compared is the same code everywhere.
 
-A recipe adds two things here (`StepOptions`): label smoothing in the classification loss, and gradient
+A recipe adds three things here (`StepOptions`): label smoothing in the classification loss, gradient
 accumulation (one step = `accumulate` micro-batches, then one optimizer update; under DDP the gradients of
-all but the last micro-batch stay local, `no_sync`). The learning rate is set outside the step
+all but the last micro-batch stay local, `no_sync`), and gradient clipping (`grad_clip_norm`: the global L2
+norm of every gradient the optimizer steps clipped to it before the update, as `clip_grad_norm_`; under a
+gradient scaler the gradients are unscaled first, so the norm is the true one). The learning rate is set outside the step
 (training/schedule.py), and the optimizer is built in training/optim.py.
 """
 
@@ -21,10 +23,11 @@ import torch.nn.functional as F
 class StepOptions:
     label_smoothing: float = 0.0
     accumulate: int = 1  # micro-batches per optimizer step; the step's batch is split into this many
+    grad_clip_norm: float | None = None  # clip the gradients' global L2 norm to this before each update
 
     @classmethod
     def of(cls, optim) -> StepOptions:
-        return cls(optim.label_smoothing, optim.accumulate_steps)
+        return cls(optim.label_smoothing, optim.accumulate_steps, getattr(optim, "grad_clip_norm", None))
 
 
 def loss_for_task(task: str, logits, targets, label_smoothing: float = 0.0):
@@ -50,7 +53,7 @@ def make_train_step(model, optimizer, task, precision, backward=None, options: S
     """
     scaler = precision.scaler
     opts = options or StepOptions()
-    k, smooth = opts.accumulate, opts.label_smoothing
+    k, smooth, clip = opts.accumulate, opts.label_smoothing, opts.grad_clip_norm
     no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce only with the last micro-batch
 
     def backward_of(loss):
@@ -60,6 +63,10 @@ def make_train_step(model, optimizer, task, precision, backward=None, options: S
             (backward or torch.Tensor.backward)(loss)
 
     def update():
+        if clip:
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # the true gradients' norm; scaler.step then does not unscale again
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], clip)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
