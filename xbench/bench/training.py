@@ -31,7 +31,7 @@ from xbench.bench.worker import (
 )
 from xbench.data import loaders
 from xbench.metrics import targets as tg
-from xbench.rank import RankContext, RankResult, StopFlag, StopRequested, point_started_at
+from xbench.rank import Diverged, RankContext, RankResult, StopFlag, StopRequested, point_started_at
 from xbench.records import safe_io
 from xbench.records.run_files import CHECKPOINT_FILE, CURVE_FILE, CurveWriter
 from xbench.training import schedule as schedules
@@ -60,6 +60,7 @@ class Progress:
     pending_loss_sum: float = 0.0
     pending_loss_steps: int = 0
     curve: dict = field(default_factory=dict)
+    first_loss: float | None = None  # loop.py rule 9's reference (the run's first loss): a resume keeps it
 
 
 def better(metric: str, value: float, target: float) -> bool:
@@ -187,6 +188,8 @@ class TargetTraining:
         self.lr = self.sched.lr(self.p.step)
         self.losses: list = []
         self.warnings: list[str] = setup_warnings
+        self.watch = loop.LossWatch(plan.bench.diverge_loss_factor, first=self.p.first_loss)
+        self.agree = self.w.strategy.agree(self.w.runtime.device)
 
     def _data(self) -> None:
         """This rank's training feed and eval shard, and the batch sizes that follow from the strategy."""
@@ -277,9 +280,21 @@ class TargetTraining:
         vals = self.w.runtime.read_losses(self.losses)
         self.losses.clear()
         check_finite(vals, p.step - len(vals), "train")
+        self._check_blowup(vals)
         total, n = sum(vals) + p.pending_loss_sum, len(vals) + p.pending_loss_steps
         p.pending_loss_sum, p.pending_loss_steps = (total, n) if keep else (0.0, 0)
         return total / n if n else float("nan")
+
+    def _check_blowup(self, vals: list[float]) -> None:
+        """loop.py rule 9, the throughput loop's: a loss above bench.diverge_loss_factor x the run's first one is a
+        divergence (AdamW at lr 1e6: 4.2e20 after 2.3, then an accuracy at chance), on every rank at once."""
+        p = self.p
+        self.watch.seen = p.step - len(vals)  # steps counted over the whole run, as check_finite counts them
+        hit = self.watch.blown(vals)
+        p.first_loss = self.watch.first
+        if not self.agree(hit is None):
+            step, loss = hit or (p.step - len(vals), max(vals, default=float("nan")))
+            raise Diverged(step, loss, "train")
 
     def evaluate(self, train_loss: float) -> bool:
         """Score the eval set (outside the training clock), extend the curve; True once the last target is met."""
@@ -361,6 +376,8 @@ class TargetTraining:
 
     def _close_logs(self) -> None:
         self.mlog.close()
+        if self.mlog.problem:  # a full store: the log stopped with one line on the console
+            self.warnings.append(f"{LOG_FILE} is incomplete: a write failed ({self.mlog.problem})")
         if self.curve_out is not None:
             self.curve_out.close()
             if self.curve_out.problem:  # the live feed is best-effort: the record holds the whole curve

@@ -35,6 +35,7 @@ the run still ends `ok` (it measured what it set out to); `target_reached` is fa
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from xbench import launch, models
@@ -47,6 +48,7 @@ from xbench.metrics.aggregate import peaks_over_ranks
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run
+from xbench.rank import Diverged
 from xbench.records.store import find_run
 from xbench.sinks.curve import CURVE_FILE, CurveTail
 from xbench.training import schedule as schedules
@@ -131,6 +133,10 @@ class TrainToTarget(Mode):
             tail.start()
         try:
             result = launch.run(work, run.progress, run.stop)
+        except Diverged as e:
+            run.record.measurements["diverged_loss"] = e.loss  # the figure that says so (4.2e20 after 2.3)
+            keep_curve(run.record, curve, run.plan.goal.metric)
+            raise
         finally:
             if tail is not None:
                 tail.stop()
@@ -156,3 +162,25 @@ class TrainToTarget(Mode):
         rec.warnings += record_gates(rec.measurements, rec.derived)
         rec.finish("ok")
 
+
+
+def keep_curve(rec, path: Path, metric: str) -> None:
+    """A diverged run keeps the evaluations it made before the blow-up (rank 0's curve file): the record's
+    series, the evaluations, epochs and last metric, as an ended run has them."""
+    points = []
+    try:
+        for line in path.read_text().splitlines():
+            try:
+                points.append(json.loads(line))
+            except ValueError:  # a line the blow-up cut short
+                break
+    except OSError:
+        return
+    if not points:
+        return
+    rec.series = {k: [pt.get(k) for pt in points] for k in points[0]}
+    last = points[-1]
+    rec.measurements.update(goal_metric=metric, evals=len(points), epochs_done=last.get("epoch"),
+                            steps_done=last.get("step"), metric_final=last.get(metric),
+                            train_loss_last_eval=last.get("train_loss"))
+    rec.artifacts["curve"] = CURVE_FILE
