@@ -60,7 +60,13 @@ def by_preset(preset: str) -> dict | None:
 def commands(study: dict) -> list[str]:
     """Every command the study names: small, full scale, reports."""
     return [*small_commands(study), *(c["command"] for c in study["full_scale"]),
-            study["report"]["small"], study["report"]["full"]]
+            study["report"]["small"], *full_reports(study)]
+
+
+def full_reports(study: dict) -> list[str]:
+    """The full-scale report commands: `report.full`, then `report.full_also` (another baseline the article
+    normalised to, e.g. study 5's one V100 and its 8-V100 VM)."""
+    return [study["report"]["full"], *(study["report"].get("full_also") or [])]
 
 
 def small_entries(study: dict) -> list[dict]:
@@ -295,6 +301,49 @@ def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
     return out
 
 
+BASELINE_COLUMNS = {"time": "time relative to baseline [x]", "cost": "cost relative to baseline [x]"}
+
+
+def missing_headlines(study: dict, report_dir: str | Path) -> list[str]:
+    """The article's headline comparisons (`report.headlines`) the full report in `report_dir` should hold and
+    does not: for each headline whose `out` folder is `report_dir`'s name, tables/baseline.csv must mark the
+    headline's baseline configuration as the baseline and give a number in the time (or cost) column of its row."""
+    import csv
+
+    wanted = [h for h in study["report"].get("headlines") or [] if Path(h["out"]).name == Path(report_dir).name]
+    if not wanted:
+        return []
+    table = Path(report_dir) / "tables" / "baseline.csv"
+    if not table.is_file() or (empty := _not_a_figure(table, "table")) is not None:
+        why = "is missing" if not table.is_file() else empty
+        return [f"{h['figure']}: {h['says']} ({table} {why}: run the report with its --baseline)" for h in wanted]
+    rows = list(csv.DictReader(table.read_text().splitlines()))
+
+    def matching(keys: dict) -> list[dict]:
+        return [r for r in rows if all(str(r.get(k, "")) == str(v) for k, v in keys.items())]
+
+    out = []
+    for h in wanted:
+        base, col = matching(h["baseline"]), BASELINE_COLUMNS[h["column"]]
+        if not any(r.get("baseline") for r in base):
+            out.append(f"{h['figure']}: {h['says']} (the baseline in {table} is not "
+                       f"{', '.join(f'{k}={v}' for k, v in h['baseline'].items())})")
+            continue
+        values = [_number(r.get(col)) for r in matching(h["row"])]
+        if not any(v is not None for v in values):
+            out.append(f"{h['figure']}: {h['says']} ({table} has no {col!r} for "
+                       f"{', '.join(f'{k}={v}' for k, v in h['row'].items())})")
+    return out
+
+
+def _number(text) -> float | None:
+    try:
+        v = float(str(text).replace(",", "").rstrip("x"))
+    except ValueError:
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -335,7 +384,7 @@ def header_lines(study: dict) -> list[str]:
         pending = f" [pending: {c['pending']['needs']}]" if c.get("pending") else ""
         out += [f"#   {c['what']}{pending}:", f"#     {c['command']}"]
     out += [f"# Report (small): {study['report']['small']}",
-            f"# Report (full):  {study['report']['full']}",
+            *(f"# Report (full):  {r}" for r in full_reports(study)),
             f"# From xbench/studies/studies.yaml (python -m xbench.studies {study['id']}); docs/studies.md."]
     return out
 
@@ -360,7 +409,15 @@ def docs_section(study: dict) -> str:
     for c in study["full_scale"]:
         pending = f" *Pending: {c['pending']['needs']}.*" if c.get("pending") else ""
         lines += [f"- {c['what']} (`{c['platform']}`).{pending}", "", "  ```", f"  {c['command']}", "  ```", ""]
-    lines += ["Reports:", "", "```", study["report"]["small"], study["report"]["full"], "```", ""]
+    lines += ["Reports:", "", "```", study["report"]["small"], *full_reports(study), "```", ""]
+    if study["report"].get("headlines"):
+        lines += ["The full reports draw the article's headline comparisons (`--check-report DIR --full` fails "
+                  "without them):", ""]
+        lines += [f"- {h['says']}: `{h['out']}`, tables/baseline.csv, the {h['column']} of "
+                  f"{', '.join(f'{k}={v}' for k, v in h['row'].items())} against "
+                  f"{', '.join(f'{k}={v}' for k, v in h['baseline'].items())} (published figure `{h['figure']}`)"
+                  for h in study["report"]["headlines"]]
+        lines.append("")
     rows = study.get("published") or []
     if rows:
         lines += ["Published figures (`xbench.studies.published_rows`; the report draws a measured figure only "

@@ -56,6 +56,10 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
     p.add_argument("--check-report", metavar="DIR",
                    help="exit 1 unless the report in DIR draws every figure kind the study's small command promises")
+    p.add_argument("--full", action="store_true",
+                   help="with --check-report: DIR is a full report; exit 1 unless it holds the article's headline "
+                        "comparisons that report command promises (report.headlines: x times one V100, cost against "
+                        "the 8-V100 VM, ...)")
     p.add_argument("--print", dest="which", choices=("small", "report"),
                    help="only the small commands (one a line), or the small report command (scripts)")
     args = p.parse_args(argv)
@@ -73,7 +77,14 @@ def main(argv=None) -> int:
             print(f"xbench.studies: --check-report {args.check_report}: no such folder (give the report's --out folder)",
                   file=sys.stderr)
             return 1
-        missing = [f"{s['id']}: {f}" for s in chosen for f in studies.missing_figures(s, args.check_report)]
+        if args.full:
+            outs = {Path(h["out"]).name for s in chosen for h in s["report"].get("headlines") or []}
+            if Path(args.check_report).name not in outs:
+                print(f"xbench.studies: --check-report {args.check_report} --full: not the --out folder of a full "
+                      f"report with headlines ({', '.join(sorted(outs)) or 'none'})", file=sys.stderr)
+                return 1
+        check = studies.missing_headlines if args.full else studies.missing_figures
+        missing = [f"{s['id']}: {f}" for s in chosen for f in check(s, args.check_report)]
         for m in missing:
             print(f"xbench.studies: the report in {args.check_report} lacks {m}", file=sys.stderr)
         return 1 if missing else 0
