@@ -123,6 +123,7 @@ def test_bad_xla_fsdp_configs_are_refused_before_work(overrides, words):
 
 
 @pytest.mark.slow
+@pytest.mark.xla
 def test_xla_fsdp_shards_parameters_over_2_cpu_devices_with_no_timed_compiles(store):
     """SPMD on 2 XLA:CPU devices: every parameter of the tiny decoder split along dim 0 over the fsdp axis,
     the batch over both mesh axes; a device holds half of the parameters and of AdamW's state; it trains,
