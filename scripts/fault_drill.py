@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import resource
 import shutil
 import signal
@@ -47,7 +48,7 @@ WARMUP_STEPS = 3
 ADDRESS_CAP_GIB = 7.0
 # Fake secrets: distinctive values searched for in every file a run leaves and on its console.
 SECRETS = {"MY_API_KEY": "drill-sk-4f1e9a77c0", "HF_TOKEN": "drill-hf-93b2e1d5aa", "DB_PASSWORD": "drill-pw-7c3d11e8f0",
-           "WANDB_API_KEY": "drill" + "0" * 35}
+           "WANDB_API_KEY": "drill" + "0" * 35, "SERVICE_API_KEYS": "drill-keys-61d0b2e4c9"}
 
 
 @dataclass
@@ -468,6 +469,11 @@ SHAPES = {
     "quoted, with a comma and a space": ('+model.options.api_key="hx-q,uoted sp"', ("hx-q,uoted sp",)),
     "list": ("+model.options.hf_token=[hx-list-1111,hx-list-2222]", ("hx-list-1111", "hx-list-2222")),
     "nested dict": ("+model.options.creds={user:hx-user,password:hx-dict-pw33}", ("hx-dict-pw33",)),
+    # round 4: plural and header-style names (and Hydra's own per-point files: hydra.output_subdir in the sweep)
+    "plural names": ("+model.options.access_tokens=[hx-plural-1111,hx-plural-2222]", ("hx-plural-1111", "hx-plural-2222")),
+    "plural dict": ("+model.options.secrets={db:hx-secrets-5555}", ("hx-secrets-5555",)),
+    "header names": ("+model.options.x-api-key=hx-header-3333", ("hx-header-3333",)),
+    "bearer": ("+model.options.bearer=hx-bearer-4444", ("hx-bearer-4444",)),
     "URL with a password": ("data.path=https://hx-user:hx-url-pw44@example.invalid/data", ("hx-url-pw44",)),
 }
 
@@ -494,7 +500,7 @@ def secrets(tmp: Path) -> list[Row]:
     wandb_args = [a for a in FAST if a != "logger=none"] + ["logger=wandb"]
     p1 = cli(store, *wandb_args, "fault.kind=exception", "fault.at_step=1", timeout=300, env=env(**SECRETS))
     shapes = [a for a, _ in SHAPES.values()]
-    p2 = cli(store, "-m", *wandb_args, *shapes, timeout=300, env=env(**SECRETS))
+    p2 = cli(store, "-m", *wandb_args, *shapes, "hydra.output_subdir=.hydra", timeout=300, env=env(**SECRETS))
     p3 = subprocess.run([sys.executable, "-m", "xbench.report", str(store), "--out", str(report), "--no-progress"],
                         capture_output=True, text=True, timeout=300, cwd=REPO, env=env(**SECRETS))
     values = [*SECRETS.values(), *(v for _, vs in SHAPES.values() for v in vs)]
@@ -514,15 +520,20 @@ def secrets(tmp: Path) -> list[Row]:
         rows.append(judge(Row(label, "failed"), rec, extra_problems=extra))
     opts = (recs.get("sweep") or {}).get("config", {}).get("model", {}).get("options", {})
     if opts and not (opts.get("db_password") == opts.get("api_key") == opts.get("hf_token") == "<redacted>"
-                     and opts.get("creds", {}).get("password") == "<redacted>"):
+                     and opts.get("creds", {}).get("password") == "<redacted>"
+                     and all(opts.get(k) == "<redacted>" for k in ("access_tokens", "secrets", "x-api-key", "bearer"))):
         rows[1].complete, rows[1].detail = "no", f"secret keys not marked <redacted>: {opts}"
     if p3.returncode != 0 or not (report / "tables" / "tidy_runs.csv").exists():
         rows[1].complete, rows[1].detail = "no", f"report exit {p3.returncode}: {p3.stderr[-200:]}"
     rows[0].leaks = len(leaks)
-    if leaks:
+    if not list(store.glob(".hydra/*/*/.hydra/config.yaml")):  # hydra.output_subdir: what the search must cover
+        rows[0].complete, rows[0].detail = "no", "Hydra wrote no per-point files to search"
+    elif leaks:
         rows[0].detail = f"leaks: {', '.join(sorted(set(leaks)))[:200]}"
     elif all(r.complete == "yes" for r in rows):
-        rows[0].detail = f"0 of {len(values)} values found in {files} files (runs, W&B, Hydra, report, CSV) + 3 consoles"
+        hydra_files = len(list(store.glob(".hydra/*/*/.hydra/*.yaml")))
+        rows[0].detail = (f"0 of {len(values)} values found in {files} files (runs, W&B, Hydra's {hydra_files} per-point "
+                          "files, report, CSV) + 3 consoles")
         rows[1].detail = f"{', '.join(SHAPES)}: redacted by key and by value"
     return rows
 
@@ -1290,6 +1301,115 @@ def report_cost_mistakes(tmp: Path) -> list[Row]:
     return rows
 
 
+# ---- round 4 (issue 5/7): no hang, stored data is data, Hydra's own files ----------------------------------
+
+def uneven_eval(tmp: Path) -> list[Row]:
+    """unbounded: train-to-target under FSDP2 (2 gloo ranks, the tiny decoder sharded per block) with 9 held-out
+    windows at eval batch 4: 5 and 4 samples, 2 and 1 batches (was: rank 0's second batch waited 120 s in the
+    all-gather for rank 1, which had finished, and the run failed at its first evaluation)."""
+    corpus = tmp / "corpus.txt"
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "from", "home"]
+    corpus.write_text(" ".join(words[(i * 7) % len(words)] for i in range(2000))[:3000])
+    t = time.monotonic()
+    cli(tmp / "s", "+workload=llama_tiny_tokens", "data=text_bytes", f"data.path={corpus}", "data.seq_len=32",
+        "data.batch_size=4", "goal.eval_batch_size=4", "platform=cpu", "precision=fp32", "parallel=fsdp",
+        "parallel.world_size=2", "bench.mode=train_to_target", "bench.threads=1", "goal.metric=log_perplexity",
+        "goal.target=null", "goal.targets=[]", "goal.max_epochs=1", "logger=none", "logger.progress=false", timeout=600)
+    took = time.monotonic() - t
+    rec, why = one_record(tmp / "s")
+    m = (rec or {}).get("measurements") or {}
+    problems = [] if m.get("eval_samples") == 9 and m.get("evals") == 1 else [f"eval_samples {m.get('eval_samples')}"]
+    row = judge(Row("FSDP, an eval set split unevenly over 2 ranks", "ok", detail=why), rec,
+                need=("metric_final",), extra_problems=problems)
+    row.hang = took > 400
+    if row.complete == "yes":
+        row.detail = f"{took:.0f} s; 9 windows on 2 ranks scored, log-perplexity {m['metric_final']:.3f}"
+    return [row]
+
+
+def bounds_r4(tmp: Path) -> list[Row]:
+    """unbounded: a billion-point range is counted from its bounds and refused at once; Hydra's basic sweeper runs
+    point 1 before it composes point 2; text_bpe trains on 200,000 characters without whitespace in seconds and
+    says so first."""
+    rows = []
+    t = time.monotonic()
+    p = cli(tmp / "big", "-m", *FAST, "bench.seed=range(0,1000000000)", timeout=300)
+    took = time.monotonic() - t
+    row = Row("a billion-point range(0,1000000000)", "refused", complete="n/a", hang=took > 60)
+    row.observed = "refused" if p.returncode == 2 and "1,000,000,000 points" in p.stderr else f"exit {p.returncode}"
+    row.detail = f"exit {p.returncode} in {took:.1f} s (the CLI's start-up included)"
+    rows.append(row)
+
+    p = cli(tmp / "basic", "-m", *FAST, "model=mlp", "data=digits", "hydra/sweeper=basic", "data.batch_size=8,abc",
+            timeout=300)
+    recs = [r.to_dict() for r in load_records(tmp / "basic")] if (tmp / "basic").exists() else []
+    row = Row("hydra/sweeper=basic, point 2 does not compose", "1 run", complete="n/a")
+    row.observed = f"{len(recs)} run" + ("s" if len(recs) != 1 else "") if p.returncode == 1 else f"exit {p.returncode}"
+    row.detail = ("point 1 ran before point 2 was composed" if row.observed == "1 run" and recs[0]["status"] == "ok"
+                  else p.stderr.strip()[-100:])
+    rows.append(row)
+
+    letters = random.Random(0)
+    (tmp / "run.txt").write_text("".join(letters.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200_000)))
+    t = time.monotonic()
+    p = cli(tmp / "bpe", *FAST, "+workload=llama_tiny_tokens", "data=text_bpe", f"data.path={tmp / 'run.txt'}",
+            "data.vocab_size=512", "data.num_classes=512", "data.seq_len=32", "platform=cpu", timeout=400)
+    took = time.monotonic() - t
+    rec, why = one_record(tmp / "bpe")
+    said = "data=text_bpe: training a byte-level BPE" in p.stderr and " MB, " in p.stderr
+    row = judge(Row("text_bpe on 200k characters without whitespace", "ok", detail=why), rec,
+                need=("throughput_samples_per_s",), extra_problems=[] if said else ["no size and time on the console"])
+    row.hang = took > 240
+    if row.complete == "yes":
+        row.detail = f"the whole run {took:.0f} s (was: 53 s of tokenizer training alone)"
+    rows.append(row)
+    return rows
+
+
+def stored_data(tmp: Path) -> list[Row]:
+    """store_code: a stored record's config is data: `${oc.env:...}` planted in it is refused at resume= naming the
+    key (was: resolved in the resuming user's environment, the value written into the shared attempt record); a
+    checkpoint whose progress says epoch 10**12 is refused (was: resumed into an ok record of 1e12 epochs)."""
+    rows = []
+    store = tmp / "s"
+    cli(store, *TARGET, "goal.target=0.999", "goal.max_epochs=1")
+    rec, why = one_record(store)
+    if rec is None or rec["status"] != "ok" or not (store / rec["run_id"] / "checkpoint.pt").is_file():
+        return [Row("a stored run to resume", "ok", (rec or {}).get("status", "no record"), detail=why, lost=1)]
+    rid, folder = rec["run_id"], store / rec["run_id"]
+    original = (folder / "record.json").read_bytes()
+    planted = json.loads(original)
+    planted["config"]["experiment"] = "${oc.env:XB_DRILL_PLANTED}"
+    (folder / "record.json").write_text(json.dumps(planted))
+    value = "drill-planted-env-9a8b7c6d"
+    p = cli(store, f"resume={rid}", "logger=none", "logger.progress=false", timeout=300,
+            env=env(XB_DRILL_PLANTED=value))
+    leaks, _ = search([value], [store], [p.stdout + p.stderr])
+    row = Row("${oc.env:...} planted in a stored config, resumed", "refused", complete="n/a", leaks=len(leaks))
+    row.observed = "refused" if p.returncode == 2 and "interpolation at experiment" in p.stderr else \
+        f"exit {p.returncode}"
+    row.detail = ", ".join(leaks)[:100] if leaks else (p.stderr.strip().splitlines() or [""])[-1][:100]
+    rows.append(row)
+
+    (folder / "record.json").write_bytes(original)
+    code = ("import torch, sys; p = sys.argv[1]; c = torch.load(p, weights_only=True); "
+            "c['progress'].update(epoch=10**12, step=0, samples=0); torch.save(c, p)")
+    subprocess.run([sys.executable, "-c", code, str(folder / "checkpoint.pt")], check=True, timeout=120,
+                   env=env(), cwd=REPO)
+    p = cli(store, f"resume={rid}", "logger=none", "logger.progress=false", timeout=300)
+    attempts = [json.loads(a.read_text()) for a in folder.glob("attempt-*.json")]
+    row = Row("a checkpoint's progress at epoch 10**12, resumed", "failed", complete="n/a")
+    row.observed = attempts[0]["status"] if len(attempts) == 1 else f"{len(attempts)} attempts, exit {p.returncode}"
+    said = bool(attempts) and "is beyond this run's goal.max_epochs=1" in (attempts[0].get("reason") or "")
+    kept = (folder / "record.json").read_bytes() == original
+    row.lost = int(not kept)
+    row.complete = "n/a" if said and kept else "no"
+    row.detail = "refused, the run's record byte for byte" if said and kept else \
+        f"reason: {(attempts[0].get('reason') if attempts else '')!s:.80}; record kept: {kept}"
+    rows.append(row)
+    return rows
+
+
 # The classes of fault the drill covers: round 3's findings (#27), a case or more each.
 CLASSES = {
     "store_code": "code from the store (pickles, parsed data)",
@@ -1356,6 +1476,9 @@ CASES = [  # (case, in --short, class)
     (extreme_figures, False, "errors"),
     (planted_data_cache, False, "links"),
     (report_cost_mistakes, False, "errors"),
+    (uneven_eval, False, "unbounded"),
+    (bounds_r4, False, "unbounded"),
+    (stored_data, False, "store_code"),
 ]
 # Rows known to fail, with their class and why: the fix is another change's, not landed when this was written.
 # The drill reports them as xfail (and xpass once fixed: then remove the line); they do not fail the exit status.

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.conftest import REPO, cli_env, records
+from tests.conftest import REPO, cli_env, drill_test, records
 from xbench.bench.epochs import IGNORE_LABEL, IGNORE_TOKEN, EvalShard
 from xbench.data.text import CharWindows
 
@@ -215,3 +215,14 @@ def test_hydras_basic_sweeper_on_the_local_launcher_composes_one_point_per_batch
         ours = compose("config", [], return_hydra_config=True)
         assert not bound_basic_sweeper(ours) and ours.hydra.sweeper.max_batch_size is None
     GlobalHydra.instance().clear()
+
+
+# ---- the fault drill's round-4 cases (scripts/fault_drill.py), read through the session's drill ----------------
+
+@drill_test()
+@pytest.mark.parametrize("case, rows", [("uneven_eval", 1), ("bounds_r4", 3), ("stored_data", 2)])
+def test_drill_case_round_4(drill, case, rows):
+    got = drill.rows_of(case)
+    bad = [r for r in got if not r["ok"]]
+    assert not bad, f"{bad}\n{drill.console[-4000:]}"
+    assert len(got) == rows and not any(r["hang"] or r["leaks"] or r["lost"] for r in got), got

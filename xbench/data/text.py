@@ -346,7 +346,7 @@ BPE_MIN_VOCAB = 256 + 1  # the byte-level alphabet, and at least one merge
 # this long. BPE training works per pre-token and costs the square of its length: a run without whitespace of
 # 50k/100k/200k characters (minified JSON, base64, a DNA string) took 3.4/12.6/52.6 s; words stay whole.
 BPE_MAX_PRETOKEN_BYTES = 128
-BPE_BYTES_PER_S = 100_000  # training and encoding on one loaded core here (3 MB: ~30 s): the console's estimate
+BPE_BYTES_PER_S = 100_000  # the console's estimate: 3 MB took 10 s of CPU here, 30 s on a shared core
 
 
 def _train_bpe(text: str, vocab_size: int):
