@@ -1,11 +1,11 @@
 """The GPU check (scripts/device_check.sh / .py) brings its answers back: within the device tool's limits
 (at most 8 files, none over 2 folders below $OUT), a table with every row written after every run, an
-overall deadline that skips what is left and says so, and rows that name a missing figure, never crash.
+overall deadline that skips what is left and says so (a skipped row fails the check), and rows that name a
+missing figure, never crash.
 
-The dry run (CPU, tiny sizes) runs the real CLI per run; the tests that do are marked slow. The slow test drives
-a subset of it (DRY_RUNS, `--only`) that holds every row kind and every run kind; the dry overrides of the runs it
-leaves out are checked to compose and pass compat here. The others read the script's pieces in this process, on
-records shaped as xbench writes them.
+The dry run (CPU in CUDA's place, tiny sizes) runs the real CLI per run and judges every row; the tests that do
+are marked slow: the default list (DRY_RUNS, ~213 s at load 15 on 2 cores) and --more's. The others read the
+script's pieces in this process, on records shaped as xbench writes them on a GPU and on the CPU.
 """
 
 from __future__ import annotations
