@@ -35,6 +35,7 @@ TINY = {
     "bert_tiny": (dataclasses.replace(TOKENS, seq_len=16), {"hidden": 32, "heads": 2, "intermediate": 64,
                                                              "dropout": 0.0}),
     "bert_base": None,  # 110M parameters: checked for its parameter count below, too big to train here
+    "bert_large": None,  # 335M parameters: counted by a closed form in tests/test_study_setups.py
     "llama_tiny": (dataclasses.replace(TOKENS, seq_len=16), {}),
     "llama_small": None,  # the same decoder as llama_tiny, wider (tests/test_llm.py counts its FLOPs)
     "llama3_8b": None,  # 8.03B parameters: counted on the meta device in tests/test_llm.py
