@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import FAST, REPO, cli_env, records
+from tests.conftest import FAST, REPO, cli_env, drill_test, records
 
 PY = sys.executable
 TINY_TARGET = ("+experiment=digits_to_target", "logger=none", "logger.progress=false")
@@ -159,3 +159,48 @@ def test_the_mlperf_log_stops_at_a_failed_write_with_one_line(tmp_path, capfd):
     lines = path.read_text().splitlines()
     assert 0 < len(lines) < 200 and all(ln.startswith(":::MLLOG {") and ln.endswith("}") for ln in lines[:-1])
     assert MLPerfLog(tmp_path / "ok.log").problem is None  # a log that writes has none
+
+
+# ---- 4. a read-only logger.wandb.dir ------------------------------------------------------------------------
+
+READ_ONLY_DIR = r"""
+set -u
+mount -t tmpfs -o size=4m tmpfs "$RO" && mount -o remount,ro "$RO"
+"$@" > "$OUT/stdout" 2> "$OUT/stderr"; echo $? > "$OUT/rc"
+umount "$RO"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_mount(), reason="no private mount namespace here (unshare -rm): no real read-only folder")
+def test_a_read_only_wandb_dir_is_said_and_never_the_shared_temp_folder(tmp_path):
+    """logger.wandb.dir on a read-only filesystem (root writes through chmod, not through a read-only mount).
+    W&B put the run in the system's temp folder ($TMPDIR/wandb) without a word; now one line says so, W&B is off
+    for the run with the reason in the record (as for a folder that cannot be created), the run is ok."""
+    ro, systmp, store = tmp_path / "ro", tmp_path / "systmp", tmp_path / "store"
+    ro.mkdir()
+    systmp.mkdir()
+    script = tmp_path / "ro.sh"
+    script.write_text(READ_ONLY_DIR)
+    fast = [a for a in FAST if a != "logger=none"]
+    cmd = [PY, "-m", "xbench", f"store.root={store}", *fast, "model=mlp", "data=digits", "logger=wandb",
+           f"+logger.wandb.dir={ro}"]
+    subprocess.run(["unshare", "-rm", "bash", str(script), *cmd], timeout=600, cwd=REPO,
+                   env=cli_env(RO=str(ro), OUT=str(tmp_path), TMPDIR=str(systmp)))
+    out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    assert (tmp_path / "rc").read_text().strip() == "0", err[-2000:]
+    assert not (systmp / "wandb").exists()  # was: the whole offline run there
+    [rec] = records(store)
+    said = [ln for ln in (out + err).splitlines() if "logger.wandb.dir" in ln]
+    assert len(said) == 1 and f"logger.wandb.dir={ro} is not writable; W&B is off" in said[0], err[-2000:]
+    assert rec["status"] == "ok" and "is not writable" in rec["artifacts"]["wandb_error"]
+    assert "wandb_offline_dir" not in rec["artifacts"]
+
+
+DRILL_CASES = ("sigterm_point_startup", "blowup_to_target", "full_store_to_target", "read_only_wandb_dir")
+
+
+@drill_test(*DRILL_CASES)
+def test_drill_rows_of_round_4_outcomes(drill):
+    rows = [r for case in DRILL_CASES for r in drill.rows_of(case)]
+    assert len(rows) == 4 and all(r["verdict"] == "ok" or r["observed"] == "skipped" for r in rows), rows

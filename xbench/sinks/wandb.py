@@ -322,9 +322,7 @@ class WandbSink:
                      "or logger=none)")
             return None
         os.environ.setdefault("WANDB_SILENT", "true")
-        wdir = Path(self.wcfg.get("dir") or run_dir)
-        wdir.mkdir(parents=True, exist_ok=True)
-        self.wdir = wdir
+        wdir = self.wdir = self._dir(run_dir)
         group, tags = group_and_tags(record, self.wcfg)
         config = {**redact(record.config), "run_id": record.run_id, "xbench_version": record.env.get("xbench_version"),
                   "comparison": bar_key(record), "env": redact(env_summary(record.env))}
@@ -340,6 +338,18 @@ class WandbSink:
             run.define_metric(key, step_metric="step")
         run.define_metric("window_*", step_metric="window")
         return run
+
+    def _dir(self, run_dir: Path) -> Path:
+        """Where W&B writes its files: logger.wandb.dir, else the run's folder. One W&B cannot write (its own test,
+        os.access: a read-only mount fails it even for root) turns W&B off for the run with the reason: W&B
+        itself would put the run in the system's shared temp folder without a word (wandb_init.try_create_root_dir)."""
+        asked = self.wcfg.get("dir")
+        d = Path(asked or run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        if not os.access(d, os.W_OK | os.R_OK):
+            raise PermissionError(f"{'logger.wandb.dir=' if asked else 'the run folder '}{d} is not writable; W&B is "
+                                  "off for this run (never the system's shared temp folder)")
+        return d
 
     def _log_series(self, run, record: RunRecord) -> None:
         s = record.series
