@@ -75,6 +75,7 @@ def _created(rec) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.xla
 def test_isolated_sweep_points_own_their_compilations_and_start_up(store):
     """`xla_compile` after `xla`: isolated (the default for a sweep), it compiles its own 2 graphs; sharing
     the process it found them cached (0 compilations, 0 s) and now says so. The two sweeps are independent
