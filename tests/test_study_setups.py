@@ -204,3 +204,33 @@ def test_study_3_low_end_paperspace_machine_is_the_p6000():
     assert (p["accelerator"], p["memory_gib"], p["sm_count"], p["peak_tflops"]["fp32"]) == ("P6000", 24, 30, 12.6)
     fig = next(f for f in s["published"] if f["id"] == "cost_paperspace_low_end")
     assert fig["compare"]["where"]["platform"] == "paperspace_p6000" and "P6000" in fig["conditions"]["hardware"]
+
+
+# ---------- published figures: kinds, the articles' remaining numbers, no invented ones ----------
+
+def test_published_figures_have_the_kind_of_number_the_article_gave():
+    figs = {(r["study"], r["figure"]): r for r in studies.published_rows()}
+    assert studies.published_problems() == []
+    assert figs[("tpu_vs_gpu", "tpu_top1_lead_90ep")]["kind"] == "difference"  # 0.7 points of top-1
+    assert figs[("pod_scaling", "near_linear_scaling")]["kind"] == "count"  # 256 chips
+    tf = figs[("tpu_vs_gpu", "tf_benchmarks_below_mxnet")]
+    assert (tf["value"], tf["unit"], tf["kind"]) == (3, "percent slower (about)", "ratio") and "3%" in tf["quote"]
+    acc = figs[("xla_speedup", "mlperf_v07_accelerators")]
+    assert (acc["value"], acc["kind"]) == (4000, "count") and "more than 4,000 accelerators" in acc["quote"]
+    # "similar, or even worse" is no number: it stays a qualitative line, never a figure of value 1
+    assert ("cpu_vs_gpu", "cpu64_over_cpu32_time") not in figs
+    study2 = next(s for s in studies.all_studies() if s["id"] == "cpu_vs_gpu")
+    assert any("or even worse" in line and "qualitative" in line for line in study2["not_recovered"])
+
+
+def test_the_max_batch_caption_names_the_searched_axis_not_the_starting_batch():
+    from xbench.analysis.rows import Rows
+    from xbench.report.tables import max_batch_table
+
+    base = {"experiment": "x", "model": "mlp", "data": "synthetic_mnist", "platform": "local", "runtime": "eager",
+            "precision": "fp32", "parallel": "single", "batch_size_per_device": 4, "global_batch_size": 4,
+            "devices": 1, "bench_mode": "find_max_batch", "status": "ok", "max_batch_size_per_device": 64,
+            "min_failing_batch_size_per_device": 128}
+    note = max_batch_table(Rows([base]), None).note
+    assert "batch/device=" not in note and "global batch=" not in note
+    assert "Compared: the per-device batch" in note and "model=mlp" in note

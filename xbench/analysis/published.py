@@ -22,9 +22,11 @@ def why_not_compared(fig: dict) -> str:
         return fig["why_not"]
     if fig.get("kind") == "cost" and studies.PRICE_UNIT.search(str(fig.get("unit") or "")):
         return "a price, not a measurement: the platform files (conf/platform) carry the prices runs are billed at"
-    if fig.get("kind") == "ratio":
-        return ("a ratio between two set-ups: xbench measures each side as a run of its own, and the baseline, "
-                "scaling and overhead tables give the measured ratio")
+    if fig.get("kind") in ("ratio", "difference"):
+        return (f"a {fig['kind']} between two set-ups: xbench measures each side as a run of its own, and the "
+                "baseline, scaling and overhead tables give the measured ratio")
+    if fig.get("kind") == "count":
+        return "a count the article states (of chips or accelerators), not a measurement"
     return "no xbench run measures this figure's setting"
 
 

@@ -25,7 +25,7 @@ from xbench.analysis.reprice import repriced
 from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import ci_text, noisy, ratio, spread, verdict
-from xbench.analysis.workload import SCALING
+from xbench.analysis.workload import CONFIGURATION, SCALING
 from xbench.metrics import targets
 from xbench.report import llm
 from xbench.report.rows import (
@@ -356,6 +356,10 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
 TRIED = "each batch tried [batch: samples/s over a timed window]"
 
 
+# A search's caption names the searched axis, never the batch its records started from.
+SEARCH_CAPTION = tuple(k for k in CONFIGURATION if k not in ("batch_size_per_device", "global_batch_size"))
+
+
 @table("max_batch", searches=True)
 def max_batch_table(rows: Rows, ctx: Context) -> Table:
     sub_rows = Rows(r for r in rows if r.get("bench_mode") == SEARCHES)
@@ -381,7 +385,8 @@ def max_batch_table(rows: Rows, ctx: Context) -> Table:
             "reason": reasons(sub),
         })
     return Table("max_batch", "The largest per-device batch each configuration fits (bench.mode=find_max_batch)",
-                 frame(out), note=constant_caption(sub_rows) + " Each trial is a short real run (a warm-up, then one "
+                 frame(out), note=constant_caption(sub_rows, SEARCH_CAPTION) + " Compared: the per-device batch "
+                 "(searched; a record's own batch is only where the search started). Each trial is a short real run (a warm-up, then one "
                  "timed window of several steps) through the run's own launcher; its samples/s are the window's, "
                  "marked (contended) where other processes used the machine in it and (one step) in records from "
                  "before trials had windows, and neither counts as the throughput at the largest. Memory is the "

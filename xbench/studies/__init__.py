@@ -178,7 +178,8 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
     }
 
 
-KINDS = ("synthetic_throughput", "real_throughput", "training_time", "cost", "ratio")
+# difference: points between two set-ups (top-1 0.7 points higher); count: how many of something (256 chips)
+KINDS = ("synthetic_throughput", "real_throughput", "training_time", "cost", "ratio", "difference", "count")
 CONDITIONS = ("hardware", "batch", "precision", "data")
 # Measured columns by kind (the tidy frame's names; a throughput's kind is its data's: see column_kind).
 _THROUGHPUT = re.compile(r"^(throughput|step_throughput|max_batch_throughput)(_per_device)?_samples_per_s$")
