@@ -1327,7 +1327,7 @@ def uneven_eval(tmp: Path) -> list[Row]:
     return [row]
 
 
-def bounds_r4(tmp: Path) -> list[Row]:
+def sizes_r4(tmp: Path) -> list[Row]:
     """unbounded: a billion-point range is counted from its bounds and refused at once; Hydra's basic sweeper runs
     point 1 before it composes point 2; text_bpe trains on 200,000 characters without whitespace in seconds and
     says so first."""
@@ -1561,7 +1561,7 @@ CASES = [  # (case, in --short, class)
     (planted_data_cache, False, "links"),
     (report_cost_mistakes, False, "errors"),
     (uneven_eval, False, "unbounded"),
-    (bounds_r4, False, "unbounded"),
+    (sizes_r4, False, "unbounded"),
     (stored_data, False, "store_code"),
     (sigterm_point_startup, False, "lost"),
     (blowup_to_target, False, "wrong"),

@@ -220,7 +220,7 @@ def test_hydras_basic_sweeper_on_the_local_launcher_composes_one_point_per_batch
 # ---- the fault drill's round-4 cases (scripts/fault_drill.py), read through the session's drill ----------------
 
 @drill_test()
-@pytest.mark.parametrize("case, rows", [("uneven_eval", 1), ("bounds_r4", 3), ("stored_data", 2)])
+@pytest.mark.parametrize("case, rows", [("uneven_eval", 1), ("sizes_r4", 3), ("stored_data", 2)])
 def test_drill_case_round_4(drill, case, rows):
     got = drill.rows_of(case)
     bad = [r for r in got if not r["ok"]]
