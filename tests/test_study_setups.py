@@ -234,3 +234,26 @@ def test_the_max_batch_caption_names_the_searched_axis_not_the_starting_batch():
     note = max_batch_table(Rows([base]), None).note
     assert "batch/device=" not in note and "global batch=" not in note
     assert "Compared: the per-device batch" in note and "model=mlp" in note
+
+
+# ---------- recipes ----------
+
+def test_study_1_small_commands_pin_their_threads():
+    study = next(s for s in studies.all_studies() if s["id"] == "tpu_vs_gpu")
+    commands = [study["small"]["command"], *(a["command"] for a in study["small"]["also"])]
+    assert all("bench.threads=" in c for c in commands)
+    assert {cfg.bench.threads for cfg in _configs(study["small"]["command"])} == {2}  # n1-standard-2's 2 vCPUs
+
+
+def test_a_far_batch_warning_names_the_epoch_budget_it_would_scale_to(capsys):
+    """MLPerf's LARS recipe (3 warm-up epochs at 2048) at 32768 = 16x: the sqrt rule's warm-up is 12 epochs, so
+    the 39-epoch budget would be 39 + 9 = 48 to keep the tuned decay (36 epochs); the run keeps 39."""
+    from xbench.training import schedule
+
+    lars = compose_point(CONF, ["+recipe=mlperf_resnet50"]).optim
+    s = schedule.Schedule(lars, 32768, 39, 39)
+    assert s.max_epochs == 39 and schedule.scaled_max_epochs(lars, 32768, 39) == pytest.approx(48.0)
+    assert ("goal.max_epochs=39 (tuned at global batch 2048, this batch 32768) would scale to 48 epochs"
+            in s.warning)
+    assert "would scale to 48" in capsys.readouterr().err
+    assert "epoch budget" not in schedule.batch_warning(lars, 32768)  # no budget given, none named

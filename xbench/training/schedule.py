@@ -9,7 +9,8 @@ The learning rate at a step is `base_lr x factor(epoch)`, with `epoch = step / s
   `optim.scaling_rule`: `linear` lr x B/B0, warm-up unchanged (Goyal et al. 2017); `sqrt` lr x sqrt(B/B0)
   and warm-up epochs x sqrt(B/B0) (the square-root rule large-batch LARS/LAMB recipes start from); `none`
   as given.
-A run more than FAR_FROM_TUNED x away from B0 (either way) is warned about, with the rule's numbers
+A run more than FAR_FROM_TUNED x away from B0 (either way) is warned about, with the rule's numbers (lr,
+warm-up, and the epoch budget goal.max_epochs would scale to: scaled_max_epochs; reported, not applied)
 (`lr_batch_warning` in the hyperparameters, printed when the schedule is built; metrics/gates.py puts it on
 the record): a scaled recipe is a starting point, not a tuned one. The rate is set on every parameter group
 as a Python float before each step (XLA turns such scalars into device data, not graph constants: a
@@ -65,17 +66,31 @@ def scaled_schedule(optim, global_batch: int):
     return SimpleNamespace(**{**{k: s[k] for k in s}, "warmup_epochs": w})  # a DictConfig or mapping
 
 
-def batch_warning(optim, global_batch: int) -> str | None:
-    """The warning for a run far from the batch its recipe was tuned at, with the rule's numbers; else None."""
+def scaled_max_epochs(optim, global_batch: int, max_epochs: float) -> float:
+    """The epoch budget the rule implies at this global batch: the warm-up's growth added, so the decay after it
+    keeps its tuned length (the sqrt rule); as configured under the linear rule (Goyal et al. train the same
+    epochs at every batch). Only reported: the run keeps goal.max_epochs."""
+    return max_epochs + warmup_epochs(optim, global_batch) - optim.schedule.warmup_epochs
+
+
+def batch_warning(optim, global_batch: int, max_epochs: float | None = None) -> str | None:
+    """The warning for a run far from the batch its recipe was tuned at, with the rule's numbers (lr, warm-up
+    and, given, the epoch budget); else None."""
     r = batch_ratio(optim, global_batch)
     if r is None or 1 / FAR_FROM_TUNED <= r <= FAR_FROM_TUNED:
         return None
     rule = "lr_reference_batch (linear)" if optim.lr_reference_batch else _rule(optim)
+    budget = ""
+    if max_epochs:
+        budget = (f", epoch budget goal.max_epochs={max_epochs:g} (tuned at global batch {optim.tuned_global_batch},"
+                  f" this batch {global_batch}) would scale to {scaled_max_epochs(optim, global_batch, max_epochs):.3g}"
+                  " epochs (kept as set)")
     return (f"global batch {global_batch} is {r:.3g}x the batch this recipe was tuned at "
             f"(optim.tuned_global_batch={optim.tuned_global_batch}); scaling rule {rule}: lr {optim.lr:g} -> "
             f"{base_lr(optim, global_batch):.4g}, warm-up {optim.schedule.warmup_epochs:g} -> "
-            f"{warmup_epochs(optim, global_batch):.3g} epochs. Untested so far from the tuned batch: the target "
-            "may not be reached; retune optim.lr and optim.schedule.warmup_epochs for this batch")
+            f"{warmup_epochs(optim, global_batch):.3g} epochs{budget}. Untested so far from the tuned batch: the "
+            "target may not be reached; retune optim.lr, optim.schedule.warmup_epochs and goal.max_epochs for this "
+            "batch")
 
 
 def decay_epochs(schedule, max_epochs: float) -> float:
@@ -119,7 +134,7 @@ class Schedule:
     def __init__(self, optim, global_batch: int, steps_per_epoch: int, max_epochs: float):
         self.optim, self.schedule = optim, scaled_schedule(optim, global_batch)
         self.base = base_lr(optim, global_batch)
-        self.warning = batch_warning(optim, global_batch)
+        self.warning = batch_warning(optim, global_batch, max_epochs)
         if self.warning:  # on the console now; the record carries it too (hyperparameters, metrics/gates.py)
             print(f"xbench: warning: {self.warning}", file=sys.stderr, flush=True)
         self.end_factor = end_factor(self.schedule, self.base)
@@ -206,7 +221,7 @@ def hyperparameters(optim, global_batch: int, steps_per_epoch: int, max_epochs: 
         out.update(lr_recipe=optim.lr, lr_tuned_global_batch=optim.tuned_global_batch, lr_batch_ratio=r,
                    lr_scaling_rule="linear" if optim.lr_reference_batch else _rule(optim),
                    lr_warmup_epochs_recipe=optim.schedule.warmup_epochs)
-        warning = batch_warning(optim, global_batch)
+        warning = batch_warning(optim, global_batch, max_epochs)
         if warning:
             out["lr_batch_warning"] = warning
     if s.name == "step":
