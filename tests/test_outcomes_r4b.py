@@ -204,3 +204,45 @@ DRILL_CASES = ("sigterm_point_startup", "blowup_to_target", "full_store_to_targe
 def test_drill_rows_of_round_4_outcomes(drill):
     rows = [r for case in DRILL_CASES for r in drill.rows_of(case)]
     assert len(rows) == 4 and all(r["verdict"] == "ok" or r["observed"] == "skipped" for r in rows), rows
+
+
+# ---- 6. the wandb-offline: report source reads runs in-process ------------------------------------------------
+
+@pytest.mark.slow
+def test_offline_wandb_runs_are_read_in_process_as_the_cli_reads_them(tmp_path):
+    """Real offline runs (a sweep of 3 points and one train-to-target run, W&B offline) read by the in-process
+    reader (wandb_source.read_wandb_file) and by `wandb leet inspect` (records/wandb_files.read_offline_run):
+    the same config, summary, history, name, group, tags, job type, exit code. In-process is a fraction of a
+    second a run (the CLI: ~1-2 s each, 504 s for 200 runs), with a progress line, and imports no torch."""
+    from xbench.analysis.wandb_source import read_wandb_file
+    from xbench.records.wandb_files import read_offline_run
+
+    store = tmp_path / "s"
+    fast = [a for a in FAST if a != "logger=none"]
+    for flags, args in ((["-m"], [*fast, "model=mlp", "data=digits", "bench.seed=0,1,2"]),
+                        ([], [*TINY_TARGET[:1], "logger.progress=false", "goal.max_epochs=2", "goal.target=null"])):
+        p = subprocess.run([PY, "-m", "xbench", *flags, f"store.root={store}", "logger=wandb", *args],
+                           capture_output=True, text=True, timeout=600, cwd=REPO, env=cli_env())
+        assert p.returncode == 0, p.stderr[-2000:]
+    files = sorted(store.glob("*/wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 4
+    cli_s = in_s = 0.0
+    for f in files:
+        t = time.perf_counter()
+        cli = read_offline_run(f)
+        cli_s += time.perf_counter() - t
+        t = time.perf_counter()
+        mine = read_wandb_file(f)
+        in_s += time.perf_counter() - t
+        assert mine == {k: cli[k] for k in mine}, f
+        assert mine["history"] and mine["summary"]["status"] == "ok" and mine["exit_code"] == 0
+    print(f"per run: wandb leet inspect {cli_s / len(files):.3f} s, in-process {in_s / len(files):.4f} s")
+    code = ("import sys, time; from xbench.analysis.wandb_source import offline_records\n"
+            f"t = time.perf_counter(); recs, skipped = offline_records({str(store)!r}); dt = time.perf_counter() - t\n"
+            "assert not [m for m in sys.modules if m == 'torch' or m.startswith('torch.')], 'torch imported'\n"
+            "print(len(recs), len(skipped), sorted(r.status for r in recs), f'{dt:.3f}')\n")
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout.split()
+    assert out[:2] == ["4", "0"] and "read 4/4 offline W&B runs" in p.stderr, (p.stdout, p.stderr)
+    assert float(out[-1]) < 0.5 * len(files) + 2  # the import of wandb's protobufs (~1 s) once, then ms a run

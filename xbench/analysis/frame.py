@@ -306,7 +306,7 @@ def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[
                                 "e.g. results/, or wandb:ENTITY/PROJECT, or wandb-offline:DIR)")
     records, skipped = scan_records(*folders, progress=progress) if folders else ([], [])
     for src in sources:
-        got, bad = wandb_source.read_source(src)
+        got, bad = wandb_source.read_source(src, progress)
         records, skipped = records + got, skipped + bad
     return once_per_run(records, skipped), skipped
 

@@ -10,14 +10,16 @@ record; the summary also holds the last value of each history series (W&B's doin
 
 from __future__ import annotations
 
-import os
+import json
 import re
-from concurrent.futures import ThreadPoolExecutor
+import struct
+import sys
+import time
+import zlib
 from pathlib import Path
 
 from xbench.records import batch_trials
 from xbench.records.record import SAMPLE_LISTS, STATUSES, RunRecord
-from xbench.records.wandb_files import read_offline_run
 
 API, OFFLINE = "wandb:", "wandb-offline:"
 # History series (sinks/wandb.py): the summary's copy of their last value is not a figure of the run.
@@ -82,25 +84,119 @@ def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict
     return rec
 
 
-def offline_records(folder: str | Path) -> tuple[list[RunRecord], list[str]]:
-    """Every offline W&B run under `folder` as a record; (records, one message per run that could not be read)."""
+# The .wandb file: W&B's LevelDB-style log (wandb-core's store; wandb 0.31 has no Python reader since
+# sdk.internal.datastore went): a 7-byte header (":W&B", magic 0xBEE1, version 0), then 32-KiB blocks of chunks,
+# each a 7-byte header (CRC-32 of its type byte and data, length, type: full, first, middle, last) and its data; a
+# block's tail too short for a header is zero padding. A whole chunk sequence is one protobuf Record.
+_FILE_HEADER = struct.Struct("<4sHB")
+_CHUNK = struct.Struct("<IHB")
+_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def wandb_records(path: str | Path):
+    """The protobuf Records of one .wandb file, in order (a torn last record ends the file, as W&B's reader does)."""
+    from wandb.proto import wandb_internal_pb2 as pb  # protobuf only: the report stays torch-free
+
+    data = Path(path).read_bytes()
+    ident, magic, version = _FILE_HEADER.unpack_from(data, 0) if len(data) >= 7 else (b"", 0, 0)
+    if (ident, magic, version) != (b":W&B", 0xBEE1, 0):
+        raise ValueError(f"{path} is not a W&B transaction log (header {data[:7]!r})")
+    pos, parts = _FILE_HEADER.size, []
+    while pos + _CHUNK.size <= len(data):
+        if _BLOCK - pos % _BLOCK < _CHUNK.size:  # the block's zero-padded tail
+            pos += _BLOCK - pos % _BLOCK
+            continue
+        crc, length, kind = _CHUNK.unpack_from(data, pos)
+        chunk = data[pos + _CHUNK.size:pos + _CHUNK.size + length]
+        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            break  # torn or corrupt from here on
+        pos += _CHUNK.size + length
+        if kind in (_FULL, _FIRST):
+            parts = [chunk]
+        elif kind in (_MIDDLE, _LAST) and parts:
+            parts.append(chunk)
+        else:
+            break
+        if kind in (_FULL, _LAST):
+            rec = pb.Record()
+            rec.ParseFromString(b"".join(parts))
+            parts = []
+            yield rec
+
+
+def _value(item):
+    """A config, summary or history item's value, as W&B's JSON has it."""
+    kind = item.WhichOneof("value") if "value" in item.DESCRIPTOR.oneofs_by_name else None
+    if kind in (None, "value_json", "json"):
+        text = item.value_json if kind in (None, "value_json") else item.json
+        return json.loads(text) if text else None
+    return None if kind == "none" else getattr(item, kind)
+
+
+def _items(items, nest: bool = False) -> dict:
+    """Items to a dict, a nested key as `wandb leet inspect` prints it: nested dicts in a config, else joined
+    with dots (a summary's `_wandb.runtime`)."""
+    out: dict = {}
+    for it in items:
+        if it.key or not nest:
+            out[it.key or ".".join(it.nested_key)] = _value(it)
+            continue
+        node = out
+        for k in it.nested_key[:-1]:
+            node = node.setdefault(k, {})
+        if it.nested_key:
+            node[it.nested_key[-1]] = _value(it)
+    return out
+
+
+def read_wandb_file(path: str | Path) -> dict:
+    """One offline run from its .wandb file, in this process: what the report takes (config, summary, history,
+    name; records/wandb_files.read_offline_run's keys), a few ms per run (was a `wandb leet inspect` process)."""
+    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None, "job_type": None,
+                 "exit_code": None, "preempting": False}
+    for rec in wandb_records(path):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            r = rec.run
+            run["config"].update(_items(r.config.update, nest=True))
+            run.update(group=r.run_group or None, tags=list(r.tags), name=r.display_name or None,
+                       job_type=r.job_type or None)
+        elif kind == "config":
+            run["config"].update(_items(rec.config.update, nest=True))
+        elif kind == "history":
+            run["history"].append(_items(rec.history.item))
+        elif kind == "summary":
+            run["summary"].update(_items(rec.summary.update))
+        elif kind == "preempting":
+            run["preempting"] = True
+        elif kind == "exit":
+            run["exit_code"] = rec.exit.exit_code
+    run["config"].pop("_wandb", None)
+    return run
+
+
+def offline_records(folder: str | Path, progress: bool = True) -> tuple[list[RunRecord], list[str]]:
+    """Every offline W&B run under `folder` as a record; (records, one message per run that could not be read).
+    `progress`: a line on stderr, redrawn at most once a second, with the runs read and the time so far."""
     folder = Path(folder)
     if not folder.exists():
         raise FileNotFoundError(f"no folder {folder} (give one that holds wandb/offline-run-* folders)")
     files = sorted(folder.glob("**/offline-run-*/run-*.wandb"))
-
-    def read(f: Path):
+    recs, skipped, t0, said = [], [], time.monotonic(), 0.0
+    for i, f in enumerate(files, 1):
         try:
-            run = read_offline_run(f)
-            return record_from_wandb(run["name"] or f.stem, run["config"], run["summary"], run["history"]), None
+            run = read_wandb_file(f)
+            recs.append(record_from_wandb(run["name"] or f.stem, run["config"], run["summary"], run["history"]))
         except Exception as e:  # one unreadable run never stops a report
-            return None, f"skipping W&B run {f}: {type(e).__name__}: {e}"
-
-    # Each file is read by its own `wandb leet inspect` process (~0.8 s, most of it the CLI's start-up): side by
-    # side, in the files' order.
-    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1))) as pool:
-        got = list(pool.map(read, files))
-    return [r for r, _ in got if r is not None], [why for _, why in got if why]
+            skipped.append(f"skipping W&B run {f}: {type(e).__name__}: {e}")
+        if progress and (time.monotonic() - said > 1 or i == len(files)):
+            said = time.monotonic()
+            print(f"\rxbench.report: read {i}/{len(files)} offline W&B runs ({said - t0:.1f} s)", end="",
+                  file=sys.stderr, flush=True)
+    if progress and files:
+        print(file=sys.stderr)
+    return recs, skipped
 
 
 def api_records(path: str, api=None) -> tuple[list[RunRecord], list[str]]:
@@ -126,8 +222,8 @@ def api_records(path: str, api=None) -> tuple[list[RunRecord], list[str]]:
     return out, skipped
 
 
-def read_source(store: str) -> tuple[list[RunRecord], list[str]]:
+def read_source(store: str, progress: bool = True) -> tuple[list[RunRecord], list[str]]:
     store = str(store)
     if store.startswith(OFFLINE):
-        return offline_records(store[len(OFFLINE):])
+        return offline_records(store[len(OFFLINE):], progress)
     return api_records(store[len(API):])
