@@ -257,3 +257,16 @@ def test_a_far_batch_warning_names_the_epoch_budget_it_would_scale_to(capsys):
             in s.warning)
     assert "would scale to 48" in capsys.readouterr().err
     assert "epoch budget" not in schedule.batch_warning(lars, 32768)  # no budget given, none named
+
+
+def test_the_llm_full_scale_recipe_is_mlperf_v5_1_llama31_8b_reference():
+    study = next(s for s in studies.all_studies() if s["id"] == "llm_pretrain")
+    entry = next(e for e in study["full_scale"] if e["id"] == "h100_fsdp_mlperf_recipe")
+    [cfg] = _configs(entry["command"])
+    o = cfg.optim
+    assert (o.name, o.lr, o.tuned_global_batch, list(o.betas), o.eps, o.weight_decay, o.grad_clip_norm) == (
+        "adamw", 5e-4, 32, [0.9, 0.95], 1e-5, 0.1, 1.0)
+    assert (o.schedule.name, o.schedule.end_factor) == ("cosine", 0.1)
+    assert cfg.data.batch_size * cfg.parallel.world_size == 32 and cfg.data.seq_len == 8192
+    assert cfg.parallel.name == "fsdp" and cfg.parallel.options.activation_checkpointing is True
+    assert (cfg.goal.metric, cfg.goal.target) == ("log_perplexity", 3.3)
