@@ -270,3 +270,31 @@ def test_the_llm_full_scale_recipe_is_mlperf_v5_1_llama31_8b_reference():
     assert cfg.data.batch_size * cfg.parallel.world_size == 32 and cfg.data.seq_len == 8192
     assert cfg.parallel.name == "fsdp" and cfg.parallel.options.activation_checkpointing is True
     assert (cfg.goal.metric, cfg.goal.target) == ("log_perplexity", 3.3)
+
+
+# ---------- prices ----------
+
+def test_an_unconfirmed_platform_price_is_marked_in_the_cost_tables(tmp_path):
+    """One record on a platform whose price nobody checked (price_confirmed: false, as tpu_v5p_16 ships): the cost
+    table's row and note say "unconfirmed", the markdown too; a checked price says nothing."""
+    from xbench.analysis.frame import load
+    from xbench.records.store import write_record
+    from xbench.report.fake import fake_record
+    from xbench.report.render import md_table
+    from xbench.report.rows import Context
+    from xbench.report.tables import build_tables
+
+    assert OmegaConf.load(CONF / "platform" / "tpu_v5p_16.yaml").price_confirmed is False
+    assert OmegaConf.load(CONF / "platform" / "aws_p5_48xlarge.yaml").price[0].amount == 55.04
+    rec = fake_record("r1", platform="tpu_v5p_16", usd_per_hour=33.6, price_as_of="2025-11-01")
+    rec.config["platform"]["price_confirmed"] = False
+    write_record(tmp_path / "results", rec)
+    write_record(tmp_path / "results", fake_record("r2", platform="gce_v100", usd_per_hour=2.48))
+    made, _ = build_tables(load([tmp_path / "results"], progress=False).frame, Context())
+    cost = next(t for t in made if t.name == "cost")
+    rows = {r["platform"]: r for r in cost.frame.to_dict("records")}
+    assert rows["tpu_v5p_16"]["price checked"] == "unconfirmed (as of 2025-11-01)"
+    assert not isinstance(rows["gce_v100"]["price checked"], str)  # checked: no mark (None/NaN)
+    assert "Unconfirmed price (tpu_v5p_16)" in cost.note and "gce_v100" not in cost.note.split("Unconfirmed")[1]
+    table_md = md_table(cost)
+    assert "price checked" in table_md and "unconfirmed (as of 2025-11-01)" in table_md

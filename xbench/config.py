@@ -99,6 +99,7 @@ class PlatformConfig:
     price: list[PriceConfig] = field(default_factory=list)
     price_source: str | None = None  # URL of the price page
     price_as_of: str | None = None  # date the price was read, YYYY-MM-DD
+    price_confirmed: bool = True  # false: not checked against price_source (the report marks it "unconfirmed")
     provider: str | None = None  # aws | gcp | paperspace | hetzner | leadergpu | ibm | local ...
     instance: str | None = None  # the provider's instance/machine type, e.g. p3.8xlarge, v2-8
     region: str | None = None  # where the price applies

@@ -224,6 +224,8 @@ def _price_and_gpus(rec: RunRecord) -> dict:
     by_gpu = utilisation.gpu_util_by_device(rec.measurements or {}, rec.ranks)
     return {"price_currency": price[0].get("currency", "USD") if price else None,
             "price_as_of": str(platform["price_as_of"]) if platform.get("price_as_of") else None,
+            # False: nobody checked the price against its source (the cost tables mark it); older records: True
+            "price_confirmed": platform.get("price_confirmed", True) if price else None,
             "gpu_util_by_device": by_gpu or None, **utilisation.summary(by_gpu)}
 
 

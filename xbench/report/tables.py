@@ -139,6 +139,7 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
             "status": status_text(sub.col("status")),
             "throughput median [samples/s]": ok.median(TP),
             f"price [{C}/hour]": ok.median(f"{cur}_per_hour"),
+            "price checked": unconfirmed_price(sub),
             f"throughput per price [samples/s per {C}/hour]": ok.median(per),
             f"cost [{C} per 1M samples]": ok.median(f"{cur}_per_million_samples"),
             "priced in": join_unique(sub.col("price_currency")) if several else None,
@@ -150,7 +151,22 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
                  note=constant_caption(priced) + f" Prices are the platform's {C}/hour for the whole "
                  "machine (all price components) as recorded with each run"
                  + (f"; prices in other currencies are converted to {C} (the exchange rates table)." if several else ".")
-                 + "".join(" " + x for x in same_machine))
+                 + "".join(" " + x for x in same_machine) + unconfirmed_note(priced))
+
+
+def unconfirmed_price(sub: Rows) -> str | None:
+    """'unconfirmed (as of DATE)' when a run's platform price was never checked against its source
+    (platform.price_confirmed: false); None (the column dropped) when every price was."""
+    if not any(r.get("price_confirmed") is False for r in sub):
+        return None
+    dates = join_unique(r.get("price_as_of") for r in sub if r.get("price_confirmed") is False)
+    return f"unconfirmed (as of {dates})" if dates else "unconfirmed"
+
+
+def unconfirmed_note(rows: Rows) -> str:
+    names = join_unique(r.get("platform") for r in rows if r.get("price_confirmed") is False)
+    return (f" Unconfirmed price ({names}): not checked against its source (platform.price_confirmed: false); "
+            "its costs are only as good as that price: check it before quoting them.") if names else ""
 
 
 @table("to_target")
@@ -186,7 +202,8 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
     return Table("to_target", "Time, epochs and cost to the quality target (median over runs; a run with several "
                  "targets gives a row for each)", frame(out), note=constant_caption(sub_rows)
                  + " Contended: other processes used the machine while the run trained (its time measured that load "
-                 "too; no finding uses it); not measured: a record from before train-to-target metered it.")
+                 "too; no finding uses it); not measured: a record from before train-to-target metered it."
+                 + unconfirmed_note(sub_rows))
 
 
 def minimum_charged(sub: Rows, cols: list[str], target: float | None = None) -> str | None:
