@@ -1494,6 +1494,30 @@ def read_only_wandb_dir(tmp: Path) -> list[Row]:
         row.detail = "said in one line, W&B off with the reason in the record; nothing in the temp folder"
     return [row]
 
+
+def wandb_folder_fills(tmp: Path) -> list[Row]:
+    """lost: W&B offline in a process that may not grow a file past 150 KiB (RLIMIT_FSIZE, as a full disk stops
+    writes): one line says the offline run is cut short, the record keeps why, the run is ok (was: the run's file
+    silently cut and "upload later with: wandb sync")."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (150 << 10, resource.RLIM_INFINITY))
+
+    store = tmp / "s"
+    args = [a for a in FAST if not a.startswith(("logger=", "bench.steps=", "bench.repeats=", "bench.min_window_s="))]
+    p = cli(store, *args, "logger=wandb", "bench.steps=300", "bench.repeats=5", "bench.min_window_s=0.3",
+            preexec_fn=cap)
+    rec, why = one_record(store)
+    said = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("W&B:")]
+    extra = [x for x, bad in ((f"{len(said)} W&B lines", len(said) != 1),
+                              ("not said cut short", not any("is cut short" in ln for ln in said)),
+                              ("a traceback", "Traceback" in p.stderr),
+                              ("no wandb_error", rec is not None and "cut short" not in
+                               (rec.get("artifacts") or {}).get("wandb_error", ""))) if bad]
+    row = judge(Row("W&B folder stops taking writes (150 KiB cap)", "ok", detail=why), rec, extra_problems=extra)
+    if row.complete == "yes":
+        row.detail = "one line: the offline run is cut short; wandb_error in the record; the run ok"
+    return [row]
+
 # The classes of fault the drill covers: round 3's findings (#27), a case or more each.
 CLASSES = {
     "store_code": "code from the store (pickles, parsed data)",
@@ -1567,6 +1591,7 @@ CASES = [  # (case, in --short, class)
     (blowup_to_target, False, "wrong"),
     (full_store_to_target, False, "errors"),
     (read_only_wandb_dir, False, "wrong"),
+    (wandb_folder_fills, False, "lost"),
 ]
 # Rows known to fail, with their class and why: the fix is another change's, not landed when this was written.
 # The drill reports them as xfail (and xpass once fixed: then remove the line); they do not fail the exit status.

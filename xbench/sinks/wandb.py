@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from xbench.analysis.frame import flatten
+from xbench.analysis.wandb_source import wandb_records
 from xbench.analysis.workload import CONFIGURATION, configuration_label
 from xbench.extras import message
 from xbench.metrics import utilisation
@@ -232,6 +233,22 @@ def curve_row(point: dict) -> dict:
     return {k: v for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def offline_cut_short(folder: Path) -> str | None:
+    """Why a finished offline run's file is not whole (None: it is): a W&B folder that filled up or stopped taking
+    writes cuts the file where the write failed, and wandb-core says nothing (it went on; `wandb sync` would upload
+    the part). A whole file ends with the run's exit record."""
+    files = sorted(Path(folder).glob("run-*.wandb"))
+    try:
+        kinds = [r.WhichOneof("record_type") for r in wandb_records(files[-1])] if files else []
+    except Exception as e:  # an unreadable file is not whole either
+        kinds = [f"unreadable ({type(e).__name__}: {e})"]
+    if "exit" in kinds:
+        return None
+    size = files[-1].stat().st_size if files else 0
+    return (f"the offline run {folder} is cut short ({len(kinds)} records, {size:,} bytes, no end: its folder filled "
+            "up or stopped taking writes); `wandb sync` would upload only that part")
+
+
 class WandbSink:
     def __init__(self, wcfg: dict, say=print):
         self.wcfg = wcfg
@@ -427,8 +444,12 @@ class WandbSink:
         offline = sorted(self.wdir.glob(f"wandb/offline-run-*-{run.id}"))
         if offline:
             out["wandb_offline_dir"] = str(offline[-1])
-            self.say(f"W&B: offline (no credentials, no network or WANDB_MODE=offline); "
-                     f"upload later with: wandb sync {offline[-1]}")
+            if (cut := offline_cut_short(offline[-1])) is not None:
+                out["wandb_error"] = cut
+                self.say(f"W&B: {cut}; the local record is complete")
+            else:
+                self.say(f"W&B: offline (no credentials, no network or WANDB_MODE=offline); "
+                         f"upload later with: wandb sync {offline[-1]}")
         return out
 
     def _init(self, wandb, mode: str, kwargs: dict):
