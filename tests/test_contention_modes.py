@@ -139,7 +139,9 @@ def test_batch_search_trials_are_timed_windows_with_their_contention(tmp_path, c
         assert t["timed_steps"] >= batch_search.TRIAL_STEPS >= 5
         # sized by time, not one step (~2 ms here): TRIAL_WINDOW_S at the pace of a warm-up of at most 2 steps,
         # which a loaded machine's pace leaves behind (0.42 s seen at load 16 on 2 cores)
-        assert t["window_s"] >= batch_search.TRIAL_WINDOW_S * 0.5 and t["timed_steps"] > batch_search.TRIAL_STEPS
+        # a load that changes between warm-up and window stretches or shrinks it; either way it held more steps than
+        # the minimum (sized by time) or lasted a good part of TRIAL_WINDOW_S (slow steps): never one step
+        assert t["timed_steps"] > batch_search.TRIAL_STEPS or t["window_s"] >= batch_search.TRIAL_WINDOW_S * 0.5
         assert t["throughput_samples_per_s"] == pytest.approx(t["batch_size"] * t["timed_steps"] / t["window_s"])
         assert t["step_time_s"] == pytest.approx(t["window_s"] / t["timed_steps"])
         assert isinstance(t["contended"], bool) and t["other_cpu_cores_during"] >= 0

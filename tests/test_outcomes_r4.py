@@ -125,6 +125,15 @@ def test_interpolation_mistake_is_one_line_before_any_record(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("sweep", ["data.batch_size=range(0,3,0)", "optim.lr=range(0,3,0)"])
+def test_a_sweep_grammar_mistake_is_one_line_before_any_point(tmp_path, sweep):
+    """Grammar Hydra parses but cannot expand (a step of 0); what it cannot parse it says in its own short lines."""
+    p = _cli("-m", "xbench", "-m", f"store.root={tmp_path / 's'}", sweep, "logger=none", timeout=120)
+    _no_traceback(p)  # was: range()'s ValueError as a traceback, after a callback warning
+    assert p.returncode == 2 and "nothing was composed or run" in p.stderr, p.stderr[-2000:]
+    assert not (tmp_path / "s").exists()
+
+
 def test_api_mistakes_are_one_clear_exception():
     from xbench import api
 

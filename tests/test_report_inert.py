@@ -165,3 +165,13 @@ def test_jobs_below_one_is_refused(jobs, capsys):
     with pytest.raises(SystemExit):
         main(["--jobs", jobs])
     assert "--jobs" in capsys.readouterr().err
+
+
+def test_a_facet_whose_bars_are_all_zero_still_draws():
+    """A framework breakdown can read a host time of 0 (the profiled compute exceeding the measured step under load):
+    a facet of zeros once divided by its smallest bar (ZeroDivisionError) and took the whole report down."""
+    from xbench.report.layout import Bar, Facet, hbar_figure, plt
+
+    fig = hbar_figure([Facet("overhead", [Bar("eager", 0.0), Bar("compile", 0.0)])], "t", "host [s]")
+    assert fig is not None
+    plt.close(fig)

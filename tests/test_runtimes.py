@@ -162,6 +162,7 @@ def test_parity_eager_vs_compile_passes_and_compile_reports_its_cost(store):
 
 
 @pytest.mark.slow
+@pytest.mark.xla
 def test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16(cli_runs):
     """One process, two points (torch_xla imported once): fp32 and bf16 parameters on XLA:CPU."""
     p, store = _finished(cli_runs, "test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16")
@@ -213,6 +214,7 @@ def test_xbench_runs_without_torch_xla_and_says_why_xla_cannot(cli_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.xla
 def test_bench_overhead_quick_prints_ratios_for_xla(cli_runs):
     """The bench's short mode on XLA:CPU (the eager case runs in the device check's dry run): a ratio
     with its interval, and the same compilations on both sides, none inside a timed window."""

@@ -238,7 +238,14 @@ class HydraGuard(Callback):
         overrides = [o for o in config.hydra.overrides.task if not o.lstrip("+~").startswith("hydra")]
         params = config.hydra.sweeper.get("params")
         params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
-        n, limit = sweep_size(params, overrides), int(config.get("sweep_max_points", 1000))
+        try:
+            n = sweep_size(params, overrides)
+        except (ValueError, TypeError) as e:  # range(0,3,0), range('a','b'): one line, nothing composed or run
+            self.preparing.restore()
+            say(f"this sweep cannot be counted: {e}; nothing was composed or run "
+                "(https://hydra.cc/docs/advanced/override_grammar/extended)")
+            raise SystemExit(2) from None
+        limit = int(config.get("sweep_max_points", 1000))
         if n > limit:
             self.preparing.restore()
             say(f"this sweep has {n:,} points, more than sweep_max_points={limit:,}; nothing was composed or run "

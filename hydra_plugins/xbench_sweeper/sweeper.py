@@ -63,7 +63,10 @@ def grid_axes(overrides: list) -> dict[str, list]:
         if not o.is_sweep_override():
             axes[key] = [(f"{key}={o.get_value_element_as_str()}", o.value())]
         elif o.is_discrete_sweep():
-            axes[key] = [(f"{key}={Transformer.str(v)}", v) for v in o.sweep_iterator()]
+            try:
+                axes[key] = [(f"{key}={Transformer.str(v)}", v) for v in o.sweep_iterator()]
+            except (ValueError, TypeError) as e:  # range(0,3,0), a range of strings: one line, not a traceback
+                raise HydraException(f"the sweep over {key}: {e}") from None
         else:
             raise HydraException(f"the xbench sweeper takes lists, range() and choice(), not "
                                  f"{o.value_type.name} ({key}=...)")

@@ -227,6 +227,7 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
                         xerr=[[max(b.value - b.low, 0) for _, b in err], [max(b.high - b.value, 0) for _, b in err]],
                         fmt="none", ecolor="0.15", elinewidth=0.8, capsize=2)
         hi = max([b.high or b.value for b in rows] + [ref[0] if ref else 0], default=1)
+        hi = hi if hi > 0 else 1.0  # a facet whose bars are all 0 (a host share read as 0): an axis still
         lo = min([b.low or b.value for b in rows if (b.low or b.value) > 0] or [hi])
         flog = log if log is not None else hi / lo > 200  # per facet: a narrow range reads better linear
         _xaxis(ax, lo, hi, flog)
