@@ -56,11 +56,13 @@ def test_train_to_target_beside_two_burners_is_contended_and_no_finding_uses_it(
     assert m["contended"] is True and "other processes kept" in m["contended_reason"]
     # The burners are among the others, with whatever else this machine runs (a cross-check from their own
     # clocks: the scheduler's share, 1.33 cores on a quiet machine, far less beside ten other processes); on
-    # 2 saturated cores the others hold more than one whatever their number.
-    figures = {k: m[k] for k in ("other_cpu_cores_during", "own_cpu_cores_during", "cpu_cores_available")}
+    # 2 saturated cores the others hold more than half of what the hypervisor left, whatever their number.
+    figures = {k: m[k] for k in ("other_cpu_cores_during", "own_cpu_cores_during", "cpu_cores_available",
+                                 "cpu_steal_fraction_during")}
+    left = m["cpu_cores_available"] * (1 - m["cpu_steal_fraction_during"])
     assert m["other_cpu_cores_during"] >= 0.6 * burner_cores, (burner_cores, figures)
-    assert m["other_cpu_cores_during"] > 1.0, figures
-    assert m["other_cpu_cores_during"] + m["cpu_cores_needed"] > m["cpu_cores_available"]
+    assert m["other_cpu_cores_during"] > left / 2, figures
+    assert m["other_cpu_cores_during"] + m["cpu_cores_needed"] > left
     assert m["cpu_cores_needed"] == 1 and "other_cpu_cores_before" in m  # threads=1; the probe before the build
     assert any(w.startswith("contended: other processes kept") for w in rec["warnings"])
 
@@ -188,3 +190,18 @@ def test_max_batch_table_shows_one_step_trials_as_such_and_flags_contended_ones(
     assert _absent(t["eager"].get("throughput at the largest [samples/s]"))
     assert t["eager"]["contended"] == "1 of 1 runs (max 1.5 other processes' cores)" and _absent(t["xla"].get("contended"))
     assert json.dumps(batch_trials.to_history(new)[2]["trial_contended"]) == "1"
+
+
+def test_steal_shrinks_the_cores_other_processes_compete_for():
+    """The CPU rule against the cores the hypervisor left: 2 spinners beside a 1-thread run on 2 vCPUs hold
+    1.33 cores on a quiet host but 1.13 when 15% is stolen; both left the run waiting. Before: 1.13 + 1 was
+    measured against 2 whole cores (+0.25 slack) and the record blamed steal alone (CI, stop 41)."""
+    from xbench.bench.meters.contention import cpu_reason
+
+    def d(other, steal):
+        return {"other_cores": other, "steal_fraction": steal, "top": []}
+    assert "other processes kept 1.33 of 2 cores busy" in cpu_reason(d(1.33, 0.0), 1, 2)
+    assert "of 2 cores (1.70 left by the hypervisor) busy" in cpu_reason(d(1.13, 0.15), 1, 2)
+    assert cpu_reason(d(1.13, 0.0), 1, 2) is None  # 2.13 of 2 cores is within the slack
+    assert cpu_reason(d(0.2, 0.5), 1, 2) is None  # under the slack: daemons, the kernel
+    assert cpu_reason(d(0.9, 0.0), 1, 4) is None  # room to spare

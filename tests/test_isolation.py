@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -141,7 +142,10 @@ def test_a_process_stopped_mid_window_is_a_stall_measured_again(store):
     assert rec["status"] == "ok" and m["stalled"] is True
     assert m["stalled_windows_remeasured"] == 1 and m["stalled_windows_kept"] == 0 and m["repeats"] == 3
     assert m["window_s_stalled"][0] >= 1.4 and m["stall_excess_s_total"] >= 1.0
-    assert max(m["window_s"]) < m["window_s_stalled"][0] - 1.0  # the kept windows do not hold the stop
+    # The kept windows do not hold the 1.5 s stop: none is a stop longer than the quickest, and the typical one is
+    # a second shorter than the stalled (a noisy shared machine spreads the clean ones by a few tenths).
+    assert max(m["window_s"]) < min(m["window_s"]) + 1.0, (m["window_s"], m["window_s_stalled"])
+    assert statistics.median(m["window_s"]) < m["window_s_stalled"][0] - 1.0
     assert any(w.startswith("stalled window measured again") for w in rec["warnings"])
     # Windows were sized by time from the warm-up's step time, and the machine was probed.
     assert m["window_sized_by"] in ("time", "steps floor")

@@ -23,7 +23,7 @@ steps, and the windows pay nothing for it.
   nor exists here. Then the others on a GPU are counted, not named: the processes NVML lists there
   minus this run's known to use it (this process, where it holds a context).
 - `contended` (the meter: bench/meters/contention.py): during the windows, other processes' busy cores
-  plus this run's threads exceeded the cores (someone had to wait), or steal took more than
+  plus this run's threads exceeded the cores left after steal (someone had to wait), or steal took more than
   STEAL_FRACTION of the time, or another process used one of the run's GPUs. The reason says which,
   with the figures.
 """
