@@ -52,16 +52,28 @@ def _ibeta(a: float, b: float, x: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(df: float, two_tailed: float) -> float:
-    lo, hi = 0.0, 1.0
-    while _ibeta(df / 2, 0.5, df / (df + hi * hi)) > two_tailed:  # P(|T| > hi) still above: widen
-        hi *= 2.0
-    for _ in range(80):  # bisection to double precision
-        mid = (lo + hi) / 2
-        if _ibeta(df / 2, 0.5, df / (df + mid * mid)) > two_tailed:
-            lo = mid
+    """t with P(|T| > t) = two_tailed: Newton's method on the tail (its derivative is the t density), kept inside
+    the bracket it has narrowed (a step that leaves it bisects). ~5 incomplete betas instead of bisection's ~85:
+    the report asks for thousands of Welch dfs (one per ratio)."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    z = statistics.NormalDist().inv_cdf(1 - two_tailed / 2)
+    t = z + (z ** 3 + z) / (4 * df)  # Cornish-Fisher's first term: close for df >= 3, the bracket does the rest
+    lo, hi = 0.0, math.inf
+    for _ in range(200):
+        p = _ibeta(df / 2, 0.5, df / (df + t * t))  # P(|T| > t)
+        if p == two_tailed:
+            return t
+        if p > two_tailed:
+            lo = t
         else:
-            hi = mid
-    return (lo + hi) / 2
+            hi = t
+        new = t + (p - two_tailed) / (2 * math.exp(log_c - (df + 1) / 2 * math.log1p(t * t / df)))
+        if not lo < new < hi:
+            new = 2 * t if hi == math.inf else (lo + hi) / 2
+        if abs(new - t) <= 4e-16 * t or hi - lo <= 4e-16 * t:
+            return new
+        t = new
+    return t
 
 
 def t95(df: float) -> float:
