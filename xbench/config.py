@@ -273,7 +273,9 @@ class BenchConfig:
 class GoalConfig:
     """Train to a quality target (bench.mode=train_to_target); see xbench/modes/target.py."""
 
-    metric: str = "top1"  # top1 | accuracy (same as top1) | top5 | mlm_accuracy | perplexity | log_perplexity (lower is better)
+    # A name in xbench/metrics/goals.py's GOALS (top1, top5, mlm_accuracy, perplexity, log_perplexity, ...): the
+    # table says each one's direction, the model tasks it suits and its target range.
+    metric: str = "top1"
     # fraction for accuracies (0.95, not 95); perplexity value; log-perplexity in nats (MLPerf Llama: 3.3). None (and no `targets`): train max_epochs
     # epochs and record the final metric and the whole training's time and cost.
     target: float | None = None

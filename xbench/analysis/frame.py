@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from xbench.analysis import wandb_source
 from xbench.analysis.workload import CONFIGURATION, detail_columns, device_kind
 from xbench.metrics import targets, utilisation
+from xbench.metrics.goals import GOALS
 from xbench.metrics.stats import ci95, log_moments
 from xbench.records import batch_trials
 from xbench.records.record import RunRecord
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Where a train-to-target curve lives in record.series: the goal's metric (measurement `goal_metric`,
-# see xbench/bench/training.py), else the first of these names present.
-CURVE_METRIC_KEYS = ("top1", "accuracy", "top5", "perplexity", "log_perplexity", "eval_accuracy")
+# see xbench/bench/training.py), else the first goal metric of metrics/goals.py's table present, else an older
+# record's name.
+OLDER_CURVE_METRIC_KEYS = ("eval_accuracy",)
 CURVE_TIME_KEYS = ("train_time_s", "elapsed_s", "time_s")
 CURVE_EPOCH_KEYS = ("epoch", "epochs")
 TARGET_KEYS = ("goal_target", "target_accuracy")
@@ -55,7 +57,7 @@ def _curve(rec: RunRecord) -> list[dict] | None:
     """Evaluation points (time, epoch, metric) from the record's series, when it has any."""
     s = rec.series or {}
     goal = (rec.measurements or {}).get("goal_metric")
-    mk = next((k for k in (goal, *CURVE_METRIC_KEYS) if k and isinstance(s.get(k), list)), None)
+    mk = next((k for k in (goal, *GOALS, *OLDER_CURVE_METRIC_KEYS) if k and isinstance(s.get(k), list)), None)
     if mk is None:
         return None
     tk = next((k for k in CURVE_TIME_KEYS if isinstance(s.get(k), list)), None)

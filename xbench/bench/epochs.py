@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 from xbench.data.feed import pinned
+from xbench.metrics import goals
 
 IGNORE_LABEL = -1  # a padded classification sample: never a hit, never counted
 IGNORE_TOKEN = -100  # a position without a target (the MLM/LM loss's ignore_index)
@@ -130,13 +131,11 @@ class EvalShard:
         return next(iter(DataLoader(Subset(self.dataset, [0]), batch_size=1, collate_fn=self.collate)))
 
 
-METRICS = ("top1", "accuracy", "top5", "mlm_accuracy", "perplexity", "log_perplexity")
-
-
 @torch.no_grad()
 def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> list[float]:
     """[hits, scored targets, loss sum] of this rank's shard. `to_device(x, y)` places a batch as the strategy
     takes it; `cut()` ends a lazy (XLA) graph after each batch, so one evaluation graph is compiled."""
+    g = goals.get(metric)
     was_training = model.training
     model.eval()
     sums = None
@@ -145,8 +144,8 @@ def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> li
         with precision.autocast():
             logits = model(xb)
         logits = logits.float()
-        if metric in ("top1", "accuracy", "top5"):
-            k = min(5 if metric == "top5" else 1, logits.shape[-1])
+        if not g.per_token:  # top-k over samples
+            k = min(g.top_k or 1, logits.shape[-1])
             top = logits.topk(k, dim=-1).indices
             valid = yb >= 0
             part = torch.stack([((top == yb.unsqueeze(-1)).any(-1) & valid).sum().float(), valid.sum().float(),
@@ -166,12 +165,8 @@ def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> li
 
 
 def metric_value(metric: str, hits: float, count: float, loss_sum: float) -> float:
-    """The goal metric from the summed counts: an accuracy as a fraction, perplexity, or log-perplexity (the
-    mean held-out cross-entropy in nats: MLPerf's Llama 3.1 8B target is 3.3)."""
+    """The goal metric from the summed counts (metrics/goals.py says how): an accuracy as a fraction, perplexity,
+    or log-perplexity (the mean held-out cross-entropy in nats: MLPerf's Llama 3.1 8B target is 3.3)."""
     if count <= 0:
         raise ValueError("the eval set has no scored target")
-    if metric == "perplexity":
-        return math.exp(loss_sum / count)
-    if metric == "log_perplexity":
-        return loss_sum / count
-    return hits / count
+    return goals.get(metric).value(hits, count, loss_sum)

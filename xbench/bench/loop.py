@@ -53,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from xbench.metrics import goals
 from xbench.rank import Diverged, StopFlag, StopRequested
 
 perf_counter = time.perf_counter
@@ -115,13 +116,11 @@ def check_blowup(h: Hooks, losses: list[float], phase: str) -> None:
         raise Diverged(step, loss, phase)
 
 
-ACCURACIES = {"top1": 1, "accuracy": 1, "top5": 5, "mlm_accuracy": 1}  # metric -> classes a guess covers
-
-
 def chance_level(metric: str, num_classes: int) -> float | None:
-    """What guessing scores on `metric` over `num_classes` classes; None for a metric that is not an accuracy."""
-    k = ACCURACIES.get(metric)
-    return min(1.0, k / num_classes) if k and num_classes > 0 else None
+    """What guessing scores on `metric` over `num_classes` classes (metrics/goals.py); None for a metric that is
+    not an accuracy."""
+    g = goals.GOALS.get(metric)
+    return g.chance(num_classes) if g else None
 
 
 class BelowChance(Diverged):

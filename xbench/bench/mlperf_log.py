@@ -37,6 +37,7 @@ import psutil
 from mlperf_logging.mllog import constants as C
 from mlperf_logging.mllog.mllog import MLLogger
 
+from xbench.metrics import goals
 from xbench.records import safe_io
 
 if TYPE_CHECKING:
@@ -44,18 +45,16 @@ if TYPE_CHECKING:
 
 LOG_FILE = "mlperf.log"
 RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are written for (see above)
-# MLPerf's benchmark for each goal metric (modes/target.py's METRICS): classification is MLPerf's ResNet
+# MLPerf's benchmark for each goal metric (metrics/goals.py's `mlperf`): classification is MLPerf's ResNet
 # benchmark, masked-LM accuracy its BERT one (conf/recipe/mlperf_resnet50.yaml, mlperf_bert.yaml), language-model
 # perplexity its GPT-3 one (whose open rules also fix GPT-3's hyperparameters and log perplexity as eval_accuracy,
 # so an xbench LM log passes the common checks, not those).
 STOP_MARK = "xbench_stop"  # metadata on the lines a stop writes and a resume removes
 _SOURCE_ROOT = re.escape(str(Path(__file__).resolve().parents[2]))  # the folder holding the xbench package
-MLPERF_BENCHMARKS = {"top1": "resnet", "top5": "resnet", "accuracy": "resnet", "mlm_accuracy": "bert",
-                     "perplexity": "gpt3", "log_perplexity": "gpt3"}
 
 
 def mlperf_benchmark(metric: str) -> str:
-    return MLPERF_BENCHMARKS[metric]
+    return goals.get(metric).mlperf
 
 
 class _StopOnErrorHandler(logging.StreamHandler):

@@ -30,14 +30,13 @@ from xbench.bench.worker import (
     setup_rank,
 )
 from xbench.data import loaders
+from xbench.metrics import goals
 from xbench.metrics import targets as tg
 from xbench.rank import Diverged, RankContext, RankResult, StopFlag, StopRequested, point_started_at
 from xbench.records import safe_io
 from xbench.records.run_files import CHECKPOINT_FILE, CURVE_FILE, CurveWriter
 from xbench.training import schedule as schedules
 
-HIGHER_IS_BETTER = {"top1": True, "accuracy": True, "top5": True, "mlm_accuracy": True, "perplexity": False,
-                    "log_perplexity": False}
 CURVE_KEYS = ("eval", "attempt", "epoch", "step", "samples_seen", "train_time_s", "wall_s", "train_loss", "lr")
 CONTROL_EVERY_STEPS = 8  # several processes: how often they agree on a stop (one tiny all-reduce)
 
@@ -64,7 +63,7 @@ class Progress:
 
 
 def better(metric: str, value: float, target: float) -> bool:
-    return value >= target if HIGHER_IS_BETTER[metric] else value <= target
+    return goals.GOALS[metric].reached(value, target)
 
 
 def _cpu(obj):
@@ -431,8 +430,9 @@ class TargetTraining:
         reached = {t: p.reached.get(tg.label(t)) for t in self.targets}
         missing = [t for t, point in reached.items() if point is None]
         if missing and self.ctx.rank == 0:  # said once (each rank's clock differs a little)
-            best = (max if HIGHER_IS_BETTER[metric] else min)(p.curve[metric], default=None)
-            self.warnings.append(f"target {metric} {'>=' if HIGHER_IS_BETTER[metric] else '<='} "
+            up = goals.GOALS[metric].higher_is_better
+            best = goals.GOALS[metric].best(p.curve[metric])
+            self.warnings.append(f"target {metric} {'>=' if up else '<='} "
                                  f"{', '.join(f'{t:g}' for t in missing)} not reached ({status}: {self.epoch_f():.3g} "
                                  f"epochs, {p.train_time_s:.3g} s training); best {metric} {best}")
         if p.resumes and self.ctx.rank == 0:

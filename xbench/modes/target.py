@@ -39,10 +39,10 @@ import json
 from pathlib import Path
 
 from xbench import launch, models
-from xbench.bench.epochs import METRICS
 from xbench.bench.plan import Plan
-from xbench.bench.training import HIGHER_IS_BETTER, TargetWork
+from xbench.bench.training import TargetWork
 from xbench.launch.isolation import point_started_at
+from xbench.metrics import goals
 from xbench.metrics import targets as tg
 from xbench.metrics.aggregate import peaks_over_ranks
 from xbench.metrics.derived import derive
@@ -53,31 +53,26 @@ from xbench.records.store import find_run
 from xbench.sinks.curve import CURVE_FILE, CurveTail
 from xbench.training import schedule as schedules
 
-GOAL_METRICS = {"top1": "classify", "accuracy": "classify", "top5": "classify", "mlm_accuracy": "mlm",
-                "perplexity": "lm/mlm", "log_perplexity": "lm/mlm"}
-assert set(GOAL_METRICS) == set(METRICS)
-
 
 def goal_rules(cfg) -> list[str]:
-    """The goal: a metric the model's task has, targets in the order they are reached, sane cadences."""
+    """The goal: a metric the model's task has (metrics/goals.py's table), targets in its range and in the order
+    they are reached, sane cadences."""
     g, out = cfg.goal, []
-    if g.metric not in GOAL_METRICS:
-        return [f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(GOAL_METRICS)}"]
+    if g.metric not in goals.GOALS:
+        return [f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(goals.GOALS)}"]
+    metric = goals.GOALS[g.metric]
     try:
         task = models.get(cfg.model.name).task
     except KeyError:
         task = None
-    if task and task not in GOAL_METRICS[g.metric].split("/"):
-        out.append(f"goal.metric={g.metric} needs a {GOAL_METRICS[g.metric]} model; {cfg.model.name!r} is {task}")
+    if task and task not in metric.tasks:
+        out.append(f"goal.metric={g.metric} needs a {'/'.join(metric.tasks)} model; {cfg.model.name!r} is {task}")
     if g.targets and g.target is not None and g.target != g.targets[-1]:
         out.append(f"goal.target={g.target} and goal.targets={list(g.targets)} disagree: give goal.targets alone "
                    "(goal.target=null), the run stops at its last")
     ts = tg.effective_targets(g)
-    accuracy = HIGHER_IS_BETTER[g.metric]  # every higher-is-better metric is an accuracy (a fraction)
-    for t in ts:
-        if accuracy and not 0 < t <= 1:
-            out.append(f"goal target {t} for {g.metric} must be a fraction in (0, 1] (0.95, not 95)")
-    up = HIGHER_IS_BETTER[g.metric]
+    out += [why for t in ts if (why := metric.target_problem(t))]
+    up = metric.higher_is_better
     if any((b <= a) if up else (b >= a) for a, b in zip(ts, ts[1:])):
         out.append(f"goal.targets={ts} must {'increase' if up else 'decrease'} (the order a {g.metric} curve "
                    "reaches them; the run stops at the last)")

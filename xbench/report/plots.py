@@ -25,6 +25,7 @@ from xbench.analysis.rows import TP, NoData, Rows, currency, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
 from xbench.analysis.workload import SCALING, WORK
+from xbench.metrics import goals as goal_metrics
 from xbench.metrics import targets
 from xbench.records import safe_io
 from xbench.report import layout, llm
@@ -288,11 +289,13 @@ def _accuracy(rows: Rows, ctx: Context, x: str, xlabel: str, title: str):
         for keys, g in groups(sub, names):
             for r in g:  # one line per run; repeats share a label (and a colour)
                 pts = [(p[x], p["metric"]) for p in r["curve"] if p.get(x) is not None]
+                # in colour: the best runs (the lowest perplexity, the highest accuracy)
+                sign = 1 if goal_metrics.higher_is_better(r.get("goal_metric")) else -1
                 lines.append(Line(bar_label(keys, names), [p[0] for p in pts], [p[1] for p in pts],
-                                  rank=max(p[1] for p in pts)))
+                                  rank=max(sign * p[1] for p in pts)))
         # Every target of the runs (goal.targets: each has its figures), not only the last one they stop at.
         goals = sorted(set(sub.nums("target")) | set(targets.targets_in(sub.columns())))
-        metric = " / ".join(sorted({str(m) for m in sub.col("goal_metric") if m})) or "accuracy"
+        metric = " / ".join(sorted({goal_metrics.label(m) for m in sub.col("goal_metric") if m})) or "accuracy"
         panels.append(Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in goals}))
     drawn = sum(min(len(p.lines), layout.LEGEND_MAX + layout.MAX_GREY_LINES) for p in panels)
     total = sum(len(p.lines) for p in panels)

@@ -26,7 +26,7 @@ from xbench.analysis.rows import TP, NoData, Rows, currency, groups, missing
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import ci_text, noisy, ratio, spread, verdict
 from xbench.analysis.workload import CONFIGURATION, SCALING
-from xbench.metrics import targets
+from xbench.metrics import goals, targets
 from xbench.report import llm
 from xbench.report.rows import (
     Context,
@@ -186,7 +186,8 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
         # Several targets in one run (goal.targets): one row per target, from its own figures.
         for t in targets.targets_in(sub.columns()) or [None]:
             row = {**key_cols(keys, show), "runs": len(sub), "status": status_text(sub.col("status")),
-                   "metric": join_unique(sub.col("goal_metric")), "target": sub.median("target") if t is None else t}
+                   "metric": join_unique(goals.label(m) for m in sub.col("goal_metric")),
+                   "target": sub.median("target") if t is None else t}
             for c, label in cols:
                 row[label] = (join_unique(sub.col(c)) if c == "target_status"
                               else sub.median(c if t is None else targets.column(c, t)))
@@ -427,7 +428,8 @@ def quality_table(rows: Rows, ctx: Context) -> Table:
     if not q:
         raise NoData("no work was trained to its end on two or more configurations (train_to_target runs)")
     out = pd.DataFrame([{
-        "model": r["model"], "data": r["data"], "metric": r["goal_metric"], "epochs trained": r["epochs_done"],
+        "model": r["model"], "data": r["data"], "metric": goals.label(r["goal_metric"]),
+        "epochs trained": r["epochs_done"],
         "configurations": r["configurations"], "lowest final": r["final_min"], "highest final": r["final_max"],
         "spread [metric]": r["spread"], "tolerance [metric]": r["tolerance"],
         "verdict": "same quality" if r["same_quality"] else "DIFFERS beyond the tolerance",
