@@ -23,7 +23,7 @@ from xbench.config import GoalConfig
 from xbench.metrics import goals
 from xbench.metrics.goals import GOALS, Goal
 from xbench.modes import target
-from xbench.report import plots
+from xbench.report import plots, wandb_report
 from xbench.report.fake import fake_record
 from xbench.report.rows import Context
 from xbench.report.tables import TABLES
@@ -105,7 +105,7 @@ def test_no_module_keeps_its_own_list_of_goal_metrics():
 
 def test_a_metric_added_to_the_table_only_is_accepted_scored_and_reported(monkeypatch):
     """A temporary `top3` line: the config check takes it, the rank scores top-3 hits, the frame finds its curve
-    and the report names it in the to_target table and on the accuracy plot's axis."""
+    and the report names it in the to_target table, on the accuracy plot's axis and in the W&B report's panels."""
     monkeypatch.setitem(GOALS, "top3", TOP3)
     _check_users_agree(monkeypatch, TOP3)
     logits = torch.tensor([[4.0, 3.0, 2.0, 1.0], [4.0, 3.0, 2.0, 1.0], [1.0, 2.0, 3.0, 4.0]])
@@ -118,8 +118,11 @@ def test_a_metric_added_to_the_table_only_is_accepted_scored_and_reported(monkey
                         measurements={"goal_metric": "top3", "goal_target": 0.8, "target_reached": True,
                                       "train_time_to_target_s": 20.0 * (i + 1), "epochs_to_target": 2})
             for i, p in enumerate(("cpu", "gpu"))]
-    rows = Rows.of(to_frame(recs))
+    df = to_frame(recs)
+    rows = Rows.of(df)
     assert set(TABLES["to_target"](rows, Context()).frame["metric"]) == {"top-3 accuracy"}
+    titles = {p["title"] for p in wandb_report.panels(df) if p["y"] == "top3"}
+    assert titles == {"Evaluation top-3 accuracy vs training time [s]", "Evaluation top-3 accuracy vs epoch"}
     fig = plots.PLOTS["accuracy_vs_epochs"](rows, Context())
     assert fig.axes[0].get_ylabel() == "evaluation top-3 accuracy"
     plots.plt.close(fig)

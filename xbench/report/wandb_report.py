@@ -22,6 +22,7 @@ from xbench.analysis.frame import parse_query
 from xbench.analysis.rows import Rows, currency, groups
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.workload import CONFIGURATION
+from xbench.metrics import goals
 from xbench.sinks.wandb import comparison
 from xbench.wandb_env import has_credentials
 
@@ -95,7 +96,8 @@ def panels(df: pd.DataFrame) -> list[dict]:
     metrics = sorted({m for m in df.get("goal_metric", pd.Series(dtype=object)).dropna().unique()})
     curve_x = [("train_time_s", "training time [s]"), ("epoch", "epoch")]
     for m in metrics:  # each evaluation as it happened (sinks/wandb.py log_point)
-        out += [{"kind": "line", "title": f"Evaluation {m} vs {label}", "y": m, "x": x, "source": "history"}
+        out += [{"kind": "line", "title": f"Evaluation {goals.label(m)} vs {label}", "y": m, "x": x,
+                 "source": "history"}
                 for x, label in curve_x]
     modes = set(df.get("bench_mode", pd.Series(dtype=object)).dropna())
     if "throughput" in modes:
