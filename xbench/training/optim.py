@@ -15,6 +15,11 @@ a new constant to dynamo and XLA every step). A per-parameter factor (trust rati
 its tensor as one view per parameter of a buffer filled in one kernel (`_spread`), not as a list of 0-dim
 tensors: CUDA's multi-tensor kernels need the two lists' tensors to have one shape each, and a list of 0-dim
 tensors sends the op down the slow route, one kernel per parameter.
+
+Under `amp_fp16` LARS and LAMB take GradScaler's protocol as torch's fused Adam does
+(`_step_supports_amp_scaling`): the scaler sets `grad_scale` and `found_inf` on the optimizer and calls step()
+every step; the step unscales the gradients itself and, where found_inf is set, zeroes them and the update
+on the device (`_scaler_grads`), so the scaler never reads `found_inf.item()` on the host (it did every step).
 """
 
 from __future__ import annotations
@@ -158,10 +163,42 @@ def _with_grads(group):
     return [p for p in group["params"] if p.grad is not None]
 
 
+def _scaler_grads(optimizer, params: list):
+    """The gradients a step applies and `skip`: a 0-dim bool tensor, True where GradScaler found an inf/nan
+    (None, with `params`' own gradients, when no scaler handed its flag: the plain step). Under the scaler
+    the gradients are unscaled (grad_scale None: scaler.unscale_ ran already, for clipping) into views of one
+    buffer, zeroed on the device when skipped: every factor below stays finite, so the update can be
+    zeroed by a multiply (an inf or nan gradient times 0 would still be nan) and nothing is read on the host."""
+    grads = [p.grad for p in params]
+    found_inf = getattr(optimizer, "found_inf", None)
+    if found_inf is None:
+        return grads, None
+    device = params[0].device
+    skip = found_inf.to(device, non_blocking=True) > 0
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    grad_scale = getattr(optimizer, "grad_scale", None)
+    if grad_scale is not None:  # the reciprocal as GradScaler.unscale_ takes it: the same gradients, bit for bit
+        flat.mul_(grad_scale.to(device, non_blocking=True).double().reciprocal().float())
+    flat.masked_fill_(skip, 0.0)
+    return [v.view(g.shape) for v, g in zip(flat.split([g.numel() for g in grads]), grads)], skip
+
+
+def _unless(skip, factor: float):
+    """`factor`, or 1 on a skipped step (a 0-dim tensor: the buffers it multiplies stay as they were)."""
+    return factor if skip is None else torch.where(skip, 1.0, factor)
+
+
+def _gated(skip, factor: float):
+    """`factor`, or 0 on a skipped step (a 0-dim tensor: the update it multiplies adds nothing)."""
+    return factor if skip is None else torch.where(skip, 0.0, factor)
+
+
 class LARS(torch.optim.Optimizer):
     """Layer-wise Adaptive Rate Scaling (You et al. 2017) as in MLPerf's ResNet-50 reference:
     g' = g + wd w;  lr_l = lr x eta ||w|| / (||g|| + wd ||w|| + eps);  v = m v + lr_l g';  w -= v
     (Nesterov: w -= m v + lr_l g'). Groups with `adapt` False (norms, biases) take plain momentum SGD."""
+
+    _step_supports_amp_scaling = True  # GradScaler hands grad_scale / found_inf over (see _scaler_grads)
 
     def __init__(self, params, lr: float, momentum: float = 0.9, nesterov: bool = False,
                  trust_coefficient: float = 0.001, eps: float = 0.0, weight_decay: float = 0.0):
@@ -177,28 +214,31 @@ class LARS(torch.optim.Optimizer):
             params = _with_grads(group)
             if not params:
                 continue
-            grads = [p.grad for p in params]
+            grads, skip = _scaler_grads(self, params)
             # g' = g + wd w, a new list: the gradients themselves are left as backward wrote them
             upd = torch._foreach_add(grads, params, alpha=wd) if wd else grads
             if group["adapt"]:
                 w_norm = _norms(params)
-                scale = lr * _trust(w_norm, _norms(grads) + wd * w_norm, group["trust_coefficient"], group["eps"])
+                scale = _gated(skip, lr) * _trust(w_norm, _norms(grads) + wd * w_norm, group["trust_coefficient"],
+                                                  group["eps"])
                 upd = torch._foreach_mul(upd, _spread(scale, upd))
             else:
-                upd = torch._foreach_mul(upd, lr)
+                upd = torch._foreach_mul(upd, _gated(skip, lr))
             bufs = []
             for p in params:
                 state = self.state[p]
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 bufs.append(state["momentum_buffer"])
-            torch._foreach_mul_(bufs, m)
+            torch._foreach_mul_(bufs, _unless(skip, m))
             torch._foreach_add_(bufs, upd)
             if group["nesterov"]:
                 torch._foreach_add_(upd, bufs, alpha=m)
+                if skip is not None:  # m v is not zero: a skipped step must not apply it
+                    torch._foreach_mul_(upd, _gated(skip, 1.0))
                 torch._foreach_sub_(params, upd)
-            else:
-                torch._foreach_sub_(params, bufs)
+            else:  # the buffer, kept as it was on a skipped step, is not applied either
+                torch._foreach_sub_(params, bufs if skip is None else torch._foreach_mul(bufs, _gated(skip, 1.0)))
         return loss
 
 
@@ -206,6 +246,8 @@ class LAMB(torch.optim.Optimizer):
     """Layer-wise Adaptive Moments for Batch training (You et al. 2019) as in MLPerf's BERT reference:
     Adam moments with bias correction, u = m_hat / (sqrt(v_hat) + eps) + wd w, w -= lr x ||w|| / ||u|| x u.
     Groups with `adapt` False (norms, biases) take the Adam update without the trust ratio."""
+
+    _step_supports_amp_scaling = True  # GradScaler hands grad_scale / found_inf over (see _scaler_grads)
 
     def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt=True))
@@ -218,7 +260,7 @@ class LAMB(torch.optim.Optimizer):
             params = _with_grads(group)
             if not params:
                 continue
-            grads = [p.grad for p in params]
+            grads, skip = _scaler_grads(self, params)
             for p in params:
                 state = self.state[p]
                 if not state:
@@ -229,12 +271,16 @@ class LAMB(torch.optim.Optimizer):
             steps = [self.state[p]["step"] for p in params]
             ms = [self.state[p]["exp_avg"] for p in params]
             vs = [self.state[p]["exp_avg_sq"] for p in params]
-            torch._foreach_add_(steps, 1.0)
-            torch._foreach_mul_(ms, b1)
+            # a tensor increment as a list (0-dim beside 0-dim): a lone 0-dim tensor binds to the Scalar overload,
+            # which reads it on the host
+            torch._foreach_add_(steps, 1.0 if skip is None else [_gated(skip, 1.0)] * len(steps))
+            torch._foreach_mul_(ms, _unless(skip, b1))
             torch._foreach_add_(ms, grads, alpha=1 - b1)
-            torch._foreach_mul_(vs, b2)
+            torch._foreach_mul_(vs, _unless(skip, b2))
             torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
             t = torch.stack(steps)
+            if skip is not None:  # a skipped first step leaves t = 0, and 1 - b ** 0 = 0 would make 0 / 0 = nan
+                t = t.clamp_min(1.0)
             u = torch._foreach_div(ms, _spread(1 - b1 ** t, ms))
             denom = torch._foreach_div(vs, _spread(1 - b2 ** t, vs))
             torch._foreach_sqrt_(denom)
@@ -244,6 +290,6 @@ class LAMB(torch.optim.Optimizer):
                 torch._foreach_add_(u, params, alpha=wd)
             if group["adapt"]:
                 torch._foreach_mul_(u, _spread(_trust(_norms(params), _norms(u), 1.0), u))
-            torch._foreach_mul_(u, lr)
+            torch._foreach_mul_(u, _gated(skip, lr))
             torch._foreach_sub_(params, u)
         return loss
