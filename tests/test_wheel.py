@@ -1,7 +1,8 @@
 """The wheel, as a new user gets it: built once from this checkout (its licence and metadata checked), then
 installed into a fresh virtual environment with only its declared dependencies (resolved against requirements/dev.lock as constraints, from uv's
 cache when it is warm), then run from an unrelated folder: a throughput run, a train-to-target run and
-a report (first without the report extra: one line saying what to install; then with it).
+a report (first without the report extra: one line saying what to install; then with it, through its
+console script `xbench-report`).
 
 Measured here (2 cores, warm uv cache): build ~1.5 s, fresh venv ~0.1 s, install ~4 s (uv hard-links
 torch out of its cache), the three runs ~35 s (the two runs at once); the whole test ~45 s. A cold cache downloads torch.
@@ -9,6 +10,7 @@ torch out of its cache), the three runs ~35 s (the two runs at once); the whole 
 
 from __future__ import annotations
 
+import configparser
 import json
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, REPO, cli_env
+from xbench.tools import SCRIPTS
 
 UV = shutil.which("uv")
 needs_uv = pytest.mark.skipif(UV is None, reason="uv is not installed (these tests build the wheel with it)")
@@ -45,6 +48,7 @@ def test_wheel_carries_the_licence_and_the_metadata_an_index_shows(wheel):
         [info] = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
         licence = z.read(f"{info}/licenses/LICENSE").decode()
         meta = Parser().parsestr(z.read(f"{info}/METADATA").decode())
+        entry_points = z.read(f"{info}/entry_points.txt").decode()
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence
     assert (REPO / "LICENSE").read_text() == licence  # the repository's file, not another text
     assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
@@ -57,6 +61,10 @@ def test_wheel_carries_the_licence_and_the_metadata_an_index_shows(wheel):
     readme = meta.get_payload()
     assert "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu" in readme
     assert "pip install 'xbench[all]'" in readme
+    # every tool is a console script of the wheel (xbench/tools.py): xbench, xbench-report, -studies, -cost, -parity
+    scripts = configparser.ConfigParser(delimiters=("=",))
+    scripts.read_string(entry_points)
+    assert set(scripts["console_scripts"]) == set(SCRIPTS) and scripts["console_scripts"]["xbench-cost"] == "xbench.cost:main"
 
 
 @pytest.mark.slow
@@ -103,7 +111,7 @@ def test_wheel_in_a_fresh_venv_runs_every_mode_and_the_report_from_anywhere(tmp_
                                    "here: pip install 'xbench[report]'")
     step("install_report", [UV, "pip", "install", "-q", "--python", py, f"{wheel}[data,report]", "-c", lock],
          cwd=tmp_path)
-    step("report", [py, "-m", "xbench.report", store, "--out", elsewhere / "report"])
+    step("report", [venv / "bin" / "xbench-report", store, "--out", elsewhere / "report"])  # its console script
     assert (elsewhere / "report" / "report.html").is_file()
     print(f"\nwheel test timings (s): {timings}")
 

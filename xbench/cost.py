@@ -30,6 +30,7 @@ from xbench.config import PlatformConfig, range_problems
 from xbench.metrics.cost import currency, not_numbers, problems
 from xbench.metrics.derived import derive
 from xbench.records.store import find_run, read_record
+from xbench.tools import prog
 
 CONF = Path(__file__).resolve().parent / "conf"
 if not CONF.is_dir():  # editable install: the checkout's top-level conf/
@@ -140,7 +141,7 @@ SHOWN = ("throughput_samples_per_s", "epochs_to_target", "train_time_to_target_s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m xbench.cost", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=prog("xbench.cost"), description=__doc__.split("\n\n")[0].split("`: ", 1)[1])
     ap.add_argument("store", help="a results folder (or one run folder)")
     ap.add_argument("--platform", required=True, help="conf/platform name, or a path to a platform YAML")
     ap.add_argument("--price", action="append", default=[], metavar="[COMPONENT=]AMOUNT",

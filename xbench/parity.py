@@ -33,6 +33,7 @@ from xbench.records.store import new_run_id
 from xbench.runner import run
 from xbench.runtimes import preload_xla
 from xbench.sinks.local import LocalSink
+from xbench.tools import prog
 
 
 def _split(values: list[str]) -> list[str]:
@@ -40,7 +41,7 @@ def _split(values: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m xbench.parity", description=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(prog=prog("xbench.parity"), description=__doc__.split("\n\n")[1])
     ap.add_argument("--a", action="append", default=[], help="overrides of run A (repeat or quote several)")
     ap.add_argument("--b", action="append", default=[], help="overrides of run B")
     ap.add_argument("--steps", type=int, default=20, help="losses compared: the first steps both runs kept")

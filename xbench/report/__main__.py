@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 
 from xbench.extras import missing
+from xbench.tools import prog
 
 FORMATS = ("html", "md", "csv")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m xbench.report",
+        prog=prog("xbench.report"),
         description="Comparison tables and plots from xbench run records (no torch needed).",
         epilog="Example: python -m xbench.report results --filter experiment=cpu_vs_gpu "
                "--baseline 'platform=cpu&threads=1' --out report/cpu_vs_gpu")

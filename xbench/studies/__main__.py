@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from xbench import studies
+from xbench.tools import prog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,10 @@ def write_docs(path: Path) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xbench.studies", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=prog("xbench.studies"),
+                                description="The studies' commands (a small run, the full-scale runs, their "
+                                            "report) and their published figures, from xbench/studies/studies.yaml "
+                                            "(no torch).")
     p.add_argument("ids", nargs="*", help="study ids (default: all)")
     p.add_argument("--published", action="store_true", help="the published figures, one row a line")
     p.add_argument("--write", action="store_true", help="rewrite the preset headers and docs/studies.md")
