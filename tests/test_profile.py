@@ -13,7 +13,9 @@ from tests.conftest import FAST, cli_env, records, run_cli
 from xbench.api import compose
 from xbench.compat import check
 from xbench.platforms.detect import host_facts
+from xbench.records.record import RunRecord
 from xbench.records.wandb_files import read_offline_run
+from xbench.sinks.console import summary
 
 
 def _reasons(*overrides):
@@ -48,8 +50,27 @@ def test_a_profile_that_cannot_be_taken_is_refused_before_device_work(overrides,
     assert any(said in r for r in _reasons(*overrides)), _reasons(*overrides)
 
 
+def test_the_summary_names_the_profiles_files_where_they_are(tmp_path):
+    """The console's end-of-run summary gives each bench.profile file's path in the run folder, and what opens the
+    trace (before: the record named them, the console did not)."""
+    art = {"profile_trace": "profile/torch/rank0.pt.trace.json", "profile_ops": "profile/torch/rank0_ops.txt",
+           "traceback": "traceback.txt"}
+    run = tmp_path / "results" / "r1"
+    text = summary(RunRecord("r1", status="ok", artifacts=art), run / "record.json")
+    lines = text.splitlines()
+    assert lines[-3:] == [
+        f"  {'profile trace':<30} {run}/profile/torch/rank0.pt.trace.json (ui.perfetto.dev or chrome://tracing; "
+        f"tensorboard --logdir {run}/profile)",
+        f"  {'profile top operators':<30} {run}/profile/torch/rank0_ops.txt",
+        f"  record: {run}/record.json"]
+    xla = summary(RunRecord("r2", status="ok", artifacts={"profile_xla_metrics": "profile/xla/metrics_rank0.txt",
+                                                          "profile_hlo_dump": "profile/xla/dump"}), "(nowhere)")
+    assert "XLA metrics report             profile/xla/metrics_rank0.txt" in xla and "XLA HLO dump" in xla
+    assert "profile" not in summary(RunRecord("r3", status="ok"), run / "record.json")
+
+
 @pytest.mark.slow
-def test_torch_profile_of_steps_after_the_timed_window_is_recorded_and_uploaded(store, xla_cli):
+def test_torch_profile_of_steps_after_the_timed_window_is_recorded_and_uploaded(store, xla_cli, capsys):
     """Through the Python API in this process (the CLI's runner and W&B sink); `xla_cli` starts the XLA profile's
     CLI run (the test below) in the background meanwhile."""
     import xbench
@@ -62,6 +83,7 @@ def test_torch_profile_of_steps_after_the_timed_window_is_recorded_and_uploaded(
     run_dir = store / rec["run_id"]
     art = rec["artifacts"]
     assert art["profile_trace"] == "profile/torch/rank0.pt.trace.json"  # TensorBoard's profiler plugin reads *.pt.trace.json
+    assert f"profile trace                  {run_dir / art['profile_trace']} (" in capsys.readouterr().out  # the console
     events = json.loads((run_dir / art["profile_trace"]).read_text())["traceEvents"]
     ops = [e["name"] for e in events if e.get("cat") == "cpu_op"]
     # the profiled steps are the measured step: the MLP's 3 linear layers each step, and the optimizer's steps

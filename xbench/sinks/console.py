@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -386,5 +387,26 @@ def summary(record: RunRecord, path) -> str:
                      f"{human(row['wall_s'])} s train / wall{cost}")
     for w in record.warnings:
         lines.append(f"  WARNING: {w}")
+    lines += profile_lines(record.artifacts, path)
     lines.append(f"  record: {path}")
     return "\n".join(lines)
+
+
+# bench.profile's files (record.artifacts: paths in the run folder), as the summary names them.
+PROFILE_FILES = {"profile_trace": "profile trace", "profile_ops": "profile top operators",
+                 "profile_xla_metrics": "XLA metrics report", "profile_hlo_dump": "XLA HLO dump"}
+
+
+def profile_lines(artifacts: dict, record_path) -> list[str]:
+    """Where bench.profile wrote, as paths to open: the record's folder is the run folder (`record_path` not a
+    path: the record went nowhere; the paths are then the run folder's own)."""
+    folder = Path(record_path).parent if isinstance(record_path, Path) else None
+    lines = []
+    for key, label in PROFILE_FILES.items():
+        if not artifacts.get(key):
+            continue
+        where = folder / artifacts[key] if folder is not None else Path(artifacts[key])
+        viewers = (f" (ui.perfetto.dev or chrome://tracing; tensorboard --logdir {where.parent.parent})"
+                   if key == "profile_trace" else "")
+        lines.append(f"  {label:<30} {where}{viewers}")
+    return lines
