@@ -325,19 +325,21 @@ def test_two_task_job_runs_ddp_across_slurm_tasks(runs):
 # Without a cluster: the rules the tests above exercise end to end.
 
 def test_srun_task_becomes_a_torch_rank_and_other_processes_do_not():
+    """slurm_ranks.torch_variables answers (the environment is read, not written; launch/torchrun.launch applies
+    them while the rank runs: tests/test_pure_checks.py)."""
     step = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3", "SLURM_LOCALID": "1",
             "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "1234",
             "SLURM_STEP_NODELIST": "nodeA"}
-    assert slurm_ranks.adopt(step)
-    assert (step["RANK"], step["WORLD_SIZE"], step["LOCAL_RANK"], step["LOCAL_WORLD_SIZE"]) == ("3", "4", "1", "2")
-    assert step["MASTER_ADDR"] == "nodeA" and step["MASTER_PORT"] == str(29500 + 1234 % 2000)
+    given = dict(step)
+    got = slurm_ranks.torch_variables(step)
+    assert step == given
+    assert (got["RANK"], got["WORLD_SIZE"], got["LOCAL_RANK"], got["LOCAL_WORLD_SIZE"]) == ("3", "4", "1", "2")
+    assert got["MASTER_ADDR"] == "nodeA" and got["MASTER_PORT"] == str(29500 + 1234 % 2000)
     mine = {**step, "MASTER_PORT": "40000", "RANK": "3"}
-    slurm_ranks.adopt(mine)
-    assert mine["MASTER_PORT"] == "40000"  # the user's choice stays
+    assert "MASTER_PORT" not in slurm_ranks.torch_variables(mine)  # the user's choice stays
     batch = {"SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_JOB_ID": "1"}  # the batch script: no step
     one = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}  # hydra-submitit-launcher's one-task job
-    assert not slurm_ranks.adopt(batch) and "RANK" not in batch
-    assert not slurm_ranks.adopt(one) and "RANK" not in one
+    assert slurm_ranks.torch_variables(batch) == {} and slurm_ranks.torch_variables(one) == {}
     assert slurm_ranks.tasks_on_node("2(x3),1", 3) == 1 and slurm_ranks.tasks_on_node("4,2", 1) == 2
 
 

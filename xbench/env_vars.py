@@ -1,7 +1,9 @@
 """Environment variables set for the length of a `with` block and restored after it (torch-free, any layer):
-the variables fresh processes inherit (launch/child.py), XLA's dump flags (bench/profile.py), HF's switch
-off torch_xla (models/zoo.py); and the one "started as a rank by an external launcher" rule (`launched_rank`),
-which launch/torchrun.py and bench/contention.py both read."""
+the variables fresh processes inherit (launch/child.py), XLA's dump flags (bench/profile.py), a srun task's
+torch variables while its rank runs (launch/torchrun.py), HF's switches while transformers loads (models/zoo.py);
+and the one "started as a rank by an external launcher" rule (`launched_rank`), which launch/torchrun.py and
+bench/contention.py both read. Imports, checks and questions write no variable (tests/test_pure_checks.py):
+what a run needs in its environment is applied where it launches, for that block only."""
 
 from __future__ import annotations
 
@@ -21,6 +23,22 @@ def temporarily(env: dict[str, str]):
             if v is None:
                 os.environ.pop(k, None)
             else:
+                os.environ[k] = v
+
+
+@contextmanager
+def restored():
+    """The whole environment back as it was after the block, whatever set it inside: for a third-party import
+    that writes variables as it loads (torch._dynamo's TORCHINDUCTOR_CACHE_DIR under transformers' import), so
+    that a question that imports one (compat's probe of a model) writes none."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for k in [k for k in os.environ if k not in saved]:
+            os.environ.pop(k, None)
+        for k, v in saved.items():
+            if os.environ.get(k) != v:
                 os.environ[k] = v
 
 

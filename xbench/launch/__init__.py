@@ -17,11 +17,10 @@ Add a launcher: a module with `launch(work, on_step, stop, fresh)` and a line in
 from __future__ import annotations
 
 import importlib
-import os
 
 from xbench import env_vars, parallel
 from xbench.launch.isolation import isolated
-from xbench.launch.torchrun import under_torchrun
+from xbench.launch.torchrun import global_rank, under_torchrun
 from xbench.launch.xla import host_index
 from xbench.rank import LaunchResult
 
@@ -38,9 +37,10 @@ def launcher(cfg) -> str:
 
 def writes_record(cfg) -> bool:
     """False in a process whose run's record is written by another: a rank > 0 under the torchrun
-    command, a node > 0 of a multi-node run, a host > 0 of a TPU pod slice."""
+    command (or a srun task > 0), a node > 0 of a multi-node run, a host > 0 of a TPU pod slice. Like every
+    question here (`launcher`, `process_environment`), it reads the environment and writes none: `run` applies."""
     if under_torchrun():
-        return int(os.environ.get("RANK", "0")) == 0
+        return global_rank() == 0
     if launcher(cfg) == "xla":
         return host_index() == 0
     return cfg.parallel.node_rank == 0

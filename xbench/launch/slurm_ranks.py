@@ -1,12 +1,13 @@
 """Ranks that srun started: a SLURM step of several tasks is a torch world, one rank per task.
 
 `srun --ntasks=N python -m xbench parallel=ddp parallel.world_size=N` starts N processes, each with SLURM's
-facts and none of torch's. `adopt()` gives each what torch's env:// rendezvous and the torchrun launcher read
-(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), taken from SLURM's (SLURM_PROCID,
-SLURM_STEP_NUM_TASKS, SLURM_LOCALID, the step's tasks on this node, its first node); from then on the process
-is a rank like one the `torchrun` command started (launch/torchrun.py: rank 0 writes the record). A variable
-already set (MASTER_PORT, or torchrun under srun setting them all) is left alone. A batch script itself
-(no SLURM_STEP_ID) and a step of one task (hydra-submitit-launcher's jobs) are not adopted.
+facts and none of torch's. `torch_variables()` answers what torch's env:// rendezvous and the torchrun launcher
+read (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), taken from SLURM's (SLURM_PROCID,
+SLURM_STEP_NUM_TASKS, SLURM_LOCALID, the step's tasks on this node, its first node); it writes nothing. The one
+place that applies them is launch/torchrun.launch, while the rank runs: from then on the process is a rank like
+one the `torchrun` command started (rank 0 writes the record). A variable already set (MASTER_PORT, or torchrun
+under srun setting them all) is left alone. A batch script itself (no SLURM_STEP_ID) and a step of one task
+(hydra-submitit-launcher's jobs) get none.
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ def first_host(nodelist: str) -> str:
     return (m.group(1) + (m.group(2) or "")) if m else nodelist
 
 
-def adopt(env=os.environ) -> bool:
-    """True when this process is a task of a srun step of several tasks; then torch's variables are set."""
+def torch_variables(env=os.environ) -> dict[str, str]:
+    """The variables torch needs that this srun task lacks, from SLURM's; {} outside a step of several tasks.
+    An answer: `env` is read, never written."""
     world = srun_step_tasks(env)
     if world < 2:
-        return False
+        return {}
     node = int(env.get("SLURM_NODEID", "0"))
     facts = {
         "RANK": env.get("SLURM_PROCID", "0"),
@@ -59,8 +61,7 @@ def adopt(env=os.environ) -> bool:
         "LOCAL_WORLD_SIZE": str(tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", str(world)), node)),
         "MASTER_PORT": str(PORT_BASE + int(env.get("SLURM_JOB_ID", "0") or 0) % PORT_SPAN),
     }
-    for key, value in facts.items():
-        env.setdefault(key, value)
+    out = {k: v for k, v in facts.items() if k not in env}
     if "MASTER_ADDR" not in env:
-        env["MASTER_ADDR"] = first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "localhost"))
-    return True
+        out["MASTER_ADDR"] = first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "localhost"))
+    return out

@@ -26,6 +26,7 @@ import tempfile
 import uuid
 from datetime import timedelta
 
+from xbench import env_vars
 from xbench.env_vars import launched_rank
 from xbench.launch import child, slurm_ranks
 from xbench.launch.gathered import RankLost, results_of, stopped_of
@@ -44,12 +45,14 @@ class RankFailed(Exception):
 
 def under_torchrun() -> bool:
     """True in a process that torchrun (or any elastic agent) started as a rank, or a task of a srun step
-    of several tasks (env_vars.launched_rank, the one rule; launch/slurm_ranks.py then gives a srun task
-    torch's variables)."""
-    if not launched_rank():
-        return False
-    slurm_ranks.adopt()  # a srun task: torch's variables from SLURM's (a variable already set is left alone)
-    return True
+    of several tasks (env_vars.launched_rank, the one rule). A question: it sets nothing (`launch` gives a
+    srun task torch's variables, launch/slurm_ranks.py, while its rank runs)."""
+    return launched_rank()
+
+
+def global_rank() -> int:
+    """This process's rank in its world, as its launcher numbered it: RANK, or a srun task's SLURM_PROCID."""
+    return int(os.environ.get("RANK") or slurm_ranks.torch_variables().get("RANK", "0"))
 
 
 def _threads_for_rank(plan, dev_type: str, local_world: int) -> dict:
@@ -231,7 +234,9 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     """Run every rank (fresh processes in any case); rank 0's gathered results, or None on a process or
     node without rank 0."""
     if under_torchrun():
-        gathered = rank_main(work, on_step, stop)
+        # The one place a srun task gets torch's variables (RANK, MASTER_ADDR, ...): for as long as its rank runs.
+        with env_vars.temporarily(slurm_ranks.torch_variables()):
+            gathered = rank_main(work, on_step, stop)
         return None if gathered is None else results_of(gathered, stop)
 
     from torch.distributed.elastic.multiprocessing.api import SignalException

@@ -42,10 +42,19 @@ def xla_env(plan) -> dict:
     return env
 
 
+# What torch_xla reads as the host's index when it takes the TPU's facts from the environment (GKE, multislice).
+HOST_INDEX_VARS = ("CLOUD_TPU_TASK_ID", "TPU_WORKER_ID")
+
+
 def host_index() -> int:
-    """This host's index in a TPU slice; 0 off TPU (no torch_xla import there)."""
+    """This host's index in a TPU slice; 0 off TPU. From HOST_INDEX_VARS when one is set (an answer: nothing
+    imported or written); else torch_xla's, from the TPU VM's metadata (importing torch_xla sets its own
+    variables, GRPC_VERBOSITY, XLA_FLAGS ...: only on a TPU host, whose run is about to use it)."""
     if default_pjrt_device() != "TPU":
         return 0
+    for key in HOST_INDEX_VARS:
+        if os.environ.get(key, "").strip().isdigit():
+            return int(os.environ[key])
     from xbench.runtimes import xla as rx
 
     return rx.tpu_worker_id()

@@ -193,11 +193,15 @@ HF_POSITIONS = ("max_position_embeddings", "n_positions")
 @contextlib.contextmanager
 def _quiet_transformers():
     """Import transformers offline, and without torch_xla: transformers (through accelerate) imports
-    torch_xla whenever it is installed (~10 s, and it picks a PJRT device); an XLA run has it already."""
+    torch_xla whenever it is installed (~10 s, and it picks a PJRT device); an XLA run has it already. The
+    environment is as it was afterwards: compat's probe asks this, and a check writes no variable (what
+    transformers' imports set as they load, torch._dynamo's TORCHINDUCTOR_CACHE_DIR, goes too)."""
     import sys
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random init from a config: nothing to download
-    with env_vars.temporarily({} if "torch_xla" in sys.modules else {"USE_TORCH_XLA": "0"}):
+    with env_vars.restored():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random init from a config: nothing to download
+        if "torch_xla" not in sys.modules:
+            os.environ["USE_TORCH_XLA"] = "0"
         yield
 
 
