@@ -3,7 +3,8 @@
 `check(cfg, facts)` returns human-readable reasons (empty list: good to go). Besides the host's `facts` it
 reads the environment (PJRT_DEVICE, the launcher's variables), the installed packages' versions and the file
 system (data paths, platform files); it writes no environment variable and imports no torch_xla
-(tests/test_import_env.py), so a simulated host's check does not depend on what ran before it. Each reason says what
+(tests/test_import_env.py, tests/test_pure_checks.py: under simulated torchrun, srun and TPU hosts), so a simulated
+host's check does not depend on what ran before it. Each reason says what
 was asked, what is wrong and what is allowed, so that the failed record and the console explain
 themselves. Every reason is collected, never only the first.
 
@@ -120,7 +121,7 @@ def process_repeats_fit(cfg, facts):
     if cfg.bench.mode != "throughput":
         return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
                 "(use bench.process_repeats=1 with train_to_target and find_max_batch)"]
-    if launched_rank():  # a read: compat sets no variable (launch.under_torchrun gives a srun task torch's)
+    if launched_rank():  # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank runs)
         return [f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench parallel=... "
                 "without the torchrun command): processes torchrun started cannot be started again"]
     return []
@@ -309,7 +310,7 @@ def cpu_capability_fits(cfg, facts):
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     if dev != "cpu":
         return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
-    if launched_rank():  # a read: compat sets no variable (launch.under_torchrun gives a srun task torch's)
+    if launched_rank():  # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank runs)
         return [f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads it at start); "
                 "run python -m xbench without the torchrun command"]
     return []
