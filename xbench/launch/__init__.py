@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 
 from xbench import env_vars, parallel
+from xbench.launch import template
 from xbench.launch.isolation import isolated
 from xbench.launch.torchrun import global_rank, under_torchrun
 from xbench.launch.xla import host_index
@@ -58,10 +59,12 @@ def run(work, on_step=None, stop=None, fresh: bool | None = None) -> LaunchResul
 
     `fresh`: run even an inline rank in a freshly spawned process (whole-process repeats, or settings
     torch reads at start); None: as `bench.isolation` says (launch/isolation.py: a sweep's points are
-    isolated by default). The other launchers start fresh processes anyway."""
+    isolated by default, each in a process forked from the sweep's warm template where that is safe:
+    launch/template.py). The other launchers start fresh processes anyway."""
     plan = work.plan
     module, fn = LAUNCHERS[plan.launcher].split(":")
     env = process_environment(plan.bench)
-    fresh = isolated(plan) if fresh is None else fresh
+    if fresh is None:
+        fresh = isolated(plan) and (template.FORK if template.usable(plan) else True)
     with env_vars.temporarily(env):  # fresh processes inherit it at exec, before torch
         return getattr(importlib.import_module(module), fn)(work, on_step, stop, fresh or bool(env))

@@ -39,9 +39,18 @@ def die_with_parent(parent: int | None = None, poll_s: float = PARENT_POLL_S) ->
     if parent in _WATCHING:
         return
     _WATCHING.append(parent)
+    alive = lambda: os.getppid() == parent  # noqa: E731
+    if os.getppid() != parent:  # forked by a sweep's template (launch/template.py): the runner is further up
+        import psutil
+
+        try:
+            proc = psutil.Process(parent)
+            alive = lambda: proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE  # noqa: E731
+        except psutil.Error:
+            os._exit(1)
 
     def watch():
-        while os.getppid() == parent:
+        while alive():
             time.sleep(poll_s)
         os._exit(1)  # nobody is left to take the result
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 from xbench import parallel
-from xbench.launch import child
+from xbench.launch import child, template
 from xbench.launch.preamble import process_stop, run_rank, threads_asked
 from xbench.rank import LaunchResult, RankContext
 
@@ -22,15 +23,20 @@ def context(plan) -> RankContext:
 
 
 def _fresh_rank(work, ctx):
-    """Entry point of the fresh process (module level: picklable)."""
+    """Entry point of the fresh process, spawned or forked from a sweep's template (module level: picklable)."""
     stop = process_stop()
     with child.reason_on_stop(stop):
-        return run_rank(work, ctx, None, stop)
+        result = run_rank(work, ctx, None, stop)
+    result.measurements["parent_pid"] = os.getppid()  # the runner, or the template it was forked from
+    return result
 
 
-def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult:
+def launch(work, on_step=None, stop=None, fresh: bool | str = False) -> LaunchResult:
+    """`fresh`: False (this process), True (a spawned one) or template.FORK (one forked from the template)."""
     ctx = context(work.plan)
-    if fresh:
+    if fresh == template.FORK:
+        result = template.in_template(_fresh_rank, (work, ctx), stop, "the fresh process of this run")
+    elif fresh:
         result = child.in_fresh_process(_fresh_rank, (work, ctx), stop, "the fresh process of this run")
     else:
         with _callers_torch_state():

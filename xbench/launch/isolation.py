@@ -10,7 +10,13 @@ its rank work in a fresh spawned interpreter:
 - `bench.isolation=auto` (default): a fresh process for each point of a --multirun sweep; a single
   run stays in its own process (which is fresh anyway);
 - `process`: always a fresh process; `shared`: never (the old behaviour, and the cheaper one when a
-  sweep does not measure what a process carries: tests, a quick look).
+  sweep does not measure what a process carries: tests, a quick look);
+- `spawn`: always a freshly spawned interpreter, never one forked from the warm template (below): each
+  point then pays Python's and torch's start-up again, as a single run does.
+
+The fresh process of an inline rank is forked from the sweep's warm template where that is safe
+(launch/template.py: started once per sweep process, it has imported torch and the rank wing and
+nothing more), else spawned; the record's `env.point.process` says which.
 
 Launchers other than `inline` start fresh processes anyway. The runner calls `begin_point` first
 thing, so each point's start-up is counted from its own start (`point_started_at`), and its record
@@ -25,10 +31,11 @@ import time
 
 import psutil
 
+from xbench.launch import template
 from xbench.rank import POINT_ENV, point_started_at  # noqa: F401 (a rank reads it too)
 from xbench.records.redact import redact_argv
 
-ISOLATION = ("auto", "process", "shared")
+ISOLATION = ("auto", "process", "shared", "spawn")
 _POINTS_SEEN: list[int] = []  # points begun in this process
 
 
@@ -51,7 +58,7 @@ def hydra_job() -> dict | None:
 def isolated(cfg) -> bool:
     """Whether this run's inline rank work goes to a fresh process."""
     mode = cfg.bench.isolation
-    if mode == "process":
+    if mode in ("process", "spawn"):
         return True
     if mode == "shared":
         return False
@@ -78,10 +85,13 @@ def xbench_version() -> str | None:
 
 def point_facts(cfg) -> dict:
     """For the record's env: xbench's version and, in a sweep, the point's job number, its overrides
-    (secret values redacted) and whether it ran isolated."""
+    (secret values redacted), whether it ran isolated and, if so, how its process started (forked from
+    the sweep's template, with the template's pid, or spawned, and why: launch/template.py)."""
     job = hydra_job()
     facts = {"xbench_version": xbench_version(),
              "point": {"isolation": cfg.bench.isolation, "isolated": isolated(cfg), "runner_pid": os.getpid()}}
+    if facts["point"]["isolated"]:
+        facts["point"].update(template.decide(cfg))
     if job is not None:
         facts["point"].update(multirun=job["multirun"], job_num=job["job_num"],
                               overrides=redact_argv(job["overrides"]))
