@@ -29,6 +29,7 @@ from xbench.launch.isolation import isolated
 from xbench.models import patterns
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
+from xbench.sinks import sweep
 from xbench.version import __version__
 
 HELP_FLAGS = frozenset(("--help", "-h", "--hydra-help"))
@@ -43,6 +44,7 @@ def run(dcfg: DictConfig):
     global _STARTED
     _STARTED = True
     record = runner.run(dcfg)
+    sweep.note(record)  # a local sweep's end table (hydra_plugins/xbench_sweeper)
     if record is not None and record.status != "ok":
         _FAILED_RUNS.append(record.run_id)
     return record

@@ -16,6 +16,9 @@ sweeper makes the same points in the same order, and:
   is checked as the points run: a point whose composed config (resolved, Hydra's node aside) equals an
   earlier point's is not run, named with the earlier point and the overrides that changed nothing; the
   other points run, and the sweep exits 2 at the end.
+- **At the end** of a local sweep (also one a stop ended): a table of the points that ran (status, warnings
+  count, headline figure, the swept values), the `python -m xbench.report` command for their store, and one
+  `wandb sync` line for every offline W&B run of the sweep (xbench/sinks/sweep.py; a point says none).
 - **A batch launcher** (`hydra/launcher=slurm` fits the whole batch to a partition and submits it as one
   job array) gets each batch (`max_batch_size` points; the whole sweep by default) composed and checked
   whole before it is handed over, as Hydra's basic sweeper does, saying how far it is every 5 s; a point
@@ -234,11 +237,14 @@ class XbenchSweeper(Sweeper):
     def _one_by_one(self, jobs, seen: Seen) -> list:
         from hydra._internal.core_plugins import basic_launcher
 
+        from xbench.sinks import sweep
+
         self.launcher.setup(hydra_context=self.hydra_context, config=self.config,
                             task_function=DistinctPoints(self.task_function, seen))
         quiet, log = _QuietLaunches(), logging.getLogger(basic_launcher.__name__)
         log.addFilter(quiet)
         returns = []
+        sweep.begin()  # the points' rows, for the table at the end (also after a stop: what did run)
         try:
             for num, job in enumerate(jobs):
                 say(f"point {num + 1}/{seen.total:,} (#{num}): {seen.shown(job)}")
@@ -250,6 +256,8 @@ class XbenchSweeper(Sweeper):
                 returns.append([ret])
         finally:
             log.removeFilter(quiet)
+            for line in sweep.end_lines(seen.swept):  # the table's rows as they are, the rest as said lines
+                print(line, file=sys.stderr, flush=True) if line.startswith("  ") else say(line)
         return returns
 
     def _batches(self, jobs, seen: Seen) -> list:

@@ -35,6 +35,7 @@ from xbench.metrics import utilisation
 from xbench.records import batch_trials
 from xbench.records.record import SAMPLE_LISTS, RunRecord
 from xbench.records.redact import redact, redact_argv
+from xbench.sinks import sweep
 from xbench.wandb_env import has_credentials
 
 # console off: W&B would copy this process's console output into the run files; stats off: its system
@@ -447,7 +448,7 @@ class WandbSink:
             if (cut := offline_cut_short(offline[-1])) is not None:
                 out["wandb_error"] = cut
                 self.say(f"W&B: {cut}; the local record is complete")
-            else:
+            elif not sweep.active():  # a sweep says one line for all its points (sinks/sweep.py)
                 self.say(f"W&B: offline (no credentials, no network or WANDB_MODE=offline); "
                          f"upload later with: wandb sync {offline[-1]}")
         return out
