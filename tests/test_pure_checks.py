@@ -39,6 +39,7 @@ SIMULATED = {
 # Every variable a simulated host sets, and every one a writer was seen to set: unset before a host is simulated.
 CLEARED = sorted({*(k for env in SIMULATED.values() for k in env), "CLOUD_TPU_TASK_ID", "HF_HUB_OFFLINE",
                   "USE_TORCH_XLA", "GRPC_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "PJRT_DYNAMIC_PLUGINS",
+                  "TORCHINDUCTOR_CACHE_DIR",  # torch._dynamo's first import writes it (cli_env sets it: unset here)
                   *(k for k in os.environ if k.startswith(("SLURM_", "TPU_")))})
 CONFIGS = ("", "bench.mode=find_max_batch", "+experiment=digits_to_target", "parallel=ddp parallel.world_size=2",
            "bench.mode=find_max_batch parallel=ddp parallel.world_size=2",
