@@ -338,8 +338,8 @@ def test_cli_without_torch_writes_html_md_csv_and_every_plot(fixture_store, tmp_
     assert p.returncode == 0, p.stderr[-3000:]
     assert "corrupt-run/record.json" in p.stderr  # the unreadable record is named
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 8 and "corrupt-run" in html
-    assert "src=\"http" not in html and "<script" not in html  # self-contained
+    assert html.count('<figure id="p-') >= 8 and html.count('class="xb-figure"') >= 8 and "corrupt-run" in html
+    assert "src=\"http" not in html and "<script src" not in html and "default-src 'none'" in html  # self-contained
     from xbench.report.plots import PLOTS
 
     for name in PLOTS:

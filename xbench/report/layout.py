@@ -24,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from xbench.metrics.numbers import compact  # noqa: E402
 from xbench.report.escape import plot_text  # noqa: E402
+from xbench.report.interactive import hbar_spec, line_spec  # noqa: E402
 
 FONT = 8.0  # points, every text but the titles
 CHAR_IN = 0.62 * FONT / 72  # a wide-ish character of DejaVu Sans at FONT, in inches
@@ -211,6 +212,7 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
     fig = cv.figure(body)
     y = 0.3
     handles = {}
+    logs = []  # each facet's axis (the HTML report's chart draws it the same)
     for f, h in zip(facets, heights):
         ax = cv.axes(fig, left, y, plot_w, h)
         y += h + gap
@@ -230,6 +232,7 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
         hi = hi if hi > 0 else 1.0  # a facet whose bars are all 0 (a host share read as 0): an axis still
         lo = min([b.low or b.value for b in rows if (b.low or b.value) > 0] or [hi])
         flog = log if log is not None else hi / lo > 200  # per facet: a narrow range reads better linear
+        logs.append(flog)
         _xaxis(ax, lo, hi, flog)
         x1 = ax.get_xlim()[1]
         x0 = ax.get_xlim()[0]  # where the value labels' room at the right begins (in logs: no overflow)
@@ -254,6 +257,7 @@ def hbar_figure(facets: list[Facet], title: str, xlabel: str, note: str = "", hu
         ax.set_title(short(f.title, int(plot_w / CHAR_IN)), loc="left")
         ax.set_xlabel(f.xlabel or xlabel)
     cv.legend(fig, list(handles.values()), list(handles))
+    fig.xbench_chart = hbar_spec(facets, names, title, xlabel, note, hues, ref, logs, value_text)  # the HTML's chart
     return fig
 
 
@@ -349,6 +353,8 @@ def line_figure(panels: list[Panel], title: str, xlabel: str, note: str = "", lo
         ax.set_ylabel(p.ylabel)
     order = shown + [grey_label] + refs
     cv.legend(fig, [handles[k] for k in order if k in handles], [k for k in order if k in handles])
+    fig.xbench_chart = line_spec(panels, styles, short_of, GREY, MAX_GREY_LINES, title, xlabel, note, log_x,
+                                 ylim0)  # the HTML's chart
     return fig
 
 

@@ -29,6 +29,7 @@ from xbench.metrics import goals as goal_metrics
 from xbench.metrics import targets
 from xbench.records import safe_io
 from xbench.report import layout, llm
+from xbench.report.interactive import json_block
 from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
 from xbench.report.rows import (
     Context,
@@ -518,6 +519,9 @@ def save(fig, out_dir: Path, name: str, svg: bool = False) -> tuple[Path, Path |
     if svg:
         with safe_io.atomic_writer(vec, fsync=False) as f:
             fig.savefig(f, format="svg")
+    spec = getattr(fig, "xbench_chart", None)  # the figure's data for the HTML's interactive chart
+    if spec is not None:
+        safe_io.atomic_write(out_dir / f"{name}.chart.json", json_block(spec), fsync=False)
     plt.close(fig)
     return png, vec if svg else None
 
