@@ -21,6 +21,11 @@ side's fastest window is its least disturbed; on this VM single pairs scatter by
 machine others share, the pairs whose xbench windows saw no load beyond the benchmark's own (other
 processes' busy cores, from the record, at most OUTSIDE_SLACK_CORES over it) are summarised apart.
 
+Start-up (first, `--startup-pairs 3`; `--startup-only` for it alone): launch to the end of the first step of
+the issue's case (ResNet-18, batch 32, one thread), xbench's `startup_to_first_step_s` against
+`scripts/hand_train.py --first-step` (import torch and torchvision, build, one step), alternated pairs, xbench
+without W&B and with it offline, the record's `startup_phases_s` (median per phase) and `xbench --help`'s time.
+
 `--load loaded` starts a competing CPU load itself: one busy process (a Python spin loop) for the
 whole condition, stopped after it. The record's own contention figures (other processes' busy cores
 during its windows) say how contended each xbench run was; they are printed beside the ratios.
@@ -35,10 +40,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,16 +61,22 @@ OUTSIDE_SLACK_CORES = SLACK_CORES  # other processes' busy cores beyond the benc
 WORKLOAD = {"eager": {"hidden": 256, "batch": 64}, "xla": {"hidden": 1024, "batch": 256}}
 
 
-def xbench_run(runtime: str, w: dict, store: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "xbench", f"store.root={store}", f"runtime={runtime}", "model=mlp",
-           "data=synthetic_mnist", f"data.batch_size={w['batch']}", f"model.options.hidden={w['hidden']}",
-           "bench.threads=1", "platform=cpu", "logger=none", *extra]
+def xbench_record(args: list[str], store: Path) -> dict:
+    """One `python -m xbench` run (W&B, when asked, offline): its record."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     before = set(store.glob("*/record.json")) if store.exists() else set()
-    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "xbench", f"store.root={store}", *args], cwd=REPO, capture_output=True,
+                       text=True, env=env)
     new = sorted(set(store.glob("*/record.json")) - before)
     if p.returncode != 0 or len(new) != 1:
         raise SystemExit(f"xbench run failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    rec = json.loads(new[0].read_text())
+    return json.loads(new[0].read_text())
+
+
+def xbench_run(runtime: str, w: dict, store: Path, extra: list[str]) -> dict:
+    rec = xbench_record([f"runtime={runtime}", "model=mlp", "data=synthetic_mnist", f"data.batch_size={w['batch']}",
+                         f"model.options.hidden={w['hidden']}", "bench.threads=1", "platform=cpu", "logger=none",
+                         *extra], store)
     return {**rec["measurements"], "seed": rec["config"]["bench"]["seed"]}
 
 
@@ -154,17 +167,115 @@ def verdict(median: float, low: float | None, high: float | None) -> str:
     return "NOT met (median below)" if high is None else "not shown: median below, CI spans the goal (more --pairs)"
 
 
+# ---------- start-up: launch to the first step, and --help ----------
+
+# The issue's case: ResNet-18 at 32 px, batch 32, one thread, as few steps after the first as xbench allows.
+STARTUP_ARGS = ["model=resnet18", "data.batch_size=32", "bench.threads=1", "bench.warmup_min_steps=1",
+                "bench.warmup_max_steps=1", "bench.warmup_stable_steps=1", "bench.steps=1", "bench.repeats=1",
+                "bench.min_window_s=0", "bench.breakdown_steps=0", "logger.progress=false"]
+
+
+def record_clock_skew_s() -> float:
+    """How early the runner's start mark reads (launch/isolation.begin_point) against this process's start to the
+    clock tick (rank.process_started_at): psutil's create_time is early by the boot time's fraction of a second;
+    0 once begin_point uses the exact clock. Added to xbench's startup_to_first_step_s, so both sides count alike."""
+    from xbench.launch import isolation
+    from xbench.rank import POINT_ENV, process_started_at
+
+    saved = os.environ.get(POINT_ENV)
+    try:
+        return isolation.begin_point() - process_started_at()
+    finally:
+        if saved is None:
+            os.environ.pop(POINT_ENV, None)
+        else:
+            os.environ[POINT_ENV] = saved
+
+
+def xbench_startup(store: Path, logger: str) -> dict:
+    """One xbench run of the start-up case: its record's start-up figures and the process's whole wall time."""
+    t0 = time.perf_counter()
+    m = xbench_record([*STARTUP_ARGS, f"logger={logger}"], store)["measurements"]
+    return {**m, "process_s": time.perf_counter() - t0}
+
+
+def bare_startup() -> float:
+    cmd = [sys.executable, str(REPO / "scripts" / "hand_train.py"), "--first-step", "--batch", "32", "--threads", "1"]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"hand script failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])["startup_to_first_step_s"]
+
+
+def help_s() -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "xbench", "--help"], cwd=REPO, capture_output=True, text=True)
+    if p.returncode != 0 or "model: " not in p.stdout:
+        raise SystemExit(f"xbench --help failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def startup(pairs: int) -> dict:
+    """Alternated pairs (the bare script, then xbench without W&B and with it offline; the next pair the other
+    way round) of launch to the end of the first step, each a fresh process, and `xbench --help`'s wall time."""
+    skew = record_clock_skew_s()
+    bare, x_none, x_wandb, whole_none, whole_wandb, helps, phases = [], [], [], [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="xbench-bench-startup-") as tmp:
+        store = Path(tmp) / "results"
+        for i in range(pairs):
+            for side in (("bare", "none", "wandb") if i % 2 == 0 else ("wandb", "none", "bare")):
+                if side == "bare":
+                    bare.append(bare_startup())
+                    continue
+                m = xbench_startup(store, side)
+                (x_none if side == "none" else x_wandb).append(m["startup_to_first_step_s"] + skew)
+                (whole_none if side == "none" else whole_wandb).append(m["process_s"])
+                if side == "none":
+                    phases.append(m["startup_phases_s"])
+            helps.append(help_s())
+    med = statistics.median
+    ratios = [x / b for x, b in zip(x_none, bare)]
+    return {"pairs": pairs, "record_clock_skew_s": skew, "bare_s": bare, "xbench_s": x_none, "xbench_wandb_s": x_wandb,
+            "ratio_median": med(ratios), "ratios": ratios, "bare_s_median": med(bare), "xbench_s_median": med(x_none),
+            "xbench_wandb_s_median": med(x_wandb), "run_s_median": med(whole_none),
+            "run_wandb_s_median": med(whole_wandb), "wandb_adds_s_median": med(whole_wandb) - med(whole_none),
+            "phases_s_median": {k: med([p.get(k, 0.0) for p in phases]) for k in phases[0]},
+            "help_s": helps, "help_s_median": med(helps)}
+
+
+def print_startup(r: dict) -> None:
+    print(f"start-up, ResNet-18 batch 32 on 1 thread, {r['pairs']} alternated pairs (launch to the end of the first "
+          "step, each side a fresh process):", flush=True)
+    print(f"  bare script {r['bare_s_median']:.2f} s | xbench {r['xbench_s_median']:.2f} s (ratio "
+          f"{r['ratio_median']:.2f}, pairs {', '.join(f'{x:.2f}' for x in r['ratios'])}) | xbench with W&B offline "
+          f"{r['xbench_wandb_s_median']:.2f} s", flush=True)
+    print(f"  whole 1-step run: {r['run_s_median']:.2f} s without W&B, {r['run_wandb_s_median']:.2f} s with it "
+          f"offline (W&B adds {r['wandb_adds_s_median']:+.2f} s)", flush=True)
+    print("  xbench's phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_s_median"].items())
+          + (f" (runner's start mark read {-r['record_clock_skew_s']:.2f} s early: corrected)"
+             if abs(r["record_clock_skew_s"]) > 0.02 else ""), flush=True)
+    print(f"  xbench --help: {r['help_s_median']:.2f} s (median of {len(r['help_s'])}; goal < 1 s)", flush=True)
+    print("RESULT " + json.dumps(r), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runtime", choices=("eager", "xla", "both"), default="both")
     ap.add_argument("--load", choices=("quiet", "loaded", "both"), default="both")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--verbose", action="store_true", help="print every pair")
+    ap.add_argument("--startup-pairs", type=int, default=3,
+                    help="pairs of the start-up comparison (launch to first step, and --help); 0: skip it")
+    ap.add_argument("--startup-only", action="store_true", help="only the start-up comparison")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra override for the xbench side, e.g. bench.min_window_s=1 (repeatable)")
     a = ap.parse_args()
     runtimes = ("eager", "xla") if a.runtime == "both" else (a.runtime,)
     loads = ("quiet", "loaded") if a.load == "both" else (a.load,)
+    if a.startup_pairs > 0:
+        print_startup(startup(a.startup_pairs))
+    if a.startup_only:
+        return
     print(f"xbench CLI vs a plain script, each in its own process, {a.pairs} alternated pairs per case")
     for runtime in runtimes:
         for load in loads:

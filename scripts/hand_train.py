@@ -48,6 +48,30 @@ def textbook_step(model, opt, mark=lambda: None, autocast_device: str | None = N
     return step
 
 
+def process_started_at() -> float:
+    """Wall time this process started, by xbench's own rule (xbench/rank.py process_started_at: /proc's start
+    ticks against CLOCK_BOOTTIME; psutil's create_time reads up to 1 s early), so both sides count alike."""
+    with open("/proc/self/stat", "rb") as f:
+        ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def first_step(batch: int, threads: int) -> None:
+    """`--first-step`: what a user's script does before its first step and nothing else: import torch and
+    torchvision, build ResNet-18 for 32-px images, train one SGD step on a random batch; prints one JSON line
+    with the seconds from this process's start to that step's end (xbench's startup_to_first_step_s)."""
+    import torchvision
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss = F.cross_entropy(model(torch.randn(batch, 3, 32, 32)), torch.randint(0, 10, (batch,)))
+    loss.backward()
+    opt.step()
+    print(json.dumps({"startup_to_first_step_s": time.time() - process_started_at(), "loss": float(loss.detach())}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runtime", choices=("eager", "xla"), default="eager")
@@ -58,7 +82,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=800, help="steps per timed window")
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="xbench's bench.seed: the same weights and batches")
+    ap.add_argument("--first-step", action="store_true", help="ResNet-18: start-up to the first step only")
     a = ap.parse_args()
+    if a.first_step:
+        return first_step(a.batch, a.threads)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     if a.runtime == "xla":

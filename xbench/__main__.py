@@ -21,12 +21,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from xbench import runner
+from xbench import hydra_listing, runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, refusals, resume_ignored
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
+from xbench.rank import startup_phase
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 from xbench.sinks import sweep
@@ -37,6 +38,7 @@ _FAILED_RUNS: list[str] = []
 _STARTED = False  # a run got past composition (else a failure is Hydra's, before any record)
 _PRELOADED: list[bool] = []
 register_configs()
+hydra_listing.install()  # --help's group listing without a copy of Hydra's repository per option
 
 
 def run(dcfg: DictConfig):
@@ -135,6 +137,7 @@ def cli() -> None:
         for line in refused:
             say(f"xbench: {line}")
         raise SystemExit(1)
+    startup_phase("compose")
     try:
         main()
     except SystemExit as e:

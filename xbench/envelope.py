@@ -41,7 +41,7 @@ from xbench.records.env import host_env
 from xbench.records.record import RunRecord
 from xbench.records.redact import redact, redact_text
 from xbench.records.store import ATTEMPT_PREFIX, RECORD_FILE, RunLock, atomic_write_text, record_text
-from xbench.sinks.console import summary
+from xbench.sinks.console import STARTUP_LINE, summary
 from xbench.sinks.local import LocalSink
 from xbench.sinks.wandb import WandbSink
 
@@ -183,6 +183,7 @@ class RunEnvelope:
         self.lock = lock
         self.stop = SIGNALS.flag
         self.progress = None  # the mode's console bar, set by the runner; closed here whatever happens
+        STARTUP_LINE.enabled = bool(cfg.logger.progress)
         self._owns_signals = False
         # One W&B sink for the run: published at the end; a mode may open its run early to log as it goes.
         self.wandb = (WandbSink(self.record.config.get("logger", {}).get("wandb", {}), say=say)
@@ -241,6 +242,7 @@ class RunEnvelope:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         SIGNALS.at_once = None  # a signal from here on asks, it never raises inside the record's last writes
+        STARTUP_LINE.close()
         try:
             if self.progress is not None:
                 with contextlib.suppress(Exception):

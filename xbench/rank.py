@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass, field
 
 # Every signal that asks a run to stop: a terminal (Ctrl-C, Ctrl-\, a closed window), a user (kill), a
@@ -21,16 +22,66 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP",
                                                   "SIGXCPU") if hasattr(signal, n))
 
 POINT_ENV = "XBENCH_POINT"  # "<pid of the runner's process>:<wall time the point started>"
+# This run's start-up phases so far, "name@wall time;..." in the order they began: in the environment, so the
+# ranks a launcher starts carry on the runner's (a rank in a fresh process adds its own to its copy).
+STARTUP_ENV = "XBENCH_STARTUP"
+FIRST_PHASE = "imports"  # from the process's start to the first mark: the interpreter, xbench's and Hydra's imports
+
+
+def process_started_at() -> float:
+    """Wall time this process started, to the clock tick: /proc's start time (ticks since boot) against
+    CLOCK_BOOTTIME. psutil's create_time adds the boot time /proc/stat rounds down to whole seconds, so it reads
+    up to 1 s early (0.98 s on the VM this was written on); elsewhere (no /proc) it is the fallback."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime (the name may hold spaces)
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        import psutil
+
+        return psutil.Process().create_time()
 
 
 def point_started_at() -> float:
     """Wall time this run started: the runner's mark (launch/isolation.begin_point), else this process's start."""
-    import psutil
-
     try:
         return float(os.environ[POINT_ENV].split(":", 1)[1])
     except (KeyError, IndexError, ValueError):
-        return psutil.Process().create_time()
+        return process_started_at()
+
+
+def _marks() -> list[tuple[str, float]]:
+    out = []
+    for item in filter(None, os.environ.get(STARTUP_ENV, "").split(";")):
+        name, _, at = item.rpartition("@")
+        try:
+            out.append((name, float(at)))
+        except ValueError:  # not ours to read: ignored
+            continue
+    return out
+
+
+def startup_phase(name: str) -> None:
+    """This run enters start-up phase `name` now (it lasts until the next one); an earlier point's marks (a
+    sweep's, in the same process) are dropped."""
+    start = point_started_at()
+    kept = [m for m in _marks() if m[1] >= start]
+    os.environ[STARTUP_ENV] = ";".join(f"{n}@{t!r}" for n, t in [*kept, (name, time.time())])
+
+
+def startup_phases(end: float, start: float | None = None) -> dict[str, float]:
+    """Seconds this run spent in each start-up phase from its start (`point_started_at`) to `end` (the end of
+    its first step), in the order they began: each lasts until the next mark, the first (`FIRST_PHASE`) from
+    the start, so they sum to `end - start`. A later sweep point's start is its first mark (under 1 ms apart):
+    no `imports` of its own. A name marked twice adds up."""
+    start = point_started_at() if start is None else start
+    bounds = [(FIRST_PHASE, start), *((n, t) for n, t in _marks() if start <= t < end)]
+    if len(bounds) > 1 and bounds[1][1] - start < 1e-3:
+        bounds = [(bounds[1][0], start), *bounds[2:]]
+    out: dict[str, float] = {}
+    for (name, t), (_, t_next) in zip(bounds, [*bounds[1:], ("", end)]):
+        out[name] = out.get(name, 0.0) + (t_next - t)
+    return out
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from xbench.config import XBenchConfig
 from xbench.envelope import EXIT_UNSAVED, SIGNALS, ConfigError, RunEnvelope
 from xbench.hints import unknown_keys
 from xbench.launch import isolation
+from xbench.rank import startup_phase
 from xbench.records import safe_io
 from xbench.records.record import RunRecord
 from xbench.records.redact import config_secret_values, redact, remember
@@ -42,6 +43,7 @@ from xbench.records.store import (
     read_record,
     read_record_dict,
 )
+from xbench.sinks.console import enter_startup_phase
 
 
 class Refused(Exception):
@@ -127,6 +129,7 @@ def read_baseline(cfg) -> dict | None:
 def run(dcfg: DictConfig) -> RunRecord | None:
     """One benchmark run; the final RunRecord, or None in a process whose record another writes."""
     isolation.begin_point()  # this point's start-up counts from here, not from the sweep's start
+    startup_phase("record")  # refusals, the config, the record's first write
     if dcfg.store.run_name is not None and (why := name_problem(str(dcfg.store.run_name), "store.run_name")):
         raise Refused(why)
     prior = lock = None
@@ -155,11 +158,13 @@ def run(dcfg: DictConfig) -> RunRecord | None:
             raise Refused(f"resume={dcfg.resume!r}: {e.strerror}: {e.filename}") from None
     run_id = prior["run_id"] if prior else new_run_id(cfg.store.run_name)
     with RunEnvelope(cfg, resolved, run_id, prior, lock) as env:
+        enter_startup_phase("torch_import")  # the run path's modules below import torch
         from xbench import compat, modes
         from xbench.bench.plan import resolve
         from xbench.modes.base import Run
         from xbench.platforms.detect import host_facts, torch_env
 
+        enter_startup_phase("checks")  # the host's facts, compat, the plan
         facts = host_facts()
         env.record.env["torch"] = torch_env(facts)
         env.record.env.update(isolation.point_facts(cfg))

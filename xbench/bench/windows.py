@@ -18,7 +18,14 @@ from xbench.bench.figures import build_figures, closing_figures
 from xbench.bench.plan import Plan
 from xbench.bench.worker import PreparedRank, check_finite, device_gpus, prepare_rank, rank_meters
 from xbench.metrics.stats import summarize
-from xbench.rank import RankContext, RankResult, StopRequested, point_started_at
+from xbench.rank import (
+    RankContext,
+    RankResult,
+    StopRequested,
+    point_started_at,
+    startup_phase,
+    startup_phases,
+)
 from xbench.records.run_files import WINDOWS_FILE, CurveWriter
 
 INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the window earns a warning
@@ -104,16 +111,23 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
     bench, dev = run.bench, run.device_type
     main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
     probe_s = bench.contention_probe_s if main else 0
+    if probe_s > 0:
+        _phase("contention_probe", main, on_step)
     before = contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank)) if probe_s > 0 else None
+    _phase("build", main, on_step)
     p = prepare_rank(run, ctx, batch_size, on_step, stop)
+    _phase("first_step", main, on_step)
     # loop.py rule 10: how ranks stop together (one rank: at the next step)
     p.hooks.finish_window_s = loop.finish_window_s(bench.stop_grace_s, ctx.world_size)
     p.hooks.device_sync = p.work.runtime.sync
     wu = loop.warmup(p.hooks, plan.warmup_min_steps, plan.warmup_max_steps, plan.warmup_stable_steps,
                      plan.warmup_cv_tol)
     check_finite(wu.losses, 0, "warmup")
-    # From this run's start (a sweep point's own, launch/isolation.py) to the end of its first step.
-    startup_to_first_step_s = time.time() - point_started_at() - (wu.time_s - wu.first_step_s)
+    # From this run's start (a sweep point's own, launch/isolation.py) to the end of its first step, by phase.
+    started, first_step_end = point_started_at(), time.time() - (wu.time_s - wu.first_step_s)
+    startup = {"startup_to_first_step_s": first_step_end - started}
+    if main:
+        startup["startup_phases_s"] = startup_phases(first_step_end, started)
     warnings = list(p.warnings)
     if not wu.stable:
         warnings.append(f"warm-up did not stabilise within {plan.warmup_max_steps} steps (compilations or "
@@ -136,7 +150,7 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
                         f"(data.source={run.data.source}, num_workers={run.data.num_workers}); "
                         "this measures the loader, not the chip")
     m = _rank_figures(run.data, ctx, p, plan, wu, windows, meters)
-    m.update(sizing, startup_to_first_step_s=startup_to_first_step_s)
+    m.update(sizing, **startup)
     warnings += p.work.runtime.warnings()
     steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
     m.update(breakdown.split(p.hooks, dev, m, bench.breakdown_steps if main else 0, steps, steady_s))
@@ -149,6 +163,15 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
         artifacts, notes = profile.capture(bench, p, run_dir, ctx.rank)
         warnings += notes
     return RankResult(ctx.rank, m, _series(wu, windows), warnings, artifacts)
+
+
+def _phase(name: str, main: bool, on_step=None) -> None:
+    """The run's own measurement enters start-up phase `name` (rank.startup_phase); rank 0's bar shows it."""
+    if not main:
+        return
+    startup_phase(name)
+    if on_step is not None:
+        on_step("startup", -1, startup_phase=name)
 
 
 def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_host: int = 1) -> list[str]:

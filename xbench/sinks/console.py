@@ -12,7 +12,51 @@ from tqdm import tqdm
 from xbench.metrics import targets
 from xbench.metrics.cost import currency
 from xbench.metrics.numbers import by_spread, finite_number, granular, human
+from xbench.rank import startup_phase
 from xbench.records.record import RunRecord
+
+# What each start-up phase (rank.startup_phase; measurements.startup_phases_s) is doing, as the console says it.
+STARTUP_LABELS = {"imports": "imports", "compose": "composing the config", "record": "writing the record",
+                  "torch_import": "importing torch", "checks": "checking the config against this host",
+                  "wandb_start": "waiting for W&B to start", "launch": "starting the ranks",
+                  "contention_probe": "probing other processes' load", "build": "building the model and data",
+                  "first_step": "first step"}
+
+
+class StartupLine:
+    """Start-up's phases on one console line, each shown as it begins (`xbench: start-up: importing torch`),
+    rewritten by the next and gone when the warm-up bar appears (Progress) or the run ends (envelope.py). One
+    per process (`STARTUP_LINE`), so the record side and an inline rank write the same line; off with
+    logger.progress=false."""
+
+    def __init__(self):
+        self.enabled = True
+        self.bar: tqdm | None = None
+
+    def show(self, phase: str, label: str | None = None) -> None:
+        if not self.enabled:
+            return
+        desc = f"xbench: start-up: {label or STARTUP_LABELS.get(phase, phase)}"
+        if self.bar is None:
+            self.bar = tqdm(total=None, desc=desc, file=sys.stderr, bar_format="{desc}", leave=False,
+                            dynamic_ncols=True)
+        else:
+            self.bar.set_description_str(desc)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+STARTUP_LINE = StartupLine()
+
+
+def enter_startup_phase(name: str, label: str | None = None) -> None:
+    """The record side enters start-up phase `name` (rank.startup_phase: the record's startup_phases_s), shown
+    on the start-up line (as `label` where one phase has several steps)."""
+    startup_phase(name)
+    STARTUP_LINE.show(name, label)
 
 
 class Progress:
@@ -37,6 +81,7 @@ class Progress:
         self.windows_seen = 0
 
     def _bar(self, phase: str, total: int | None, desc: str) -> tqdm:
+        STARTUP_LINE.close()  # the steps have begun
         for other, bar in self.bars.items():
             self._finish(other, bar)
         self.bars.clear()  # a phase that comes again (the next trial's warm-up) gets a bar of its own
@@ -55,6 +100,10 @@ class Progress:
         bar.close()
 
     def __call__(self, phase: str, i: int, **info) -> None:
+        if phase == "startup":  # a rank's start-up phase begins (bench/windows.py)
+            if self.enabled:
+                STARTUP_LINE.show(info["startup_phase"])
+            return
         if "window_steps" in info:  # the timed windows are sized: N steps x R windows
             self.window_steps = int(info["window_steps"])
             self.windows_seen = 0
@@ -90,6 +139,7 @@ class Progress:
         bar.update(info["batch"] - bar.n)
 
     def close(self) -> None:
+        STARTUP_LINE.close()
         for phase, bar in self.bars.items():
             self._finish(phase, bar)
         self.bars.clear()

@@ -1,0 +1,133 @@
+"""Start-up, itemised: the record's `startup_phases_s` (rank.startup_phase marks, summed to the first step's end),
+the console's start-up line, a clock that reads a process's start to the tick, and `--help`'s group listing
+without a copy of Hydra's repository per option."""
+
+from __future__ import annotations
+
+import copy
+import io
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import FAST, REPO, records, run_cli
+from xbench import hydra_listing, rank
+from xbench.sinks import console
+
+
+def _marks(monkeypatch, start: float, marks: list[tuple[str, float]]) -> None:
+    monkeypatch.setenv(rank.POINT_ENV, f"1:{start!r}")
+    monkeypatch.setenv(rank.STARTUP_ENV, ";".join(f"{n}@{t!r}" for n, t in marks))
+
+
+def test_phases_run_from_the_start_to_the_first_steps_end_and_sum_to_it(monkeypatch):
+    """Each phase lasts until the next mark, the first (`imports`) from the point's start; a name marked twice
+    (a wait for W&B inside the build) adds up; marks from before the start (an earlier point) are not this run's."""
+    _marks(monkeypatch, 100.0, [("first_step", 90.0), ("compose", 101.0), ("checks", 103.5), ("build", 104.0),
+                                ("wandb_start", 105.0), ("build", 105.25), ("first_step", 106.0)])
+    phases = rank.startup_phases(107.0)
+    assert phases == {"imports": 1.0, "compose": 2.5, "checks": 0.5, "build": 1.75, "wandb_start": 0.25,
+                      "first_step": 1.0}
+    assert list(phases) == ["imports", "compose", "checks", "build", "wandb_start", "first_step"]
+    assert sum(phases.values()) == pytest.approx(7.0, abs=1e-12)
+
+
+def test_a_later_points_phases_start_at_its_first_mark_and_drop_the_earlier_points(monkeypatch):
+    """A sweep's second point in the same process: its start is its runner's mark, under 1 ms before its first
+    phase (no `imports` of its own); marking a phase drops the marks of the points before."""
+    _marks(monkeypatch, 50.0, [("compose", 10.0), ("first_step", 20.0), ("record", 50.0005), ("checks", 51.0)])
+    assert rank.startup_phases(52.0) == {"record": pytest.approx(1.0), "checks": pytest.approx(1.0)}
+    monkeypatch.setenv(rank.POINT_ENV, f"1:{1e12!r}")  # a point that starts now-ish: every mark above is older
+    rank.startup_phase("record")
+    assert [n for n, _ in rank._marks()] == ["record"]
+
+
+def test_a_process_start_reads_to_the_clock_tick():
+    """point_started_at without a runner's mark is this process's start. It was psutil's create_time, which adds
+    /proc/stat's boot time rounded down to whole seconds: 0.98 s early on the VM this was written on (every
+    startup_to_first_step_s read that much long)."""
+    code = (f"import time; t = time.time(); import sys; sys.path.insert(0, {str(REPO)!r}); from xbench.rank import "
+            "point_started_at; print(t - point_started_at())")
+    env = {"PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert 0.0 <= float(p.stdout) < 0.3  # the interpreter's own start (-S: no site) is well under that
+
+
+def test_the_console_shows_each_startup_phase_on_one_line_gone_when_the_steps_begin(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(console.STARTUP_LINE, "enabled", True)
+    bar = console.Progress(3, 5)
+    console.enter_startup_phase("torch_import")
+    bar("startup", -1, startup_phase="build")  # an inline rank's phase, through its progress
+    assert "xbench: start-up: importing torch" in err.getvalue()
+    assert "xbench: start-up: building the model and data" in err.getvalue()
+    assert console.STARTUP_LINE.bar is not None and "\n" not in err.getvalue()  # one line, rewritten
+    bar("warmup", 0)
+    assert console.STARTUP_LINE.bar is None  # the warm-up bar replaces it
+    bar.close()
+    quiet = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    console.Progress(3, 5, enabled=False)("startup", -1, startup_phase="build")  # logger.progress=false
+    monkeypatch.setattr(console.STARTUP_LINE, "enabled", False)
+    console.enter_startup_phase("checks")
+    assert quiet.getvalue() == ""
+
+
+def test_help_lists_the_groups_without_copying_hydras_repository_per_option(monkeypatch):
+    """`xbench --help` lists every group and its options (Hydra's format_config_groups). Hydra answered each
+    option question through a deep copy of its whole repository (ConfigStore included): 620,000 deepcopy
+    calls and ~1 s of --help's ~1.5 s before; now none per question, and the same answers."""
+    from hydra import initialize_config_dir
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra.core.global_hydra import GlobalHydra
+
+    from xbench.config import config_dir, register_configs
+
+    register_configs()
+    hydra_listing.install()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        hydra = GlobalHydra.instance().hydra
+        calls = [0]
+        deepcopy = copy.deepcopy
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return deepcopy(*args, **kwargs)
+
+        monkeypatch.setattr(copy, "deepcopy", counted)
+        listing = hydra.format_config_groups(lambda g: not g.startswith("hydra"))
+        monkeypatch.setattr(copy, "deepcopy", deepcopy)
+        lines = dict(line.split(": ", 1) for line in listing.splitlines())
+        assert {"model", "data", "runtime", "parallel", "precision", "platform", "logger", "experiment"} <= set(lines)
+        assert calls[0] < 1000, calls[0]
+        hydras_own = CachingConfigRepository(hydra.config_loader.repository)  # the copy Hydra made per question
+        for group in ("model", "runtime", "platform"):
+            assert lines[group] == ", ".join(hydras_own.get_group_options(group))
+        assert "resnet18" in lines["model"].split(", ")
+
+
+@pytest.mark.slow
+def test_a_sweeps_records_itemise_their_startup_and_wandb_starts_beside_the_build(tmp_path):
+    """Two points in one process, W&B offline, the console's bar on: each record's startup_phases_s sums to its
+    startup_to_first_step_s; the first point's start-up has the interpreter and compose, the second's starts at
+    its runner; W&B's wait is its own phase and its live logging still works; the console named the phases."""
+    store = tmp_path / "results"
+    p = run_cli("-m", *FAST, "model=mlp", "data=synthetic_mnist", "data.batch_size=8,16", "bench.threads=1",
+                "logger=wandb", "logger.progress=true", store=store, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = sorted(records(store), key=lambda r: r["config"]["data"]["batch_size"])
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    for r in recs:
+        m = r["measurements"]
+        assert sum(m["startup_phases_s"].values()) == pytest.approx(m["startup_to_first_step_s"], abs=1e-6)
+        assert all(v >= 0 for v in m["startup_phases_s"].values())
+        assert {"record", "checks", "launch", "build", "first_step", "wandb_start"} <= set(m["startup_phases_s"])
+        assert r["artifacts"]["wandb_mode"] == "offline" and r["artifacts"].get("wandb_windows_logged_live") == 1
+    first, second = (r["measurements"]["startup_phases_s"] for r in recs)
+    assert list(first)[:3] == ["imports", "compose", "record"] and first["imports"] > 0.05
+    assert "imports" not in second and "compose" not in second and "torch_import" in second
+    assert "xbench: start-up: building the model and data" in p.stderr
+    assert "xbench: start-up: waiting for W&B to start" in p.stderr
