@@ -47,10 +47,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="processes that draw the plots (default: 2, or 1 on a 1-core machine; never more than "
                         "there are plots)")
-    p.add_argument("--svg", action="store_true", help="also write each plot as SVG (for papers; the HTML embeds PNG)")
+    p.add_argument("--svg", action="store_true", help="also write each plot as SVG (for papers; the HTML draws its own charts)")
     p.add_argument("--browser-check", action="store_true",
-                   help="open report.html in headless Chromium: every image loads, nothing overflows the page; "
-                        "writes screenshot.png and browser_check.json beside it")
+                   help="open report.html in headless Chromium: every chart draws, nothing overflows the page, a "
+                        "header click sorts, a hover shows a value, no request leaves the page; writes screenshot.png "
+                        "and browser_check.json beside it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while loading")
     args = p.parse_args(argv)
     out = Path(args.out)
