@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from xbench.metrics.goals import GOALS
 from xbench.metrics.stats import ci95, log_moments
 from xbench.records import batch_trials
 from xbench.records.record import RunRecord
-from xbench.records.store import scan_records
+from xbench.records.store import iter_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -289,9 +290,12 @@ def flatten_all(records: list[RunRecord], skipped: list[str] | None = None) -> l
 
 
 def to_frame(records: list[RunRecord], skipped: list[str] | None = None) -> pd.DataFrame:
+    return _frame(flatten_all(records, skipped))
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
     import pandas as pd
 
-    rows = flatten_all(records, skipped)
     df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", *CONFIGURATION, "status"])
     for col in CONFIGURATION:
         if col not in df:
@@ -299,20 +303,33 @@ def to_frame(records: list[RunRecord], skipped: list[str] | None = None) -> pd.D
     return df
 
 
-def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[RunRecord], list[str]]:
-    """(readable records under the stores, one message per unreadable file); a missing store is an error.
-    A store may be a W&B source: `wandb:ENTITY/PROJECT` or `wandb-offline:DIR` (analysis/wandb_source.py)."""
+def _stores(stores: list[str | os.PathLike]) -> tuple[list, list]:
+    """(run-record folders, W&B sources) of the stores; a missing folder is an error."""
     sources = [s for s in stores if wandb_source.is_source(s)]
     folders = [s for s in stores if not wandb_source.is_source(s)]
     missing = [str(s) for s in folders if not os.path.exists(s)]
     if missing:
         raise FileNotFoundError(f"no store at {', '.join(missing)} (give folders that hold run folders, "
                                 "e.g. results/, or wandb:ENTITY/PROJECT, or wandb-offline:DIR)")
-    records, skipped = scan_records(*folders, progress=progress) if folders else ([], [])
+    return folders, sources
+
+
+def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[RunRecord], list[str]]:
+    """(readable records under the stores, one message per unreadable file); a missing store is an error.
+    A store may be a W&B source: `wandb:ENTITY/PROJECT` or `wandb-offline:DIR` (analysis/wandb_source.py)."""
+    skipped: list[str] = []
+    return once_per_run(list(_records(stores, skipped, progress)), skipped), skipped
+
+
+def _records(stores: list[str | os.PathLike], skipped: list[str], progress: bool) -> Iterator[RunRecord]:
+    """The stores' records one at a time (folders first, then W&B sources); unreadable ones named in `skipped`."""
+    folders, sources = _stores(stores)
+    if folders:
+        yield from iter_records(*folders, skipped=skipped, progress=progress)
     for src in sources:
         got, bad = wandb_source.read_source(src, progress)
-        records, skipped = records + got, skipped + bad
-    return once_per_run(records, skipped), skipped
+        skipped += bad
+        yield from got
 
 
 def _folder_matches(rec: RunRecord) -> bool | None:
@@ -345,10 +362,40 @@ def once_per_run(records: list[RunRecord], skipped: list[str]) -> list[RunRecord
     return out
 
 
+@dataclass
+class _Flat:
+    """What the report keeps of one record: its tidy row, or why it has none, and where it came from (a run is
+    counted once: once_per_run). 100,000 records are never held at once, only their rows."""
+    run_id: str
+    source: str | None
+    row: dict | None
+    why: str | None  # flatten_all's message without the record's name: "refusing record {}: ..." (or skipping)
+
+    @classmethod
+    def of(cls, rec: RunRecord) -> _Flat:
+        row, why = None, refusal(rec)
+        if why is not None:
+            why = f"refusing record {{}}: {why}"
+        else:
+            try:
+                row = flatten(rec)
+            except Exception as e:
+                why = f"skipping record {{}}: {type(e).__name__}: {e}"
+        return cls(rec.run_id, getattr(rec, "source", None), row, why)
+
+
 def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
-    """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`."""
-    records, skipped = read(stores, progress)
-    return Loaded(frame=to_frame(records, skipped), skipped=skipped)
+    """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`. Each
+    record is laid out as it is read and let go (same frame and messages as to_frame over read())."""
+    skipped: list[str] = []
+    kept = once_per_run([_Flat.of(rec) for rec in _records(stores, skipped, progress)], skipped)
+    rows = []
+    for f in kept:
+        if f.why is None:
+            rows.append(f.row)
+        else:
+            skipped.append(f.why.replace("{}", str(f.source or f.run_id), 1))
+    return Loaded(frame=_frame(rows), skipped=skipped)
 
 
 def parse_query(text: str) -> dict[str, list[str]]:

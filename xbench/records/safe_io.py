@@ -205,14 +205,16 @@ def read_limited(path: str | os.PathLike, max_bytes: int, what: str = "data") ->
 
 def depth(obj, limit: int = MAX_DEPTH) -> int:
     """Nesting depth of lists/dicts (iterative: a deep object cannot exhaust the stack); stops past `limit`."""
+    if not isinstance(obj, (dict, list, tuple)):
+        return 0
     deepest, todo = 0, [(obj, 1)]
-    while todo:
+    while todo:  # only containers go on the stack: a record's thousands of numbers are looked at once each
         x, d = todo.pop()
-        if isinstance(x, (dict, list, tuple)):
-            deepest = max(deepest, d)
+        if d > deepest:
+            deepest = d
             if deepest > limit:
                 return deepest
-            todo.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
+        todo += [(v, d + 1) for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list, tuple))]
     return deepest
 
 
