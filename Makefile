@@ -97,6 +97,7 @@ lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-l
 bench: $(STAMP)  ## harness overhead (in-process and process-level, quiet and loaded) and report-scale benchmarks (ratios side by side)
 	$(VPY) scripts/bench_overhead.py
 	$(VPY) scripts/bench_process.py
+	$(VPY) scripts/bench_sweep.py  # a 10-point sweep: overhead per point, spawned vs forked from the warm template
 	$(VPY) scripts/bench_report.py 10000 --plots
 	$(VPY) scripts/bench_fsdp.py  # DDP vs FSDP2 at the same global batch: step time, tokens/s, memory per device
 

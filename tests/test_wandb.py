@@ -112,7 +112,11 @@ def test_sweep_points_share_a_group_and_carry_mode_preset_and_study(runs):
     assert {r["group"] for r in runs} == {f"sweep {tmp_path / 'sweep'}"}
     assert all(r["job_type"] == "throughput" for r in runs)
     assert all({"preset:tpu_vs_gpu", "study:1", "mode:throughput"} <= set(r["tags"]) for r in runs)
-    assert p.stderr.count("wandb sync") == 2  # one line per point, none twice
+    # One line for the whole sweep, at its end, naming every point's offline run (was: one line per point).
+    [sync] = [line for line in p.stderr.splitlines() if "upload later with: wandb sync" in line]
+    assert sync.startswith("xbench: W&B offline: upload later with: wandb sync ")
+    assert sorted(sync.split("wandb sync ", 1)[1].split()) == sorted(r["artifacts"]["wandb_offline_dir"]
+                                                                     for r in records(store))
 
 
 def test_wandb_missing_is_said_once(monkeypatch, tmp_path):

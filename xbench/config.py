@@ -236,8 +236,9 @@ class BenchConfig:
     # Other processes' CPU/GPU use probed this long before the rank builds (0: no probe; the default
     # thread count then is the physical cores).
     contention_probe_s: float = 0.25
-    # Where each run's rank work runs: `process` (a fresh spawned interpreter: compile caches, start-up,
-    # memory peaks and allocator state belong to the run alone), `shared` (this process), or `auto`
+    # Where each run's rank work runs: `process` (a fresh process, forked from the sweep's warm template where
+    # that is safe, else spawned: compile caches, start-up, memory peaks and allocator state belong to the run
+    # alone), `spawn` (a freshly spawned interpreter, never forked), `shared` (this process), or `auto`
     # (process for the points of a --multirun sweep, shared for a single run).
     isolation: str = "auto"
     # Host (dispatch) vs device time per step, profiled over at most this many steps after the windows
