@@ -173,6 +173,10 @@ class DistinctPoints:
         if line:
             say(line)
             raise RepeatedPoint(line)
+        from xbench.launch import isolation, template
+
+        if isolation.isolated(cfg):  # the template's imports go on beside the point's own start (once)
+            template.start_early(cfg)
         return self.task_function(cfg)
 
 

@@ -19,7 +19,9 @@ says why once.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -59,6 +61,15 @@ def refusal(cfg) -> str | None:
     return None
 
 
+def start_early(cfg) -> None:
+    """Start the template now, without waiting for its imports (they go on beside the runner's work for the
+    point): the sweeper calls it as an isolated point's config is composed, if the point can be forked."""
+    with contextlib.suppress(Exception):  # only a head start: the launch says what went wrong, if anything
+        if parallel.get(cfg.parallel.name).launcher == "inline" and refusal(cfg) is None:
+            _context()
+            multiprocessing.forkserver.ensure_running()
+
+
 def _context():
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([WARM])  # before it starts (it starts once per process)
@@ -71,8 +82,8 @@ def adopt(runner_pid: int, environ: dict) -> None:
     (XBENCH_POINT, the free cores, what the launch set), fresh seeds, and death with the runner."""
     from xbench.launch import warm
 
-    for sig in (s for s in warm.STOP_SIGNALS if s != signal.SIGINT):  # the forkserver restored SIGINT's
-        signal.signal(sig, signal.SIG_DFL)
+    for sig in warm.STOP_SIGNALS:  # as a fresh interpreter has them: SIGINT raises KeyboardInterrupt
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     if warm._HELD:
         os.kill(os.getpid(), warm._HELD[0])
     os.environ.clear()
