@@ -3,13 +3,15 @@ at the same global batch, and the strategy's refusals before any work.
 
 The gloo runs share one module fixture: five runs through the Python API in this process (the CLI's runner;
 their ranks are fresh processes either way), DDP, FSDP2, FSDP2 with activation checkpointing, FSDP2 with
-per-block torch.compile, and find_max_batch under FSDP2. The XLA:CPU run is the real CLI."""
+per-block torch.compile, and find_max_batch under FSDP2. The XLA:CPU run is the real CLI, run once per session
+for this module and test_xla_fsdp_hlo.py (tests/xla_runs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import FAST, records, run_cli
+from tests.conftest import FAST, records
+from tests.xla_runs import xla_fsdp_runs  # noqa: F401  (the fixture: the session's xla_fsdp run)
 from xbench.config import XBenchConfig
 from xbench.platforms.detect import HostFacts
 
@@ -124,13 +126,14 @@ def test_bad_xla_fsdp_configs_are_refused_before_work(overrides, words):
 
 @pytest.mark.slow
 @pytest.mark.xla
-def test_xla_fsdp_shards_parameters_over_2_cpu_devices_with_no_timed_compiles(store):
+def test_xla_fsdp_shards_parameters_over_2_cpu_devices_with_no_timed_compiles(xla_fsdp_runs):  # noqa: F811
     """SPMD on 2 XLA:CPU devices: every parameter of the tiny decoder split along dim 0 over the fsdp axis,
     the batch over both mesh axes; a device holds half of the parameters and of AdamW's state; it trains,
-    and after warm-up nothing compiles again."""
-    p = run_cli(*FAST, *LLM, "parallel=xla_fsdp", "precision=fp32", store=store)
+    and after warm-up nothing compiles again. The run is the session's fp32 xla_fsdp run (tests/xla_runs.py,
+    whose HLO test_xla_fsdp_hlo.py reads: bench.profile=xla adds its dumps, nothing else)."""
+    p = xla_fsdp_runs["fsdp"]
     assert p.returncode == 0, p.stderr[-3000:]
-    [r] = records(store)
+    [r] = records(xla_fsdp_runs.root / "fsdp")
     m = r["measurements"]
     assert r["status"] == "ok" and m["devices"] == 2 and m["loss_first"] != m["loss_last"]
     assert m["xla_spmd_mesh_shape"] == [1, 2] and m["xla_spmd_axis_names"] == ["data", "fsdp"]

@@ -72,19 +72,32 @@ def _run_here(store, args) -> str:
 HAS_TORCH_XLA = importlib.util.find_spec("torch_xla") is not None  # the SPMD run needs .venv-xla
 
 
+SPMD_ONLY = "test_two_ranks_and_two_spmd_devices_follow_the_one_device_curve[spmd-2-1]"
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(request, tmp_path_factory):
+    """Every run the module's tests read; when the session selected the SPMD test alone (make test-xla: the
+    others run in the default environment), only the two it reads: the one-device run and the SPMD run."""
     root = tmp_path_factory.mktemp("to_target")
-    cli = {k: _start(root / k, RUNS[k]) for k in ("spmd", "ddp_cut") if k != "spmd" or HAS_TORCH_XLA}
+    selected = {item.name for item in request.session.items if item.module is request.module}
+    wanted = {"single", "spmd"} if selected == {SPMD_ONLY} else {*RUNS, "resumed"}
+    if not HAS_TORCH_XLA:
+        wanted.discard("spmd")
+    cli = {k: _start(root / k, RUNS[k]) for k in ("spmd", "ddp_cut") if k in wanted}
     printed = {"single": _run_here(root / "single", RUNS["single"])}
-    done = _wait({"ddp_cut": cli.pop("ddp_cut")})
-    [cut] = records(root / "ddp_cut")
-    for k in ("ddp", "accelerate"):
-        printed[k] = _run_here(root / k, (*RUNS[k], "logger.wandb.mode=offline") if k == "ddp" else RUNS[k])
-    printed["resumed"] = _run_here(root / "ddp_cut", ("logger=none", "logger.progress=false", f"resume={cut['run_id']}"))
+    done, cut = {}, None
+    if "ddp_cut" in wanted:
+        done = _wait({"ddp_cut": cli.pop("ddp_cut")})
+        [cut] = records(root / "ddp_cut")
+        for k in ("ddp", "accelerate"):
+            printed[k] = _run_here(root / k, (*RUNS[k], "logger.wandb.mode=offline") if k == "ddp" else RUNS[k])
+        printed["resumed"] = _run_here(root / "ddp_cut", ("logger=none", "logger.progress=false",
+                                                          f"resume={cut['run_id']}"))
     done.update(_wait(cli))
-    recs = {k: records(root / k) for k in RUNS if k != "spmd" or HAS_TORCH_XLA}
-    recs["resumed"] = recs["ddp_cut"]
+    recs = {k: records(root / k) for k in RUNS if k in wanted}
+    if "resumed" in wanted:
+        recs["resumed"] = recs["ddp_cut"]
     return {"root": root, "cut": cut, "out": done, "printed": printed,
             **{k: (v[0] if len(v) == 1 else v) for k, v in recs.items()}}
 

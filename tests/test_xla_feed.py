@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from tests.conftest import FAST, REPO, cli_env, records
+from tests.conftest import FAST, REPO, records
 from tests.jobs import Jobs
 from tests.test_xla_parallel import _ended, _xla_env
+from tests.xla_runs import spmd_feed_lines  # noqa: F401  (the fixture: PIECES' printed lines)
 
 pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
 
@@ -67,11 +67,6 @@ PIECES = """
 """
 
 
-def _pieces():
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(PIECES)], cwd=REPO, env=cli_env(),
-                          capture_output=True, text=True, timeout=300)
-
-
 def _run(store, *args) -> tuple[int, str]:
     return _ended(_start(store, *args), 900)  # wider than one run's alone: runs started together share the cores
 
@@ -81,10 +76,9 @@ DIGITS = ("test_spmd_on_real_digits_feeds_shards_and_trains_like_one_device",)
 
 @pytest.fixture(scope="module", autouse=True)  # started before the module's first test
 def runs(request, tmp_path_factory):
-    """The module's fresh processes, started together (tests/jobs.py): each test checks its own."""
+    """The module's CLI runs, started together (tests/jobs.py): the digits test checks both."""
     root = tmp_path_factory.mktemp("xla_feed")
     with Jobs(request) as jobs:
-        jobs.submit("pieces", _pieces, tests=("test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be",))
         jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
                     tests=DIGITS)
         jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", tests=DIGITS)
@@ -93,15 +87,14 @@ def runs(request, tmp_path_factory):
 
 @pytest.mark.slow  # a fresh SPMD process (SPMD switches its whole process): ~13 s, the largest of test-fast
 @pytest.mark.xla
-def test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be(runs):
-    """One fresh SPMD process over 2 PJRT CPU devices, transfers only (no graph compiles): batches come
+def test_spmd_feed_sends_each_device_its_shard_and_place_batch_leaves_it_be(spmd_feed_lines):  # noqa: F811
+    """One fresh SPMD process over 2 PJRT CPU devices, transfers only (no graph compiles; PIECES, run with
+    test_xla_multihost_feed.py's script in that one process: tests/xla_runs.py): batches come
     through MpDeviceLoader with the batch sharding, each device holding half the batch; place_batch
     neither re-annotates nor transfers them again (a batch that `prepare` changed on the device is annotated
     in the graph, no transfer either); a batch already on the device unsharded (the
     synthetic pool) is still annotated by place_batch. Before: no feed_sharding, no DeviceFeed."""
-    p = runs[0]["pieces"]
-    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    out = dict(line.split(": ", 1) for line in p.stdout.splitlines() if ": " in line)
+    out = spmd_feed_lines
     assert out["feed"] == "spmd_sharded True"
     assert out["specs"] == "{devices=[2,1]0,1} {devices=[2]0,1}"  # inputs and targets: dim 0 over 2 devices
     assert out["shards"] == "[(2, 3), (2, 3)] [(2,), (2,)]"  # each device holds its 2 of the 4 samples

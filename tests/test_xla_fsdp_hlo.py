@@ -5,18 +5,15 @@ beside bench.profile=xla's dump), and its losses against one XLA device at the s
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST, REPO, cli_env, records
-from tests.jobs import Jobs
+from tests.conftest import records
+from tests.xla_runs import xla_fsdp_runs  # noqa: F401 - the session's run, read here and by test_fsdp.py
 
 pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
 
-LLM = ("+workload=llama_tiny_tokens", "platform=cpu", "precision=fp32", "bench.threads=1")
 HLO = "test_xla_fsdp_partitioned_step_gathers_weights_never_activations"
 LOSSES = "test_xla_fsdp_trains_like_one_device_on_the_same_global_batch"
 COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "reduce-scatter", "collective-permute")
@@ -24,31 +21,18 @@ COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "reduce-scatter", "coll
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (\(.*?\)|\S+) ([\w\-]+)\((.*?)\)(?:,|$)")
 
 
-def _run(store: Path, *args: str, **env) -> subprocess.CompletedProcess:
-    """One CLI run of the tiny decoder (the two runs share the cores: a wide timeout)."""
-    env = cli_env(PJRT_DEVICE="CPU", **env)
-    env.pop("CPU_NUM_DEVICES", None)  # the launcher sets it from parallel.world_size
-    return subprocess.run([sys.executable, "-m", "xbench", f"store.root={store}", *FAST, *LLM, *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=900)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def runs(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp("xla_fsdp_hlo")
-    with Jobs(request) as jobs:
-        jobs.submit("fsdp", _run, root / "fsdp", "parallel=xla_fsdp", "parallel.world_size=2", "bench.profile=xla",
-                    XLA_FLAGS="--xla_dump_hlo_pass_re=spmd-partitioning", tests=(HLO, LOSSES))
-        jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=8", tests=(LOSSES,))
-        yield jobs, root
+@pytest.fixture
+def runs(xla_fsdp_runs):  # noqa: F811  (the fixture)
+    """The session's xla_fsdp run and its one-device reference (tests/xla_runs.py: test_fsdp.py reads the first)."""
+    return xla_fsdp_runs
 
 
 def _record(runs, key: str) -> tuple[dict, Path]:
-    jobs, root = runs
-    p = jobs[key]
+    p = runs[key]
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    [rec] = records(root / key)
+    [rec] = records(runs.root / key)
     assert rec["status"] == "ok", rec["reason"]
-    [run_dir] = [p.parent for p in (root / key).glob("*/record.json")]
+    [run_dir] = [p.parent for p in (runs.root / key).glob("*/record.json")]
     return rec, run_dir
 
 

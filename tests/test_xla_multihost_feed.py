@@ -11,13 +11,9 @@ assembled from 2 hosts' rows) torch-xla does; the transfer on this one real host
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
-from tests.conftest import REPO, cli_env
+from tests.xla_runs import spmd_feed_lines  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
 
@@ -65,12 +61,10 @@ HOSTS = """
 """
 
 
-@pytest.fixture(scope="module")
-def hosts() -> dict[str, str]:
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(HOSTS)], cwd=REPO, env=cli_env(), capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    return dict(line.split(": ", 1) for line in p.stdout.splitlines() if ": " in line)
+@pytest.fixture
+def hosts(spmd_feed_lines):  # noqa: F811  (the fixture)
+    """HOSTS' printed lines: one fresh SPMD process runs it after test_xla_feed.py's PIECES (tests/xla_runs.py)."""
+    return spmd_feed_lines
 
 
 @pytest.mark.slow  # a fresh SPMD process, transfers only (no graph compiles)
