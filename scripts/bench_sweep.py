@@ -9,8 +9,9 @@ Both sweeps run the same tiny points (an MLP, a few steps, one thread, no W&B; t
 end table); its measured work is its warm-up and timed windows (`warmup_s + window_s_total` in its record);
 the rest is overhead: the process start, imports, the build, the contention probe, the record and its sinks.
 Point 1 carries the template's start (once per sweep), so it is shown apart. Goal: under 1 s per point once
-the template is warm. Measured on the shared 2-core VM under load (2026-12-02): later points 15.97 s
-spawned, 1.12 s forked (median; start-up figure 11.87 -> 0.58 s); the 10-point sweep 174 s -> 42 s.
+the template is warm. Measured on the shared 2-core VM at load average 8 (2026-12-02): later points 11.78 s
+spawned, 0.66 s forked (median; start-up figure 8.30 -> 0.41 s); point 1 15.5 -> 10.9 s (the template's
+imports overlap the point's own start); the 10-point sweep 126 s -> 21 s.
 """
 
 from __future__ import annotations
