@@ -131,3 +131,15 @@ def test_a_sweeps_records_itemise_their_startup_and_wandb_starts_beside_the_buil
     assert "imports" not in second and "compose" not in second and "torch_import" in second
     assert "xbench: start-up: building the model and data" in p.stderr
     assert "xbench: start-up: waiting for W&B to start" in p.stderr
+
+
+def test_wandbs_summary_asks_no_pandas_import():
+    """W&B asks of every summary value that is not a plain scalar (None, a list) whether it is a DataFrame and
+    imported pandas to ask: 0.45 s of every W&B run's end (publish 0.58 s, profiled) before; now answered from
+    the type's name while pandas is not imported, with W&B's own answer for a real DataFrame unchanged."""
+    code = ("import sys; import wandb.util as u; from xbench.sinks.wandb import _no_pandas_probe\n"
+            "with _no_pandas_probe():\n    asked = [u.is_pandas_data_frame(v) for v in (None, [1.0, 2.0])]\n"
+            "print(asked, 'pandas' in sys.modules, u.pd_available)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["[False,", "False]", "False", "True"]
