@@ -24,20 +24,25 @@ import time
 
 _T0 = time.perf_counter()
 
-import torch  # noqa: E402
+from xbench.env_vars import restored  # noqa: E402
 
-import xbench.bench.training  # noqa: E402,F401
-import xbench.bench.windows  # noqa: E402,F401
-import xbench.launch.preamble  # noqa: E402,F401 (a point's entry, launch/inline._fresh_rank, runs through it)
-import xbench.models.decoder  # noqa: E402,F401 (the registry's builders, imported by every build)
-import xbench.models.text  # noqa: E402,F401
-import xbench.models.vision  # noqa: E402,F401
-import xbench.parallel.base  # noqa: E402,F401
-import xbench.runtimes.eager  # noqa: E402,F401 (the default runtime; the others import theirs in the point)
-from xbench.rank import STOP_SIGNALS  # noqa: E402
+# The imports write variables as they load (torch._dynamo: TORCHINDUCTOR_CACHE_DIR); a point takes the runner's
+# environment (template.adopt), and no import of xbench writes one (tests/test_pure_checks.py).
+with restored():
+    import torch  # noqa: E402
 
-with contextlib.suppress(ImportError):  # the model zoo's vision models; absent in a minimal install
-    import torchvision  # noqa: F401
+    import xbench.bench.training  # noqa: E402,F401
+    import xbench.bench.windows  # noqa: E402,F401
+    import xbench.launch.preamble  # noqa: E402,F401 (a point's entry, launch/inline._fresh_rank, runs through it)
+    import xbench.models.decoder  # noqa: E402,F401 (the registry's builders, imported by every build)
+    import xbench.models.text  # noqa: E402,F401
+    import xbench.models.vision  # noqa: E402,F401
+    import xbench.parallel.base  # noqa: E402,F401
+    import xbench.runtimes.eager  # noqa: E402,F401 (the default runtime; the others import theirs in the point)
+    from xbench.rank import STOP_SIGNALS  # noqa: E402
+
+    with contextlib.suppress(ImportError):  # the model zoo's vision models; absent in a minimal install
+        import torchvision  # noqa: F401
 
 _HELD: list[int] = []  # stop signals received since this process was forked (or started)
 
