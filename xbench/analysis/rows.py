@@ -60,7 +60,9 @@ class Rows(list):
 
     def ok(self, c: str | None = TP) -> Rows:
         """The runs that finished ok (and have `c`)."""
-        return Rows(r for r in self if r.get("status") == "ok" and (c is None or r.get(c) is not None))
+        if c is None:  # a list comprehension: asked ~50,000 times over 10,000 runs
+            return Rows([r for r in self if r.get("status") == "ok"])
+        return Rows([r for r in self if r.get("status") == "ok" and r.get(c) is not None])
 
     def median(self, c: str) -> float | None:
         xs = self.nums(c)

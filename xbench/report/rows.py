@@ -117,7 +117,10 @@ class Table:
 
 def _varies(rows: Rows, k: str) -> bool:
     first = rows[0].get(k)
-    return any(r.get(k) != first for r in rows)  # stops at the first difference
+    for r in rows:  # noqa: SIM110 (a loop: any() over a generator is ~2x slower, and a constant key reads every row)
+        if r.get(k) != first:
+            return True
+    return False
 
 
 def varying_keys(rows: Rows, keys=CONFIGURATION) -> list[str]:
