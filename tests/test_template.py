@@ -38,3 +38,31 @@ def test_points_that_cannot_be_forked_safely_are_spawned_with_the_reason():
     finally:
         template._SAID.clear()
         template._SAID.update(said)
+
+
+def test_the_template_leaves_at_once_when_its_runner_goes_and_a_plain_import_does_not():
+    """The template (multiprocessing's forkserver with launch/warm.py) holds the runner's stdout and stderr for
+    its points, so its exit is the end of the runner's output for whoever reads it: it leaves by os._exit, no
+    interpreter teardown (1-2 s with torch imported: a sweep's output ended that long after the runner).
+    Real template, started by a throwaway runner process; the test process itself imports warm.py without
+    the runner's mark and keeps Python's normal exit. Before: no quick exit (the flag did not exist)."""
+    import subprocess
+    import time
+
+    from tests.conftest import REPO, cli_env
+    from xbench.launch import warm
+
+    assert warm.LEAVES_AT_ONCE is False  # imported here, by pytest: not a template
+    code = ("import json, time\nfrom xbench.launch import template, warm\n"
+            "ctx = template._context()\n"
+            "with template._pool(ctx) as pool:\n    facts = pool.submit(warm.facts).result()\n"
+            "print(json.dumps(facts), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    facts = __import__("json").loads(proc.stdout.readline())
+    assert facts["forked"] and facts["template_leaves_at_once"] is True
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+    t_runner = time.perf_counter()
+    rest = proc.stdout.read()  # EOF once every holder of the pipe, the template included, has exited
+    waited_s = time.perf_counter() - t_runner
+    assert rest == "" and waited_s < 1.0, waited_s

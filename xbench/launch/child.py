@@ -11,6 +11,7 @@ caller's pipes; and once its work is done, a stop signal ends it at once (nothin
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing import get_context
 
 from xbench.rank import STOP_SIGNALS, StopFlag, StopRequested
@@ -173,9 +174,28 @@ def wait(future, stop, what: str = "the launched process"):
                                "see the console output above") from e
 
 
+def _pool_worker(parent: int) -> None:
+    """A one-worker pool's process: dies with its parent, and leaves without the interpreter's teardown.
+
+    The worker's result is delivered and multiprocessing's own exit duties are done (Process._bootstrap
+    joins threads, runs its finalizers, flushes) before spawn_main's sys.exit; tearing down an interpreter
+    that imported torch then took ~2 s, and the parent's `with` waited for it. An atexit handler registered
+    first runs last: the handlers the work registered (W&B, torch) run before it. The status is 0: the pool
+    reads results from its queue, never a worker's exit status."""
+    die_with_parent(parent)
+    atexit.register(_exit_now)
+
+
+def _exit_now() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
 def in_fresh_process(fn, args: tuple, stop, what: str):
     """fn(*args) in a freshly spawned interpreter (a one-worker pool), waited for as `wait` does."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=die_with_parent,
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), initializer=_pool_worker,
                              initargs=(os.getpid(),)) as pool:
         return wait(pool.submit(fn, *args), stop, what)
 

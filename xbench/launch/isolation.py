@@ -29,10 +29,8 @@ import importlib.metadata as md
 import os
 import time
 
-import psutil
-
 from xbench.launch import template
-from xbench.rank import POINT_ENV, point_started_at  # noqa: F401 (a rank reads it too)
+from xbench.rank import POINT_ENV, point_started_at, process_started_at  # noqa: F401 (a rank reads it too)
 from xbench.records.redact import redact_argv
 
 ISOLATION = ("auto", "process", "shared", "spawn")
@@ -70,7 +68,7 @@ def begin_point() -> float:
     """Mark the start of a run (a sweep point) in this process: the first point starts with the process
     (its start-up includes Python, imports and Hydra, as a single run's does), a later one now. The start
     and this process's pid go to the environment, so the ranks it starts count from there too."""
-    started = psutil.Process().create_time() if not _POINTS_SEEN else time.time()
+    started = process_started_at() if not _POINTS_SEEN else time.time()
     _POINTS_SEEN.append(1)
     os.environ[POINT_ENV] = f"{os.getpid()}:{started!r}"
     return started

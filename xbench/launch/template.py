@@ -27,10 +27,11 @@ import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
-from xbench import parallel, runtimes
+from xbench import env_vars, parallel, runtimes
 from xbench.launch import child
 
 WARM = "xbench.launch.warm"
+TEMPLATE_ENV = "XBENCH_TEMPLATE_OF"  # the runner's pid, in the template's environment as it starts
 FORK = "template"  # launch.run's `fresh` for a point forked from the template
 _SAID: set[str] = set()  # reasons already said in this process
 _CHECKED: dict[int, str | None] = {}  # template pid -> why it is not used (None: clean)
@@ -67,12 +68,15 @@ def start_early(cfg) -> None:
     with contextlib.suppress(Exception):  # only a head start: the launch says what went wrong, if anything
         if parallel.get(cfg.parallel.name).launcher == "inline" and refusal(cfg) is None:
             _context()
-            multiprocessing.forkserver.ensure_running()
 
 
 def _context():
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([WARM])  # before it starts (it starts once per process)
+    # Started here, not lazily by a pool, so that it knows it is this runner's template (launch/warm.py's
+    # quick exit): the variable is set only while it starts, and a point takes the runner's environment.
+    with env_vars.temporarily({TEMPLATE_ENV: str(os.getpid())}):
+        multiprocessing.forkserver.ensure_running()
     return ctx
 
 
