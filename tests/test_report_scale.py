@@ -48,3 +48,19 @@ def test_streamed_load_keeps_the_messages_of_copies_and_refusals(tmp_path):
     assert loaded.skipped == skipped and len(skipped) == 3
     assert list(loaded.frame["run_id"]) == list(expected["run_id"]) == ["fake-000001", "fake-000000"]  # by first sight: copy/ sorts first
     assert "refusing record" in skipped[-1] and "step_time_s_median='fast'" in skipped[-1]
+
+
+def test_two_process_load_gives_the_same_frame_and_messages(tmp_path, monkeypatch):
+    """From PARALLEL_MIN_RECORDS files a forked process reads the second half: the frame, its column order and
+    the skipped messages are those of one process (unreadable files in both halves, a copy across them)."""
+    store = write_fake_store(tmp_path / "store", 8)
+    (store / "fake-000001" / "record.json").write_text('{"run_id": ')
+    (store / "fake-000006" / "record.json").write_text("[]")
+    (store / "zz-copy").mkdir()
+    (store / "zz-copy" / "record.json").write_text((store / "fake-000002" / "record.json").read_text())
+    one = frame.load([store], progress=False)
+    monkeypatch.setattr(frame, "PARALLEL_MIN_RECORDS", 2)
+    two = frame.load([store], progress=False)
+    assert two.frame.equals(one.frame) and list(two.frame.columns) == list(one.frame.columns)
+    assert two.skipped == one.skipped and len(one.skipped) == 3  # 2 unreadable, the copy (in both halves)
+    assert len(one.frame) == 6

@@ -229,7 +229,12 @@ def iter_records(*roots: str | os.PathLike, skipped: list[str], progress: bool =
                  strict: bool = False) -> Iterator[RunRecord]:
     """scan_records one record at a time (a reader of 100,000 records keeps what it needs of each, not them
     all); each unreadable file is named in `skipped`."""
-    paths = [p for root in roots for p in iter_record_paths(root)]
+    return read_records([p for root in roots for p in iter_record_paths(root)], skipped, progress, strict)
+
+
+def read_records(paths: list[Path], skipped: list[str], progress: bool = False,
+                 strict: bool = False) -> Iterator[RunRecord]:
+    """The records at `paths`, one at a time; each unreadable file is named in `skipped`."""
     if progress and len(paths) > 200:
         from tqdm import tqdm
 
