@@ -133,3 +133,38 @@ def test_wandb_missing_is_said_once(monkeypatch, tmp_path):
     assert sink.start(rec, tmp_path) is False
     assert sink.publish(rec, tmp_path) == {"wandb_mode": "unavailable", "wandb_error": "wandb not installed"}
     assert len(said) == 1 and said[0].startswith("W&B: skipped")
+
+
+def test_an_offline_file_still_being_written_is_read_again_until_whole(tmp_path):
+    """run.finish() can return before wandb-core has written the offline file out: the read-back waits while it
+    grows and finds it whole; a file that stops growing without its end is cut (after the settle time). Real
+    files: a whole offline run written by wandb here, then a copy cut to its header and grown back by a thread.
+    Before: the first read decided, and 1 of 3 sweeps on a loaded machine said 'cut short' of a whole file."""
+    import shutil
+    import threading
+    import time
+
+    import wandb
+
+    from xbench.sinks.wandb import offline_cut_short
+
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="x", settings=wandb.Settings(console="off",
+                     x_disable_stats=True))
+    run.log({"a": 1})
+    run.finish()
+    [folder] = (tmp_path / "wandb").glob("offline-run-*")
+    [whole] = folder.glob("run-*.wandb")
+    deadline = time.monotonic() + 30
+    while offline_cut_short(folder, settle_s=1.0) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)  # this test's own run: wait for wandb-core, as the sink now does
+    data = whole.read_bytes()
+    growing = tmp_path / "growing"
+    shutil.copytree(folder, growing)
+    [copy] = growing.glob("run-*.wandb")
+    copy.write_bytes(data[:7])  # the header alone, as the sink read it
+    threading.Timer(0.5, copy.write_bytes, (data,)).start()  # then wandb-core writes the rest
+    assert offline_cut_short(growing, settle_s=2.0) is None
+    copy.write_bytes(data[:len(data) // 2])  # cut where a full disk cut it, and never grows again
+    t0 = time.monotonic()
+    said = offline_cut_short(growing, settle_s=0.3)
+    assert "is cut short" in said and 0.3 <= time.monotonic() - t0 < 5

@@ -54,12 +54,6 @@ def process_environment(bench) -> dict[str, str]:
     return {"ATEN_CPU_CAPABILITY": cap} if cap else {}
 
 
-def in_this_process(plan) -> bool:
-    """Whether `run(work)` runs the work's only rank in this process (inline, not in a fresh one): then the
-    caller's `on_step` hears the rank's start-up phases as they begin (bench/windows.py)."""
-    return plan.launcher == "inline" and not isolated(plan) and not process_environment(plan.bench)
-
-
 def run(work, on_step=None, stop=None, fresh: bool | None = None) -> LaunchResult | None:
     """Every rank's results (rank 0 first), or None in a process that does not write the record.
 

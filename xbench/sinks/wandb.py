@@ -21,12 +21,9 @@ so the later points of a sweep go offline at once.
 from __future__ import annotations
 
 import contextlib
-import copy
-import importlib
 import io
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -52,13 +49,6 @@ GROUP_MAX = 128
 LIVE_STEPS_BUDGET_S = 1.0
 # W&B hosts that did not answer in this process (base URL -> what happened): not tried again.
 _UNREACHABLE: dict[str, str] = {}
-
-
-# Modules wandb.init (0.31) imports on first use beyond `import wandb`: imported with it, so that a begun start
-# imports nothing while the rank's build imports (transformers imports requests and yaml too).
-_INIT_IMPORTS = ("requests", "urllib3", "yaml", "http.client", "email.message", "mimetypes", "certifi", "idna",
-                 "charset_normalizer", "unicodedata", "stringprep", "wandb.sdk.wandb_init", "wandb.sdk.wandb_run",
-                 "wandb.sdk.lib.service.service_connection")
 
 
 def _base_url() -> str:
@@ -260,18 +250,30 @@ def curve_row(point: dict) -> dict:
     return {k: v for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def offline_cut_short(folder: Path) -> str | None:
+OFFLINE_SETTLE_S = 2.0  # a cut file is one that stopped growing this long without its end
+
+
+def offline_cut_short(folder: Path, settle_s: float = OFFLINE_SETTLE_S, poll_s: float = 0.05) -> str | None:
     """Why a finished offline run's file is not whole (None: it is): a W&B folder that filled up or stopped taking
     writes cuts the file where the write failed, and wandb-core says nothing (it went on; `wandb sync` would upload
-    the part). A whole file ends with the run's exit record."""
-    files = sorted(Path(folder).glob("run-*.wandb"))
-    try:
-        kinds = [r.WhichOneof("record_type") for r in wandb_records(files[-1])] if files else []
-    except Exception as e:  # an unreadable file is not whole either
-        kinds = [f"unreadable ({type(e).__name__}: {e})"]
-    if "exit" in kinds:
-        return None
-    size = files[-1].stat().st_size if files else 0
+    the part). A whole file ends with the run's exit record. run.finish() can return before wandb-core has
+    written the file out (header only, or the history without the end: 1 of 3 sweeps on a loaded 2-core machine),
+    so a file without its end is read again until it is whole or has stopped growing for `settle_s`."""
+    last, still_since = None, time.monotonic()
+    while True:
+        files = sorted(Path(folder).glob("run-*.wandb"))
+        try:
+            kinds = [r.WhichOneof("record_type") for r in wandb_records(files[-1])] if files else []
+        except Exception as e:  # an unreadable file is not whole either (a half-written record, or worse)
+            kinds = [f"unreadable ({type(e).__name__}: {e})"]
+        if "exit" in kinds:
+            return None
+        size = files[-1].stat().st_size if files else 0
+        if size != last:
+            last, still_since = size, time.monotonic()
+        elif time.monotonic() - still_since >= settle_s:
+            break
+        time.sleep(poll_s)
     return (f"the offline run {folder} is cut short ({len(kinds)} records, {size:,} bytes, no end: its folder filled "
             "up or stopped taking writes); `wandb sync` would upload only that part")
 
@@ -292,41 +294,9 @@ class WandbSink:
         self.per_sample: int | None = None  # the global batch, for each step's throughput
         self.tried = False  # a run was opened, or W&B was found off or missing (said once)
         self.live_error: str | None = None
-        self._opening: threading.Thread | None = None  # `begin`'s thread, until `start` joins it
-        self._imports_done = threading.Event()
-
-    def begin(self, record: RunRecord, run_dir: Path) -> None:
-        """Start opening the W&B run in a thread (`start` waits for it), from a copy of the record as it is now:
-        W&B's import and start (~2 s, mostly waiting for its service) go on beside the run's own start-up.
-        Begun after torch is imported, so the two threads never import the same modules at once (an import
-        cycle between threads is a deadlock error); `imported()` says when W&B's own imports are done."""
-        if self.tried or self._opening is not None:
-            return
-        snapshot = copy.deepcopy(record)
-        self._opening = threading.Thread(target=self._start, args=(snapshot, run_dir), name="xbench-wandb-start",
-                                         daemon=True)
-        self._opening.start()
-
-    def imported(self) -> None:
-        """Wait until a begun start has done its imports (the rank's build imports next: one importer at a time)."""
-        if self._opening is not None:
-            self._imports_done.wait()
 
     def start(self, record: RunRecord, run_dir: Path) -> bool:
-        """Open the W&B run now (or wait for the one `begin` is opening), to log as the run goes; False when W&B
-        is off or could not start."""
-        if self._opening is None and not self.tried:
-            return self._start(record, run_dir)
-        if self._opening is not None:
-            self._opening.join()
-            self._opening = None
-            if self.run is not None:  # what the record learnt since (the host's torch facts, xbench's version)
-                with contextlib.suppress(Exception):
-                    self.run.config.update({"env": redact(env_summary(record.env)),
-                                            "xbench_version": record.env.get("xbench_version")}, allow_val_change=True)
-        return self.run is not None
-
-    def _start(self, record: RunRecord, run_dir: Path) -> bool:
+        """Open the W&B run now, to log as the run goes; False when W&B is off or could not start."""
         try:
             with redacted_argv():
                 self.run = self._open(record, run_dir)
@@ -334,8 +304,6 @@ class WandbSink:
             self.live_error = f"{type(e).__name__}: {e}"
             self.say(f"W&B: could not start a run ({self.live_error}); the local record is complete")
             return False
-        finally:
-            self._imports_done.set()
         return self.run is not None
 
     def log_point(self, point: dict) -> None:
@@ -378,8 +346,6 @@ class WandbSink:
 
     def publish(self, record: RunRecord, run_dir: Path) -> dict:
         """Log the record; return what to keep in record.artifacts (mode, run path, offline dir)."""
-        if self._opening is not None:  # begun, never waited for (the run failed before its first step)
-            self.start(record, run_dir)
         try:
             with redacted_argv():
                 return self._publish(record, run_dir)
@@ -396,10 +362,6 @@ class WandbSink:
             return None
         try:
             import wandb
-
-            for name in _INIT_IMPORTS:  # what wandb.init imports on first use: here, before imports_done
-                with contextlib.suppress(ImportError):
-                    importlib.import_module(name)
         except ImportError:
             self.mode_used = "unavailable"
             self.say(f"W&B: skipped, the local record is complete ({message('logging to W&B', 'wandb')}; "
@@ -414,7 +376,6 @@ class WandbSink:
                       group=group, tags=tags, name=run_name(record), config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
-        self._imports_done.set()  # the rest is W&B's own start (its service): nothing more to import
         run = self._init(wandb, mode, kwargs)
         # Each series against its own x: per-step figures against `step`, windows against `window`.
         run.define_metric("step")
