@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import FAST, REPO, records
 from tests.jobs import Jobs
 from tests.test_xla_parallel import _ended, _xla_env
-from tests.xla_runs import spmd_feed_lines  # noqa: F401  (the fixture: PIECES' printed lines)
+from tests.xla_runs import shared_runs, spmd_feed_lines  # noqa: F401  (the fixture: PIECES' printed lines)
 
 pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
 
@@ -74,15 +74,17 @@ def _run(store, *args) -> tuple[int, str]:
 DIGITS = ("test_spmd_on_real_digits_feeds_shards_and_trains_like_one_device",)
 
 
+def submit_runs(jobs: Jobs, root) -> None:
+    """The module's CLI runs (tests/jobs.py): the digits test checks both."""
+    jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
+                tests=DIGITS)
+    jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", tests=DIGITS)
+
+
 @pytest.fixture(scope="module", autouse=True)  # started before the module's first test
 def runs(request, tmp_path_factory):
-    """The module's CLI runs, started together (tests/jobs.py): the digits test checks both."""
-    root = tmp_path_factory.mktemp("xla_feed")
-    with Jobs(request) as jobs:
-        jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
-                    tests=DIGITS)
-        jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", tests=DIGITS)
-        yield jobs, root
+    """(jobs, root): started with test_xla_mp's and test_xla_parallel's, in one pool (tests/xla_runs.py)."""
+    return shared_runs(request, tmp_path_factory)
 
 
 @pytest.mark.slow  # a fresh SPMD process (SPMD switches its whole process): ~13 s, the largest of test-fast

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import REPO, cli_env, records
 from tests.jobs import Jobs
 from tests.test_xla_parallel import _run, _xla_env
+from tests.xla_runs import shared_runs
 
 pytestmark = pytest.mark.xla  # torch-xla's own paths: run in .venv-xla (make test-xla)
 
@@ -90,20 +91,22 @@ STOPPED_MID_WINDOW = ("bench.warmup_min_steps=3", "bench.warmup_max_steps=3", "b
                       "fault.kind=signal", "fault.signal=SIGTERM", "fault.at_step=8", "fault.rank=0")
 
 
+def submit_runs(jobs: Jobs, root) -> None:
+    """The module's fresh processes (tests/jobs.py): each test checks its own."""
+    jobs.submit("stop_flag", _python, STOP_FLAG,
+                tests=("test_rank_threads_share_the_stop_flag_their_main_thread_installed",))
+    jobs.submit("broadcast", _broadcast, root,
+                tests=("test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers",))
+    jobs.submit("replicas", _two_replicas, root / "replicas",
+                tests=("test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights",))
+    jobs.submit("stopped", _two_replicas, root / "stopped", *STOPPED_MID_WINDOW,
+                tests=("test_a_stop_mid_window_keeps_every_replicas_figures",))
+
+
 @pytest.fixture(scope="module", autouse=True)  # started before the module's first test
 def runs(request, tmp_path_factory):
-    """The module's fresh processes, started together (tests/jobs.py): each test checks its own."""
-    root = tmp_path_factory.mktemp("xla_mp")
-    with Jobs(request) as jobs:
-        jobs.submit("stop_flag", _python, STOP_FLAG,
-                    tests=("test_rank_threads_share_the_stop_flag_their_main_thread_installed",))
-        jobs.submit("broadcast", _broadcast, root,
-                    tests=("test_broadcast_gives_every_replica_replica_0s_parameters_and_buffers",))
-        jobs.submit("replicas", _two_replicas, root / "replicas",
-                    tests=("test_xla_mp_2_replicas_on_pjrt_cpu_train_as_one_world_with_equal_weights",))
-        jobs.submit("stopped", _two_replicas, root / "stopped", *STOPPED_MID_WINDOW,
-                    tests=("test_a_stop_mid_window_keeps_every_replicas_figures",))
-        yield jobs, root
+    """(jobs, root): started with test_xla_feed's and test_xla_parallel's, in one pool (tests/xla_runs.py)."""
+    return shared_runs(request, tmp_path_factory)
 
 
 def test_rank_threads_share_the_stop_flag_their_main_thread_installed(runs):

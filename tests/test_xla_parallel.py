@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, FAST, REPO, cli_env, records
 from tests.jobs import Jobs
+from tests.xla_runs import shared_runs
 from xbench import compat, launch, parallel
 from xbench.config import register_configs
 from xbench.platforms.detect import HostFacts
@@ -70,24 +71,26 @@ def _xla_env():
 SPMD = "test_spmd_on_2_cpu_devices_trains_like_one_device_on_the_same_global_batch"
 
 
+def submit_runs(jobs: Jobs, root) -> None:
+    """The module's CLI runs (tests/jobs.py): each test checks its own, in its own store."""
+    jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
+                env=_xla_env(), tests=(SPMD,))
+    jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", env=_xla_env(), tests=(SPMD,))
+    jobs.submit("xla_mp", _run, root / "xla_mp", "parallel=xla_mp", "parallel.world_size=1", "data.batch_size=16",
+                env=cli_env(PJRT_DEVICE="CPU"), tests=("test_xla_mp_launcher_runs_one_replica_on_cpu",))
+    # 2 threads per rank: Accelerate would reset them to cores // ranks (1 here) if xbench did not keep them
+    jobs.submit("accelerate", _run, root / "accelerate", "parallel=accelerate", "parallel.world_size=2",
+                "data.batch_size=16", "bench.threads=2",
+                tests=("test_accelerate_launches_2_cpu_processes_as_one_synchronised_job",))
+    jobs.submit("sigterm", _run, root / "sigterm", "parallel=xla_spmd", "data.batch_size=8", "bench.steps=20",
+                "fault.kind=sigterm", "fault.at_step=8", env=cli_env(PJRT_DEVICE="CPU"),
+                tests=("test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record",))
+
+
 @pytest.fixture(scope="module", autouse=True)  # started before the module's first test
 def runs(request, tmp_path_factory):
-    """The module's CLI runs, started together (tests/jobs.py): each test checks its own, in its own store."""
-    root = tmp_path_factory.mktemp("xla_parallel")
-    with Jobs(request) as jobs:
-        jobs.submit("spmd", _run, root / "spmd", "parallel=xla_spmd", "parallel.world_size=2", "data.batch_size=16",
-                    env=_xla_env(), tests=(SPMD,))
-        jobs.submit("one", _run, root / "one", "runtime=xla", "data.batch_size=32", env=_xla_env(), tests=(SPMD,))
-        jobs.submit("xla_mp", _run, root / "xla_mp", "parallel=xla_mp", "parallel.world_size=1", "data.batch_size=16",
-                    env=cli_env(PJRT_DEVICE="CPU"), tests=("test_xla_mp_launcher_runs_one_replica_on_cpu",))
-        # 2 threads per rank: Accelerate would reset them to cores // ranks (1 here) if xbench did not keep them
-        jobs.submit("accelerate", _run, root / "accelerate", "parallel=accelerate", "parallel.world_size=2",
-                    "data.batch_size=16", "bench.threads=2",
-                    tests=("test_accelerate_launches_2_cpu_processes_as_one_synchronised_job",))
-        jobs.submit("sigterm", _run, root / "sigterm", "parallel=xla_spmd", "data.batch_size=8", "bench.steps=20",
-                    "fault.kind=sigterm", "fault.at_step=8", env=cli_env(PJRT_DEVICE="CPU"),
-                    tests=("test_spmd_process_stopped_by_sigterm_leaves_an_interrupted_record",))
-        yield jobs, root
+    """(jobs, root): started with test_xla_feed's and test_xla_mp's, in one pool (tests/xla_runs.py)."""
+    return shared_runs(request, tmp_path_factory)
 
 
 def _ok(jobs, key) -> str:

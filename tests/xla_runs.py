@@ -7,7 +7,9 @@ sharding and memory figures: one ~80 s run where there were two), and beside it 
 batch (the losses' reference), started together at the first test that asks.
 
 spmd_feed_lines: the SPMD feed's pieces (test_xla_feed.py) and the multi-host feed (test_xla_multihost_feed.py),
-both transfers only, in one fresh SPMD process."""
+both transfers only, in one fresh SPMD process.
+
+shared_runs: the CLI runs of test_xla_feed, test_xla_mp and test_xla_parallel, in one pool for the three."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAST, REPO, cli_env
+from tests.jobs import Jobs
 
 LLM = ("+workload=llama_tiny_tokens", "platform=cpu", "precision=fp32", "bench.threads=1")
 FSDP_TESTS = ("test_xla_fsdp_partitioned_step_gathers_weights_never_activations",
@@ -89,3 +92,43 @@ def spmd_feed_lines(request) -> dict[str, str]:
     p = request.config.stash[_FEED]
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     return dict(line.split(": ", 1) for line in p.stdout.splitlines() if ": " in line)
+
+
+# ---- the runs of test_xla_feed, test_xla_mp and test_xla_parallel in one pool ------------------------------------
+
+JOB_MODULES = ("tests.test_xla_feed", "tests.test_xla_mp", "tests.test_xla_parallel")  # the order pytest runs them
+_SHARED = pytest.StashKey[dict]()
+
+
+class _ModuleJobs(Jobs):
+    """tests/jobs.py's Jobs for one module (its selected tests), over a pool the modules share."""
+
+    def __init__(self, selected: set[str], pool: ThreadPoolExecutor):  # not Jobs.__init__: no one module asks
+        self._selected, self._pool, self._futures = selected, pool, {}
+
+    def __exit__(self, *exc: object) -> None:  # the pool is the session's: shut down at its end
+        pass
+
+
+def shared_runs(request, tmp_path_factory) -> tuple[Jobs, Path]:
+    """(jobs, root) of the requesting module, one of JOB_MODULES; each defines submit_runs(jobs, root). At the first
+    of them to run, every one of them that has a selected test submits its runs to one pool of 2 workers (the test
+    machine's 2 cores), in the order the modules run: a module's last run no longer leaves a core idle while it ends,
+    the next module's first run takes it."""
+    import importlib
+
+    stash = request.config.stash
+    if _SHARED not in stash:
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="xla_module_runs")
+        request.config.add_cleanup(pool.shutdown)  # waits for the runs at the session's end
+        started = {}
+        for name in JOB_MODULES:
+            items = [i for i in request.session.items if i.module.__name__ == name]
+            if items:
+                module = importlib.import_module(name)
+                jobs = _ModuleJobs({getattr(i, "originalname", i.name) for i in items}, pool)
+                root = tmp_path_factory.mktemp(name.removeprefix("tests.test_"))
+                module.submit_runs(jobs, root)
+                started[name] = (jobs, root)
+        stash[_SHARED] = started
+    return stash[_SHARED][request.module.__name__]
