@@ -165,8 +165,9 @@ def test_a_failing_or_hung_slurm_is_one_line(tmp_path, sinfo, said):
 
     bin_ = tmp_path / "bin"
     bin_.mkdir()
+    # srun: submitit asks only that it exists (it looks for it before sbatch), and a machine without SLURM has none
     for name, body in (("sinfo", sinfo), ("sbatch", 'echo "sbatch: error: Batch job submission failed: Invalid '
-                                                   'account" >&2; exit 1')):
+                                                   'account" >&2; exit 1'), ("srun", "exit 1")):
         (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_ / name).chmod(0o755)
     t = time.monotonic()
