@@ -66,3 +66,23 @@ def test_the_template_leaves_at_once_when_its_runner_goes_and_a_plain_import_doe
     rest = proc.stdout.read()  # EOF once every holder of the pipe, the template included, has exited
     waited_s = time.perf_counter() - t_runner
     assert rest == "" and waited_s < 1.0, waited_s
+
+
+def test_a_runner_that_used_the_template_still_hears_its_stop_signals():
+    """The template holds the stop signals (a group's SIGTERM must not end it while a forked point runs); the
+    runner must not: it asked the template for its facts by importing warm.py, whose import installed the holds
+    in the runner too, so a SIGTERM at a sweep's end was swallowed and the sweep went on (the drill's
+    signal_phases row 'SIGTERM at end (sweep of 2)': 2 records, exit 0). Real template, in a fresh process
+    standing for the runner; warm.py imported anywhere but the template holds nothing."""
+    import subprocess
+
+    from tests.conftest import REPO, cli_env
+
+    code = ("import signal\nfrom xbench.launch import template\n"
+            "mine = lambda *a: None\nfor s in (signal.SIGTERM, signal.SIGHUP): signal.signal(s, mine)\n"
+            "pid, why = template.check()\nassert pid is not None and why is None, why\n"
+            "import xbench.launch.warm\n"
+            "print(all(signal.getsignal(s) is mine for s in (signal.SIGTERM, signal.SIGHUP)))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "True", p.stderr[-2000:]

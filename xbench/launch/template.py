@@ -102,11 +102,18 @@ def _pool(ctx) -> ProcessPoolExecutor:
                                initargs=(os.getpid(), dict(os.environ)))
 
 
+def _facts() -> dict:
+    """warm.facts, asked in the forked probe: the runner never imports warm.py itself (its imports are the
+    template's business)."""
+    from xbench.launch import warm
+
+    return warm.facts()
+
+
 def check() -> tuple[int | None, str | None]:
     """(the template's pid, why it is not used): started if it is not running, probed once per template."""
     import psutil
 
-    from xbench.launch import warm
 
     if _LAST and _LAST[0][0] is not None:
         try:
@@ -116,7 +123,7 @@ def check() -> tuple[int | None, str | None]:
             pass
     try:
         with _pool(_context()) as pool:
-            facts = pool.submit(warm.facts).result()
+            facts = pool.submit(_facts).result()
     except Exception as e:  # the template failed to start or to fork: the points are spawned
         return None, f"the template did not start ({type(e).__name__}: {e})"
     pid = facts["parent_pid"]

@@ -64,9 +64,13 @@ def _hold(signum, frame) -> None:
     _HELD.append(signum)
 
 
-for _sig in STOP_SIGNALS:
-    signal.signal(_sig, _hold)
-os.register_at_fork(after_in_child=_HELD.clear)  # the template's are not the point's
+# Only in the runner's template (template.TEMPLATE_ENV, set while it starts): imported anywhere else (a runner,
+# a test), holding the stop signals would swallow that process's SIGTERM (a sweep went on past a stop).
+TEMPLATE = os.environ.get("XBENCH_TEMPLATE_OF") == str(os.getppid())
+if TEMPLATE:
+    for _sig in STOP_SIGNALS:
+        signal.signal(_sig, _hold)
+    os.register_at_fork(after_in_child=_HELD.clear)  # the template's are not the point's
 
 
 def _native_threads() -> int | None:
@@ -95,6 +99,6 @@ def facts() -> dict:
             "template_leaves_at_once": LEAVES_AT_ONCE}
 
 
-LEAVES_AT_ONCE = os.environ.get("XBENCH_TEMPLATE_OF") == str(os.getppid())  # template.TEMPLATE_ENV: the runner's
+LEAVES_AT_ONCE = TEMPLATE
 if LEAVES_AT_ONCE:
     atexit.register(_leave_at_once)
