@@ -177,9 +177,9 @@ def leave(code: int | str | None) -> None:
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # Python's own order at exit: threading's exit hooks (concurrent.futures wakes its idle workers: inductor's
+    # compile pool would otherwise be joined forever), then every non-daemon thread joined, then atexit.
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with contextlib.suppress(Exception):
