@@ -190,6 +190,7 @@ def test_the_file_limits_are_the_device_tools(tmp_path):
     assert any("odd name.txt: a name" in p for p in problems), problems
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_a_run_past_its_time_is_killed_with_its_children():
     """xbench may start processes of its own: the whole process group goes at the limit."""
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \

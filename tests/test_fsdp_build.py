@@ -102,6 +102,7 @@ def _spawn(job: str, plan, folder: Path, warm=None) -> list[dict]:
     return [json.loads((folder / f"{job}_{r}.json").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's peak-RSS reset")
 def test_fsdp_builds_on_meta_each_rank_holds_its_shard_and_the_weights_equal_a_whole_build(tmp_path):
     """Each rank's peak host memory over build_workload (VmHWM after a reset, less VmRSS before) stays under
@@ -129,6 +130,7 @@ def test_fsdp_builds_on_meta_each_rank_holds_its_shard_and_the_weights_equal_a_w
         assert torch.equal(gathered[k], v), k
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_fsdp_units_are_torchtitans_and_a_step_all_gathers_what_the_layout_predicts(tmp_path):
     """The tiny decoder (2 blocks) under the default reshard_after_forward=true: units for the embeddings,
     each block and norm + output, and no parameter left to the root. Forward gathers each unit once (4),

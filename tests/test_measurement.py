@@ -205,6 +205,7 @@ def _fake_rank(stall_at: set[int], step_s: float = 0.002, pause_s: float = 0.4):
                            devices_per_rank=1, ranks_on_host=1), counter
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_a_stalled_window_is_measured_again_once_then_kept_and_flagged():
     from xbench.bench.windows import WindowPlan, _timed_windows
     from xbench.config import XBenchConfig
@@ -379,6 +380,7 @@ def _matches(facts: dict, query: dict[str, str]) -> bool:
                for k, v in query.items())
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 @pytest.mark.usefixtures("cached_compose")  # it composes every study's small commands: once per session
 def test_study_small_baselines_are_not_oversubscribed():
     """Each study's small command, as run on a small machine: a point that pins its threads asks for no

@@ -46,6 +46,7 @@ def test_cv_of_extreme_throughputs_is_finite():
     assert cv_of([10.0, 20.0, 30.0]) == pytest.approx(0.5)  # sd 10 / mean 20
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_report_over_a_1e308_throughput_is_written(store, tmp_path):
     s = tmp_path / "s"
     shutil.copytree(store, s)
@@ -156,6 +157,7 @@ def test_api_mistakes_are_one_clear_exception():
     ('echo "sinfo: error: Unable to contact slurm controller" >&2; exit 1', "sinfo failed (sinfo: error: Unable"),
     ('echo "debug*|2|4000|infinite"', "sbatch failed (FailedJobError: sbatch: error: Batch job submission failed"),
 ])
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_a_failing_or_hung_slurm_is_one_line(tmp_path, sinfo, said):
     """SLURM's commands stand in as scripts (no SLURM here): a hung sinfo is bounded (was 60 s, then a
     traceback), a failing sinfo or sbatch is one line naming it (were tracebacks)."""

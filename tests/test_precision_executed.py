@@ -81,6 +81,7 @@ def test_amp_bf16_on_xla_records_default_and_multiplies_in_bf16(runs):
     assert all(t.startswith("bf16[") for t, _ in dots), [t for t, _ in dots]  # autocast reached every matmul
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_an_eager_cpu_run_records_what_it_executed(runs):
     jobs, root = runs
     p = jobs["eager"]

@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 
+import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -130,6 +131,7 @@ def test_out_of_memory_errors_are_recognised():
     assert not is_oom(RuntimeError("injected fault at step 3"))
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_cpu_allocation_failure_under_an_address_space_cap_is_an_oom():
     # A child process (never this one) with a 7 GiB cap asks torch for 16 GiB: it must raise, not die.
     code = ("import resource, torch\n"

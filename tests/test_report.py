@@ -365,6 +365,7 @@ def test_plot_without_data_is_skipped_with_a_note(fixture_store, tmp_path):
     assert "baseline" in skipped["normalised"] and "price" in skipped["samples_per_dollar"]
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_wandb_without_credentials_writes_the_definition(fixture_store, tmp_path):
     out = tmp_path / "r"
     env = cli_env(PYTHONPATH=str(REPO), HOME=str(tmp_path), NETRC=str(tmp_path / "none"))

@@ -29,6 +29,7 @@ def rows200(tmp_path_factory):
     return prepare(df, ctx), ctx
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_every_plot_of_200_records_fits_and_no_text_overlaps(rows200):
     rows, ctx = rows200
     drawn, problems = [], {}

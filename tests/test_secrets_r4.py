@@ -38,6 +38,7 @@ PLANTED = {"+model.options.db_password=hx-sub-pw11": "hx-sub-pw11",
 ENV_SECRET = "hx-env-7f3e9a21c0"
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 @pytest.mark.parametrize("multirun", [False, True])
 def test_hydras_own_files_are_written_redacted(tmp_path, multirun):
     """hydra.output_subdir=.hydra brought back config.yaml, hydra.yaml and overrides.yaml with every secret of the

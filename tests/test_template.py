@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from xbench.config import XBenchConfig
 from xbench.launch import template
 
@@ -68,6 +70,7 @@ def test_the_template_leaves_at_once_when_its_runner_goes_and_a_plain_import_doe
     assert rest == "" and waited_s < 1.0, waited_s
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_a_runner_that_used_the_template_still_hears_its_stop_signals():
     """The template holds the stop signals (a group's SIGTERM must not end it while a forked point runs); the
     runner must not: it asked the template for its facts by importing warm.py, whose import installed the holds
