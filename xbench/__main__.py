@@ -14,8 +14,6 @@ written; a number out of its range is a `failed` record, exit 1, before any devi
 from __future__ import annotations
 
 import atexit
-import contextlib
-import os
 import platform
 import sys
 import threading
@@ -29,6 +27,7 @@ from xbench import hydra_listing, runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, refusals, resume_ignored
+from xbench.launch.child import exit_now
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
 from xbench.rank import startup_phase
@@ -181,10 +180,7 @@ def leave(code: int | str | None) -> None:
     # compile pool would otherwise be joined forever), then every non-daemon thread joined, then atexit.
     threading._shutdown()
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code or 0)
+    exit_now(code or 0)
 
 
 if __name__ == "__main__":

@@ -183,14 +183,16 @@ def _pool_worker(parent: int) -> None:
     first runs last: the handlers the work registered (W&B, torch) run before it. The status is 0: the pool
     reads results from its queue, never a worker's exit status."""
     die_with_parent(parent)
-    atexit.register(_exit_now)
+    atexit.register(exit_now)
 
 
-def _exit_now() -> None:
+def exit_now(code: int = 0) -> None:
+    """Out of this process without the interpreter's teardown, its buffered output flushed first: the one way
+    xbench's processes skip tearing down torch (the CLI's `leave`, a pool worker, a sweep's template)."""
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with suppress(Exception):
             stream.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def in_fresh_process(fn, args: tuple, stop, what: str):

@@ -40,6 +40,7 @@ with restored():
     import xbench.models.vision  # noqa: E402,F401
     import xbench.parallel.base  # noqa: E402,F401
     import xbench.runtimes.eager  # noqa: E402,F401 (the default runtime; the others import theirs in the point)
+    from xbench.launch import child  # noqa: E402
     from xbench.rank import STOP_SIGNALS  # noqa: E402
 
     with contextlib.suppress(ImportError):  # the model zoo's vision models; absent in a minimal install
@@ -54,10 +55,7 @@ def _leave_at_once() -> None:
     stderr (its points write there), so whoever reads the runner's output to its end waited that long after
     the runner had exited. Its points never run this: a forked process leaves by os._exit."""
     if os.getpid() == FACTS["pid"]:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(0)
+        child.exit_now(0)
 
 
 def _hold(signum, frame) -> None:
