@@ -23,7 +23,11 @@ steps, and the windows pay nothing for it.
   nor exists here. Then the others on a GPU are counted, not named: the processes NVML lists there
   minus this run's known to use it (this process, where it holds a context).
 - `contended` (the meter: bench/meters/contention.py): during the windows, other processes' busy cores
-  plus this run's threads exceeded the cores left after steal (someone had to wait), or steal took more than
+  plus this run's threads exceeded the cores left after steal (someone had to wait), or this process's
+  threads spent WAIT_FRACTION of their needed core-time runnable but waiting for a core (the kernel's
+  run-queue delay, /proc/self/task/*/schedstat: the direct figure, where the first rule's margin is a few
+  hundredths of a core, as 2 spinners beside a 1-thread run on 2 cores) while others were busy beyond the
+  slack, or steal took more than
   STEAL_FRACTION of the time, or another process used one of the run's GPUs. The reason says which,
   with the figures.
 """
@@ -44,6 +48,7 @@ ROOT_ENV = "XBENCH_POINT"  # "<root pid>:<wall time the point started>", set by 
 PROBE_S = 0.25  # default probe before the run
 SLACK_CORES = 0.25  # others' use under this does not count (daemons, the kernel, the probe itself)
 STEAL_FRACTION = 0.05
+WAIT_FRACTION = 0.10  # of the needed core-time spent runnable on a run queue: others made the run wait
 TOP = 3  # busiest other processes listed
 
 
@@ -103,6 +108,18 @@ class Snapshot:
     switches: int  # this process's involuntary context switches
     gpu: dict = field(default_factory=dict)  # index -> {"pids": {pid: used bytes}, "util_percent": float}
     held: set[int] = field(default_factory=set)  # CUDA ordinals this process holds a context on
+    run_wait_ns: dict[int, int] = field(default_factory=dict)  # this process's thread id -> run-queue wait
+
+
+def _run_waits() -> dict[int, int]:
+    """Per thread of this process, nanoseconds spent runnable but waiting for a CPU (schedstat's second
+    field); empty where the kernel does not publish it (not Linux, no CONFIG_SCHED_INFO)."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[1])
+    return out
 
 
 def _procs() -> dict[int, tuple[str, float]]:
@@ -143,7 +160,8 @@ def _gpu(indices: list[int]) -> dict:
 def snapshot(gpus: list[int] | None = None) -> Snapshot:
     me = psutil.Process()
     return Snapshot(time.perf_counter(), psutil.cpu_times(), _procs(), own_pids(),
-                    me.num_ctx_switches().involuntary, _gpu(gpus or []), nvml.held_contexts(gpus or []))
+                    me.num_ctx_switches().involuntary, _gpu(gpus or []), nvml.held_contexts(gpus or []),
+                    _run_waits())
 
 
 def between(a: Snapshot, b: Snapshot) -> dict:
@@ -163,6 +181,9 @@ def between(a: Snapshot, b: Snapshot) -> dict:
         "top": [{"pid": pid, "name": name, "cores": round(cpu / wall, 3)} for pid, (name, cpu) in top
                 if cpu / wall >= 0.05],
         "involuntary_switches_per_s": (b.switches - a.switches) / wall,
+        # Threads born between the snapshots count from zero; those gone by the second are not counted.
+        "own_wait_cores": (sum(ns - a.run_wait_ns.get(tid, 0) for tid, ns in b.run_wait_ns.items()) / 1e9 / wall
+                           if b.run_wait_ns else None),
     }
 
 

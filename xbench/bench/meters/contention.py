@@ -47,7 +47,8 @@ class ContentionMeter(Meter):
         counts = {i: max(count_a.get(i, 0), count_b.get(i, 0)) for i in {**count_a, **count_b}}
         foreign = "foreign" in (ns_a, ns_b)
         reasons = []
-        if cpu := cpu_reason(d, need, cores):
+        own_need = machine.cores_needed(self.threads, 1, self.device_type == "cpu")  # this process's share
+        if cpu := cpu_reason(d, need, cores, own_need):
             reasons.append(cpu)
         if d["steal_fraction"] > machine.STEAL_FRACTION:
             reasons.append(f"the hypervisor stole {d['steal_fraction']:.0%} of the CPU time")
@@ -60,6 +61,7 @@ class ContentionMeter(Meter):
         m = {
             "other_cpu_cores_during": d["other_cores"],
             "own_cpu_cores_during": d["own_cores"],
+            "own_run_queue_wait_cores_during": d.get("own_wait_cores"),
             "cpu_steal_fraction_during": d["steal_fraction"],
             "other_top_processes_during": d["top"],
             "involuntary_switches_per_s_during": d["involuntary_switches_per_s"],
@@ -89,15 +91,24 @@ class ContentionMeter(Meter):
 
 
 
-def cpu_reason(d: dict, need: int, cores: int) -> str | None:
-    """Why other processes made this run wait for a core, or None: their busy cores plus this run's need
-    exceeded the cores the hypervisor left. Steal takes its share from every process, so 2 spinners beside a
-    1-thread run on 2 vCPUs that lose 15% to the hypervisor hold 1.13 cores, not 1.33, and still left it waiting."""
+def cpu_reason(d: dict, need: int, cores: int, own_need: int | None = None) -> str | None:
+    """Why other processes made this run wait for a core, or None. Either their busy cores plus this run's
+    need exceeded the cores the hypervisor left (steal takes its share from every process, so 2 spinners
+    beside a 1-thread run on 2 vCPUs that lose 15% to the hypervisor hold 1.13 cores, not 1.33, and still
+    left it waiting), or, the direct figure, this process's threads waited on a run queue for WAIT_FRACTION
+    of the `own_need` cores' time while others were busy beyond the slack (the first rule's margin there is
+    0.08 cores: a scheduler's uneven share hides it)."""
     slack = machine.SLACK_CORES
-    capacity = cores * (1.0 - min(max(d["steal_fraction"], 0.0), 1.0))
-    if d["other_cores"] <= slack or d["other_cores"] + need <= capacity + slack:
+    if d["other_cores"] <= slack:
         return None
+    capacity = cores * (1.0 - min(max(d["steal_fraction"], 0.0), 1.0))
     busiest = ", ".join(f"{t['name']}[{t['pid']}] {t['cores']:.2f}" for t in d["top"]) or "short-lived"
     stolen = f" ({capacity:.2f} left by the hypervisor)" if capacity < cores else ""
-    return (f"other processes kept {d['other_cores']:.2f} of {cores} cores{stolen} busy while this run needed "
-            f"{need} (busiest: {busiest})")
+    kept = f"other processes kept {d['other_cores']:.2f} of {cores} cores{stolen} busy"
+    if d["other_cores"] + need > capacity + slack:
+        return f"{kept} while this run needed {need} (busiest: {busiest})"
+    wait = d.get("own_wait_cores")
+    if own_need and wait is not None and wait / own_need >= machine.WAIT_FRACTION:
+        return (f"{kept} and this run's threads waited for a core {wait / own_need:.0%} of the time "
+                f"(run-queue delay; busiest: {busiest})")
+    return None
