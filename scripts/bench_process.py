@@ -51,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from xbench.bench.contention import SLACK_CORES  # noqa: E402
+from xbench.bench.meters.contention import SLACK_CORES  # noqa: E402
 from xbench.metrics.stats import summarize  # noqa: E402
 
 GOAL = 0.98

@@ -16,7 +16,7 @@ import pytest
 RANK_SCRIPT = """
 import json, os, sys, time
 from pathlib import Path
-from xbench.bench import contention
+from xbench.bench.meters import contention
 out, rank = Path(sys.argv[1]), int(os.environ["RANK"])
 (out / f"pid{rank}").write_text(str(os.getpid()))
 while not (out / f"pid{1 - rank}").exists():

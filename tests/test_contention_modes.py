@@ -230,7 +230,7 @@ def test_run_queue_wait_is_read_per_thread_and_grows_beside_a_spinner():
     import os
     import threading
 
-    from xbench.bench import contention
+    from xbench.bench.meters import contention
     if not os.path.exists("/proc/self/task") or not hasattr(os, "sched_setaffinity"):
         pytest.skip("no /proc or affinity here")
     cpu = sorted(os.sched_getaffinity(0))[0]

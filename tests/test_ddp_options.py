@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xbench.bench import contention
+from xbench.bench.meters import contention
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.config import XBenchConfig
 from xbench.platforms.detect import HostFacts

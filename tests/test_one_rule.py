@@ -1,11 +1,11 @@
 """One of each: the "started as a rank" rule (env_vars.launched_rank) that launch/torchrun.under_torchrun and
-bench/contention.launcher_pid both read."""
+bench/meters/contention.launcher_pid both read."""
 
 from __future__ import annotations
 
 import os
 
-from xbench.bench import contention
+from xbench.bench.meters import contention
 from xbench.env_vars import launched_rank, srun_step_tasks
 from xbench.launch import torchrun
 

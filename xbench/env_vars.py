@@ -2,7 +2,7 @@
 the variables fresh processes inherit (launch/child.py), XLA's dump flags (bench/profile.py), a srun task's
 torch variables while its rank runs (launch/torchrun.py), HF's switches while transformers loads (models/zoo.py);
 and the one "started as a rank by an external launcher" rule (`launched_rank`), which launch/torchrun.py and
-bench/contention.py both read. Imports, checks and questions write no variable (tests/test_pure_checks.py):
+bench/meters/contention.py both read. Imports, checks and questions write no variable (tests/test_pure_checks.py):
 what a run needs in its environment is applied where it launches, for that block only."""
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 
-from xbench.bench import contention, loop
+from xbench.bench import loop
 from xbench.bench.epochs import EvalShard, TrainFeed, metric_value, score
 from xbench.bench.figures import build_figures, closing_figures, samples_per_step
+from xbench.bench.meters import contention
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.mlperf_log import LOG_FILE, for_rank
@@ -160,7 +161,7 @@ class TargetTraining:
         self.plan, self.goal, self.ctx = plan, plan.goal, ctx
         self.targets = tg.effective_targets(plan.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
-        # Other processes' use before this rank builds (bench/contention.py), as the throughput rank probes.
+        # Other processes' use before this rank builds (bench/meters/contention.py), as the throughput rank probes.
         probe_s = plan.bench.contention_probe_s
         self.before = (contention.probe(probe_s, device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank))
                        if probe_s > 0 else None)

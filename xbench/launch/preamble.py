@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 
-from xbench.bench import contention
+from xbench.bench.meters import contention
 from xbench.launch import child
 from xbench.rank import RankContext, RankResult, StopFlag
 from xbench.sinks.console import Progress
@@ -26,7 +26,7 @@ def process_stop(bench=None) -> StopFlag:
 def threads_asked(plan, share: int = 1) -> dict:
     """The rank's threads as the plan asks them (RankContext keywords; the root config, whose bench section
     the plan carries, serves as well on the record side): bench.threads, else this rank's
-    `share` of the free physical cores (other processes' busy cores probed now, bench/contention.py):
+    `share` of the free physical cores (other processes' busy cores probed now, bench/meters/contention.py):
     torch's default (every core) oversubscribes a machine that others use, and 2 threads on a busy
     2-core machine ran 2.5-26x slower than one."""
     t = plan.bench.threads
