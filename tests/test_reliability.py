@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, REPO, drill_test
 from xbench import compat
-from xbench.bench.memory import host_memory_guard, is_oom, memory_figures
+from xbench.bench.memory import host_memory_guard, memory_figures
 from xbench.config import register_configs
 from xbench.hints import compose_hints, hint_for
 from xbench.platforms.detect import HostFacts
-from xbench.records.record import RunRecord
+from xbench.records.record import RunRecord, is_oom
 from xbench.records.redact import (
     REDACTED,
     RedactingStream,
@@ -136,7 +136,7 @@ def test_cpu_allocation_failure_under_an_address_space_cap_is_an_oom():
     # A child process (never this one) with a 7 GiB cap asks torch for 16 GiB: it must raise, not die.
     code = ("import resource, torch\n"
             "resource.setrlimit(resource.RLIMIT_AS, (7 << 30, 7 << 30))\n"
-            "from xbench.bench.memory import is_oom\n"
+            "from xbench.records.record import is_oom\n"
             "try:\n    torch.empty(4 << 30)\nexcept Exception as e:\n    print('OOM' if is_oom(e) else repr(e))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(REPO)})

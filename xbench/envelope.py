@@ -34,11 +34,11 @@ import traceback
 from pathlib import Path
 
 from xbench.bench import faults
-from xbench.bench.memory import is_oom, memory_figures
+from xbench.bench.memory import memory_figures
 from xbench.rank import STOP_SIGNALS, Diverged, StopFlag, StopRequested
 from xbench.records import safe_io
 from xbench.records.env import host_env
-from xbench.records.record import RunRecord
+from xbench.records.record import RunRecord, is_oom
 from xbench.records.redact import redact, redact_text
 from xbench.records.store import ATTEMPT_PREFIX, RECORD_FILE, RunLock, atomic_write_text, record_text
 from xbench.sinks.console import STARTUP_LINE, summary

@@ -107,15 +107,3 @@ def host_memory_guard(fraction: float = 0.9):
         yield cap
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Out-of-memory on any device: torch's OOM error, a failed host allocation, XLA's RESOURCE_EXHAUSTED."""
-    if isinstance(exc, MemoryError):
-        return True
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return True
-    text = str(exc).lower()
-    return any(s in text for s in ("out of memory", "can't allocate memory", "cannot allocate memory",
-                                   "bad_alloc", "resource_exhausted"))

@@ -26,12 +26,13 @@ import sys
 import time
 
 from xbench import launch
-from xbench.bench.memory import host_memory_guard, is_oom, memory_figures
+from xbench.bench.memory import host_memory_guard, memory_figures
 from xbench.bench.plan import resolve
 from xbench.bench.windows import ThroughputWork, WindowPlan
 from xbench.metrics.aggregate import aggregate
 from xbench.modes.base import Mode, Run
 from xbench.rank import StopRequested
+from xbench.records.record import is_oom
 
 TRIAL_STEPS = 5  # a trial's timed window: at least this many steps ...
 TRIAL_WINDOW_S = 0.5  # ... and at least this long at the warm-up's step time (a 1-ms step: 500 steps)
@@ -168,8 +169,6 @@ class FindMaxBatch(Mode):
     @classmethod
     def rules(cls, cfg, facts) -> list[str]:
         out = []
-        if cfg.bench.max_batch_limit < 1 or cfg.bench.max_batch_rtol < 0:
-            out.append("bench.max_batch_limit must be >= 1 and bench.max_batch_rtol >= 0")
         if launch.under_torchrun():
             out.append("bench.mode=find_max_batch starts the ranks of each trial itself: run it with python -m "
                        "xbench (not under the torchrun command)")

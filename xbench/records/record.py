@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 
 SCHEMA_VERSION = 1
@@ -15,6 +16,20 @@ STATUSES = ("running", "ok", "failed", "oom", "interrupted", "diverged")
 SAMPLE_LISTS = ("throughput_samples_per_s_windows", "throughput_samples_per_s_processes")
 # Figures that cannot be negative: a throughput, a step time, a price or a cost (never averaged if they are).
 NON_NEGATIVE = re.compile(r"samples_per_s|tokens_per_s|^step_time_s|_per_hour$|_per_million_samples$|cost|^price")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether `exc` makes the record's status "oom" (the envelope's, a batch-search trial's): torch's
+    out-of-memory error on any device, a failed host allocation, XLA's RESOURCE_EXHAUSTED. torch is read
+    only when already imported: nothing here imports it."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(exc).lower()
+    return any(s in text for s in ("out of memory", "can't allocate memory", "cannot allocate memory",
+                                   "bad_alloc", "resource_exhausted"))
 
 
 def utc_now() -> str:
