@@ -385,7 +385,7 @@ class _FakeCudaMemory:
 def test_device_peaks_count_from_the_reset_and_over_every_gpu(monkeypatch):
     """The fake allocator above over 3 GPUs (DataParallel's gather device 0 holds the most during warm-up;
     GPU 2 the most in the windows)."""
-    from xbench.bench import memory
+    from xbench.bench.meters import memory
 
     gib = 2**30
     cuda = _FakeCudaMemory(3)

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import CONF, REPO, drill_test
 from xbench import compat
-from xbench.bench.memory import host_memory_guard, memory_figures
+from xbench.bench.meters.memory import host_memory_guard, memory_figures
 from xbench.config import register_configs
 from xbench.hints import compose_hints, hint_for
 from xbench.platforms.detect import HostFacts

@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 
 from xbench.bench import faults
-from xbench.bench.memory import memory_figures
+from xbench.bench.meters.memory import memory_figures
 from xbench.rank import STOP_SIGNALS, Diverged, StopFlag, StopRequested
 from xbench.records import safe_io
 from xbench.records.env import host_env

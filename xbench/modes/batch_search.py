@@ -26,7 +26,7 @@ import sys
 import time
 
 from xbench import launch
-from xbench.bench.memory import host_memory_guard, memory_figures
+from xbench.bench.meters.memory import host_memory_guard, memory_figures
 from xbench.bench.plan import resolve
 from xbench.bench.windows import ThroughputWork, WindowPlan
 from xbench.metrics.aggregate import aggregate

@@ -124,6 +124,6 @@ class Runtime:
 
     def memory(self) -> dict:
         """Device memory figures the runtime alone can read (XLA's). CUDA's peaks are read over every GPU
-        the rank drives (bench/memory.py device_peaks); on the CPU the device's memory is the host's
+        the rank drives (bench/meters/memory.py device_peaks); on the CPU the device's memory is the host's
         (peak_host_rss_gib, every run)."""
         return {}
