@@ -498,6 +498,7 @@ def test_published_figures_are_drawn_beside_matching_runs_and_never_mixed_into_t
 
 
 @pytest.mark.parametrize("study_id", [s["id"] for s in FIVE])
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_each_small_report_draws_every_figure_kind_of_its_study(study_id, tmp_path, monkeypatch):
     """The report of the study's small points (records shaped as those runs leave them; the figures are
     the real derive() of made-up throughputs) draws every table and plot its manifest promises (the report

@@ -138,6 +138,7 @@ def _baseline_cell(out, platform: str, column: str) -> float:
 
 
 @pytest.mark.parametrize("study_id", ["pod_scaling", "tpu_vs_gpu", "gpu_clouds"])
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_the_full_reports_draw_the_articles_headline_comparisons(study_id, tmp_path):
     from xbench.studies.__main__ import main as studies_main
 
@@ -167,6 +168,7 @@ def test_the_full_reports_draw_the_articles_headline_comparisons(study_id, tmp_p
         assert time == pytest.approx(3000 / 3060, rel=0.01)
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_check_report_fails_a_full_report_without_the_headline(tmp_path, capsys):
     """The report command as it was (no --baseline): no baseline table, so no "x times one V100"."""
     from xbench.studies.__main__ import main as studies_main

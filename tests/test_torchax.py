@@ -94,6 +94,7 @@ def test_unsupported_configs_are_refused_with_their_reason(overrides, expect):
     assert all("\n" not in r for r in reasons)
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_supported_configs_pass(monkeypatch):
     for overrides in [(), ("precision=bf16",), ("precision=amp_bf16", "optim.name=adamw"), ("optim.name=lars",),
                       ("optim.name=lamb",)]:

@@ -157,6 +157,7 @@ def test_store_skips_corrupt_records_with_a_warning(tmp_path):
     assert [r.run_id for r in recs] == ["a"]
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_atomic_write_never_exposes_a_partial_record(tmp_path):
     """A reader polling while a writer rewrites a large record only ever sees complete JSON."""
     rec = RunRecord(run_id="big", config={"blob": "x" * 2_000_000})

@@ -45,11 +45,13 @@ def test_torchvision_flops_match_the_published_figures(name, published_gmac):
 
 
 @needs_timm
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_timm_resnet18_counts_as_torchvisions_resnet18():
     assert flops_per_sample("timm/resnet18", I224, {}) == flops_per_sample("resnet18", I224, {})
 
 
 @needs_hf
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_hf_bert_counts_as_xbenchs_bert_of_the_same_size():
     ours = {"hidden": 64, "layers": 2, "heads": 2, "intermediate": 256}
     hf = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 256}
