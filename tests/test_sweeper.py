@@ -27,7 +27,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 
 from hydra_plugins.xbench_sweeper.sweeper import grid_axes, repeated_values
-from tests.conftest import CONF, FAST, REPO, cli_env, records
+from tests.conftest import CONF, FAST, REPO, cli_env, records, run_cli
 from xbench.hydra_guard import sweep_size
 
 OLD_CPU_VS_GPU = (  # the issue's shape (tests/test_studies.py): the preset overrides the model +workload chose
@@ -68,6 +68,18 @@ def test_the_grid_is_hydras_and_values_listed_twice_are_found_without_composing(
                      "bench.seed=1180591620717411303424,1180591620717411303425"):  # 2**70 and 2**70+1
         assert _repeats([distinct]) == [], distinct
     assert _repeats(["bench.seed=1,1", "bench.seed=3"]) == []  # the later override replaces the sweep
+
+
+def test_the_cli_refuses_a_sweep_of_two_identical_points_in_one_line(tmp_path):
+    """The real CLI: `-m bench.seed=1,1` is two points of one config: exit 2 before composing, and one line
+    that says it is refused and why (it was a heading with the reason indented below it)."""
+    p = run_cli("-m", "bench.seed=1,1", *FAST, store=tmp_path / "store", timeout=120)
+    said = [line for line in p.stderr.splitlines() if "bench.seed" in line]
+    assert p.returncode == 2 and said == [
+        "xbench: this sweep repeats configs, nothing was composed or run: bench.seed lists 1 twice: the points "
+        "with one and those with the other compose to the same config; the sweep would measure one config twice "
+        "under two names"], p.stderr[-2000:]
+    assert records(tmp_path / "store") == []
 
 
 class BatchLauncher(Launcher):
@@ -182,6 +194,7 @@ def test_local_points_compose_one_at_a_time_with_progress_and_a_redacted_sweep_f
     assert "sw-secret-41" not in sweep_file.read_text() and "db_password=<redacted>" in sweep_file.read_text()
 
 
+@pytest.mark.slow  # over 3 s: make test-fast's budget
 def test_a_local_point_that_composes_to_an_earlier_points_config_is_not_run(extra, capfd):
     handed, code = _multirun(extra, ["+experiment=old_cpu_vs_gpu"])
     err = capfd.readouterr().err

@@ -7,7 +7,7 @@ sweeper makes the same points in the same order, and:
 
 - **Up front, from the parsed overrides only** (nothing composed): a swept key that lists one value twice, as
   Hydra's grammar reads the values (`1`, `1.0` and `1e0` are one number, `'x'` and `x` one string,
-  `range(0,3)` is `0,1,2`), is refused with exit 2 and nothing run: every point with one of them would repeat
+  `range(0,3)` is `0,1,2`), is refused with exit 2 and nothing run (one line a key): every point with one of them would repeat
   a point with the other. The point count and the `sweep_max_points` refusal are the Hydra callback's
   (xbench/hydra_guard.py), which runs before this sweeper is built.
 - **The local launcher** (Hydra's basic launcher) is handed one point at a time: point 1 starts after
@@ -25,6 +25,8 @@ sweeper makes the same points in the same order, and:
   that repeats another refuses the batch (exit 2, nothing of it submitted).
 
 multirun.yaml is written redacted, atomically, without following a link (xbench.hydra_guard.save_sweep_file).
+This is xbench's one "sweep points must differ" check: the studies ask it of a command's points too
+(xbench/studies/sweep.py, `distinct_points`).
 """
 
 from __future__ import annotations
@@ -224,8 +226,9 @@ class XbenchSweeper(Sweeper):
         args = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         axes = grid_axes(parser.parse_overrides(args))
         problems = repeated_values(axes)
+        for problem in problems:  # one line each, whole: the refusal and its reason
+            say(f"{REPEATS}, nothing was composed or run: {problem}")
         if problems:
-            say(f"{REPEATS}, nothing was composed or run:\n  " + "\n  ".join(problems))
             raise SystemExit(EXIT_REFUSED)
         total = math.prod(len(v) for v in axes.values())
         save_sweep_file(self.config, Path(str(self.config.hydra.sweep.dir)) / "multirun.yaml")
