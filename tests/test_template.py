@@ -42,6 +42,20 @@ def test_points_that_cannot_be_forked_safely_are_spawned_with_the_reason():
         template._SAID.update(said)
 
 
+def test_warm_imported_outside_a_template_holds_no_signal_and_keeps_pythons_exit():
+    """warm.py imported by anyone but the template (here: pytest, with no runner's mark) changes no signal
+    disposition and does not take the quick exit (make test-fast's importer of the module; the real template's
+    exit is the slow test below)."""
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    from xbench.launch import warm
+
+    assert warm.LEAVES_AT_ONCE is False
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.slow  # a real template started by a throwaway runner: 8-30 s
 def test_the_template_leaves_at_once_when_its_runner_goes_and_a_plain_import_does_not():
     """The template (multiprocessing's forkserver with launch/warm.py) holds the runner's stdout and stderr for
     its points, so its exit is the end of the runner's output for whoever reads it: it leaves by os._exit, no
