@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from tests.test_cuda_paths import _FakeCudaMemory
-from xbench.bench import meters, nvml
-from xbench.bench.meters import contention
+from xbench.bench import meters
+from xbench.bench.meters import contention, nvml
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.energy import EnergyMeter
 from xbench.bench.meters.memory import MemoryMeter

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import torch
 
 from tests.test_meters import GPUS, FakeNVML
-from xbench.bench import nvml
+from xbench.bench.meters import nvml
 
 
 def _cuda_not_initialised(monkeypatch, ordinals_to_nvml: list[int], uuid: bool = True):

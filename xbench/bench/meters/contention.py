@@ -15,7 +15,7 @@ steps, and the windows pay nothing for it.
 - CPU capacity: `free cores` = physical cores (within this process's affinity) minus the other
   processes' busy cores, rounded; the default thread count is this, decided once per sweep process
   (launch/preamble.py), and a run asking for more threads than free cores is warned.
-- GPU (NVML, where present; handles by CUDA identity, bench/nvml.py): other processes holding a
+- GPU (NVML, where present; handles by CUDA identity, bench/meters/nvml.py): other processes holding a
   compute context on this run's GPUs, and the GPU's utilisation before the run started using it.
   NVML reports PIDs of the host's PID namespace; inside a container they are not this process's
   PIDs, so its own CUDA context would read as another process. `pid_namespace` tells: this process
@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from xbench.bench import nvml
-from xbench.bench.meters import Meter
+from xbench.bench.meters import Meter, nvml
 from xbench.env_vars import launched_rank
 
 ROOT_ENV = "XBENCH_POINT"  # "<root pid>:<wall time the point started>", set by the runner (launch/isolation.py)

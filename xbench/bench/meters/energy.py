@@ -2,7 +2,7 @@
 
 Each counter is read at each window's two edges (never inside a step) and only the windows are summed:
 the time between windows (the stall check, the ranks' agreement, W&B's window line) is not the
-workload's. A GPU's handle is found by its CUDA identity (bench/nvml.py), so the joules are the
+workload's. A GPU's handle is found by its CUDA identity (bench/meters/nvml.py), so the joules are the
 rank's own GPUs'. Where no counter can be read the record says why (`energy_unavailable`), rather
 than leaving the field out.
 """
@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from time import perf_counter
 
-from xbench.bench import nvml
-from xbench.bench.meters import Meter
+from xbench.bench.meters import Meter, nvml
 
 RAPL_ROOT = Path("/sys/class/powercap")
 

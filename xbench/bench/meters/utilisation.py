@@ -1,7 +1,7 @@
 """Device utilisation during the timed windows (never inside a step), summed over the windows only.
 
 GPU: NVML (nvidia-ml-py) utilisation and memory used per GPU the rank drives (handles by CUDA identity,
-bench/nvml.py), sampled in a thread at `bench.util_interval_s` (NVML's utilisation is a recent-period
+bench/meters/nvml.py), sampled in a thread at `bench.util_interval_s` (NVML's utilisation is a recent-period
 figure, so it must be sampled), so an imbalance (GPU 0 busy, the others idle under nn.DataParallel)
 shows. The thread runs during a window only: started at its edge, stopped and joined at its end (a
 last sample then covers the tail), so none outlives its window, whatever ended it. Where NVML is absent
@@ -23,8 +23,7 @@ from time import perf_counter
 
 import psutil
 
-from xbench.bench import nvml
-from xbench.bench.meters import Meter
+from xbench.bench.meters import Meter, nvml
 
 
 def _mean(xs):
