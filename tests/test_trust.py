@@ -97,6 +97,25 @@ def test_self_check_measures_two_batch_sizes_and_energy_is_accounted_for(tmp_pat
     assert m["peak_host_rss_gib"] > 0.1
 
 
+def test_every_mode_object_is_a_mode_a_run_can_name():
+    """A `Mode` is what bench.mode names; the self-check is a step of throughput's (modes.throughput.self_check),
+    not a Mode subclass no run could select."""
+    import importlib
+
+    from xbench import modes
+    from xbench.modes.base import Mode
+
+    named = {getattr(importlib.import_module(m), c) for m, c in (t.split(":") for t in modes.MODES.values())}
+    importlib.import_module("xbench.modes.throughput")
+
+    def every(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from every(sub)
+
+    assert {c for c in every(Mode) if c.__module__.startswith("xbench.")} == named
+
+
 def test_run_energy_counts_each_counter_once_and_every_sample():
     """NVML meters each rank's own GPUs (the run's energy is the sum); RAPL is the host's packages,
     read by every rank (one reading). J/sample divides by every rank's samples in every window."""

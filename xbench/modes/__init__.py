@@ -3,7 +3,7 @@ to; it builds the rank work, runs it through the one launch path (`xbench.launch
 of whatever strategy the config names, and turns the ranks' results into the record.
 
 - throughput: warm-up, then timed windows (optionally whole-process repeats, and the self-check at
-  half the batch, itself a mode object);
+  half the batch, a step of this mode: `throughput.self_check`);
 - train_to_target: epochs over real data to a quality target, with evaluations and checkpoints;
 - find_max_batch: the largest batch per device that trains without running out of memory.
 

@@ -7,7 +7,7 @@ run through the same launch path:
 - whole-process repeats (`bench.process_repeats=N`): the whole run N times, each in fresh processes
   (an inline rank in a fresh spawned interpreter; torchrun/xla launchers start fresh ones anyway), so
   the spread covers what a new process draws afresh (allocator, thread placement, compile caches);
-- the self-check (`bench.self_check=true`, `SelfCheck` below): the same work at half the batch. A
+- the self-check (`bench.self_check=true`, `self_check` below): the same work at half the batch. A
   stop during it keeps the complete measurement (status ok, derived figures, a warning); the process
   still exits as interrupted and a sweep ends there.
 """
@@ -69,7 +69,7 @@ class Throughput(Mode):
         if b.self_check:
             faults.at_phase(cfg.fault, "self_check")
             try:
-                SelfCheck().execute(run)
+                self_check(run)
             except StopRequested as e:  # the measurement itself is complete: keep it, derived figures too
                 rec.measurements["self_check_interrupted"] = e.partial
                 rec.warnings.append(f"self-check not done: {run.stop.reason or 'a stop'} arrived during it "
@@ -105,25 +105,22 @@ def live_windows(run: Run, work: ThroughputWork) -> CurveTail | None:
     return tail
 
 
-class SelfCheck(Mode):
+def self_check(run: Run) -> None:
     """Measure again at half the batch: throughput must not fall as the batch grows (a missing sync or
-    an untimed device shows up as the opposite). Runs after the main measurement, same launch path."""
-
-    name = "self_check"
-
-    def execute(self, run: Run) -> None:
-        cfg, m = run.cfg, run.record.measurements
-        half = max(1, cfg.data.batch_size // 2)
-        if half == cfg.data.batch_size:
-            run.record.warnings.append("self-check skipped: batch size 1 cannot be halved")
-            return
-        res = launch.run(ThroughputWork(run.plan, batch_size=half), run.progress, run.stop)
-        run.progress.close()
-        tp_small = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
-        points = [(half, tp_small), (cfg.data.batch_size, m["throughput_samples_per_s"])]
-        m["self_check_batch_sizes"] = [p[0] for p in points]
-        m["self_check_throughput_samples_per_s"] = [p[1] for p in points]
-        run.record.warnings += batch_scaling_gate(points)
+    an untimed device shows up as the opposite). A step of the throughput mode, not a mode of its own: it
+    runs after the main measurement, through the same launch path, and adds to the same record."""
+    cfg, m = run.cfg, run.record.measurements
+    half = max(1, cfg.data.batch_size // 2)
+    if half == cfg.data.batch_size:
+        run.record.warnings.append("self-check skipped: batch size 1 cannot be halved")
+        return
+    res = launch.run(ThroughputWork(run.plan, batch_size=half), run.progress, run.stop)
+    run.progress.close()
+    tp_small = aggregate([r.measurements for r in res.ranks])["throughput_samples_per_s"]
+    points = [(half, tp_small), (cfg.data.batch_size, m["throughput_samples_per_s"])]
+    m["self_check_batch_sizes"] = [p[0] for p in points]
+    m["self_check_throughput_samples_per_s"] = [p[1] for p in points]
+    run.record.warnings += batch_scaling_gate(points)
 
 
 def repeated(work: ThroughputWork, on_step=None, stop=None):
