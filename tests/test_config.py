@@ -109,33 +109,7 @@ def test_every_sweep_point_of_every_experiment_composes(name):
             assert str(node.name if hasattr(node, "name") else node) == value, (name, override)
 
 
-# ---- every knob has a range, checked at compose time ---------------------------------------------------
-
-def _numeric_paths(cls, prefix=""):
-    """Dotted paths of every int/float field of the schema (optional, in lists and dicts too)."""
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp, path = hints[f.name], f"{prefix}{f.name}"
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        inner = [tp, *args, *(x for a in args for x in typing.get_args(a))]
-        if dataclasses.is_dataclass(tp):
-            yield from _numeric_paths(tp, path + ".")
-        elif any(dataclasses.is_dataclass(a) for a in inner):  # list[PriceConfig]
-            yield from _numeric_paths(next(a for a in inner if dataclasses.is_dataclass(a)), path + ".")
-        elif any(a in (int, float) for a in inner):
-            yield path
-
-
-def test_every_number_of_the_schema_has_a_range():
-    from xbench.config import RANGES
-
-    missing = [p for p in _numeric_paths(XBenchConfig) if p not in RANGES]
-    assert not missing, f"add these keys to xbench.config.RANGES: {missing}"
-    assert not set(RANGES) - set(_numeric_paths(XBenchConfig))  # no range for a key that is gone
-
+# ---- every knob's range, checked at compose time (tests/test_config_fields.py: every number has one) ------
 
 @pytest.mark.parametrize("override,said", [
     ("optim.lr=nan", "optim.lr=nan is out of range; allowed: (0, 1e6] (a finite number)"),

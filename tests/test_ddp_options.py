@@ -36,7 +36,7 @@ def _reasons(cfg) -> list[str]:
 @pytest.mark.parametrize("cap", [0, -1.0, float("nan"), float("inf")])
 def test_bucket_cap_must_be_positive_mib(cap):
     [reason] = _reasons(_cfg("ddp", bucket_cap_mb=cap))
-    assert reason == f"parallel.bucket_cap_mb must be a number of MiB > 0 (torch's default 25), got {cap}"
+    assert reason.startswith(f"parallel.bucket_cap_mb={cap!r} is out of range; allowed: (0, 1e6]"), reason
 
 
 def test_ddp_options_are_refused_under_another_strategy():

@@ -112,8 +112,9 @@ def _cfg(**bench) -> XBenchConfig:
 def test_compat_rule_says_what_is_allowed(monkeypatch):
     facts = HostFacts(logical_cores=2, torch_version="2.9.0")
     assert compat.process_repeats_fit(_cfg(process_repeats=3), facts) == []
-    [r] = compat.process_repeats_fit(_cfg(process_repeats=0), facts)
-    assert "bench.process_repeats must be a positive whole number" in r and "got 0" in r
+    assert compat.process_repeats_fit(_cfg(process_repeats=0), facts) == []  # its range: the field's knob
+    assert compat.knobs_in_range(_cfg(process_repeats=0), facts) == [
+        "bench.process_repeats=0 is out of range; allowed: [1, 10000]"]
     [r] = compat.process_repeats_fit(_cfg(process_repeats=2, mode="find_max_batch"), facts)
     assert "bench.mode=throughput only" in r and "'find_max_batch'" in r
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")  # a rank torchrun started: it cannot be restarted
@@ -176,7 +177,7 @@ def test_cli_refuses_bad_process_repeats_with_a_record(runs):
     assert p.returncode != 0
     by_n = {r["config"]["bench"]["process_repeats"]: r for r in records(store)}
     assert sorted(by_n) == [0, 2] and all(r["status"] == "failed" for r in by_n.values())
-    assert "bench.process_repeats must be a positive whole number" in by_n[0]["reason"]
+    assert "bench.process_repeats=0 is out of range; allowed: [1, 10000]" in by_n[0]["reason"]
     assert "bench.process_repeats=2 applies to bench.mode=throughput only" in by_n[2]["reason"]
     assert "'train_to_target'" in by_n[2]["reason"]
 

@@ -152,8 +152,6 @@ def test_lamb_step_is_adam_scaled_by_the_trust_ratio():
     (dict(name="sgd", betas=[0.8, 0.9]), "optim.betas=[0.8, 0.9] applies to adamw/lamb"),
     (dict(name="lamb", nesterov=True), "optim.nesterov=True applies to sgd/lars"),
     (dict(name="adagrad"), "optim.name='adagrad' is unknown"),
-    (dict(label_smoothing=1.5), "label_smoothing must be in [0, 1)"),
-    (dict(accumulate_steps=0), "accumulate_steps must be >= 1"),
 ])
 def test_optimizer_options_it_does_not_have_are_refused(overrides, expect):
     assert any(expect in r for r in optim.rules(_optim(**overrides))), optim.rules(_optim(**overrides))
@@ -333,7 +331,7 @@ DIGITS = ("+experiment=digits_to_target",)
     (("optim.schedule.name=cosine", "optim.schedule.warmup_epochs=5", "optim.schedule.decay_epochs=30"),
      "warm-up 5 + decay 30 epochs do not fit goal.max_epochs=20"),
     (("optim.schedule.name=step", "optim.schedule.milestones_epochs=[10,30]"), "must lie after the warm-up"),
-    (("goal.eval_batch_size=0",), "goal.eval_batch_size must be a positive number of samples per device"),
+    (("goal.eval_batch_size=0",), "goal.eval_batch_size=0 is out of range; allowed: [1, "),
     (("optim.name=sgd", "optim.trust_coefficient=0.01"), "optim.trust_coefficient=0.01 applies to lars"),
     (("runtime=compile", "runtime.target=step", "optim.schedule.name=cosine"), "would recompile it each time"),
 ])

@@ -11,25 +11,34 @@ themselves. Every reason is collected, never only the first.
 Where the rules live: the plugins own theirs (a runtime's `rules` classmethod in runtimes/, a
 strategy's in parallel/, a mode's in modes/), and `plugin_rules` below asks the ones the config names;
 the packages a runtime or strategy needs come from its registry line and are checked from the host's
-facts first (its module may import them). What concerns no single plugin (numbers, names, model and
-data, the platform and its price, precision, threads) is one `@rule` function here.
+facts first (its module may import them). What concerns no single plugin (names, model and data, the
+platform and its price, precision, threads) is one `@rule` function here. A single setting's range or
+choices is declared once, beside its field (xbench/config, `knob`), and reported by `knobs_in_range`:
+the rules here and the plugins' compare settings with each other, the registries and the host, and
+never re-check one setting's bound.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 from xbench import extras, models, modes, parallel, runtimes, studies
 from xbench.bench import faults
-from xbench.config import DDP_OPTIONS, ParallelConfig, XBenchConfig, range_problems
+from xbench.config import (
+    DDP_OPTIONS,
+    BenchConfig,
+    ParallelConfig,
+    PlatformConfig,
+    XBenchConfig,
+    choices_of,
+    range_problems,
+)
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
 from xbench.env_vars import launched_rank
-from xbench.launch.isolation import ISOLATION
 from xbench.metrics import cost
 from xbench.platforms import sku
 from xbench.platforms.detect import HostFacts, device_type
@@ -38,75 +47,30 @@ from xbench.training import optim
 
 RULES: list[Callable[[XBenchConfig, HostFacts], list[str]]] = []
 
-MODALITIES = ("image", "tokens", "features")
-FAULT_KINDS = (None, "exception", "nan_loss", "sigterm", "hang", "signal")
-WANDB_MODES = ("auto", "online", "offline", "disabled")
-LOGGERS = ("wandb", "none")
-
-
 def rule(fn):
     RULES.append(fn)
     return fn
 
 
 def check(cfg: XBenchConfig, facts: HostFacts) -> list[str]:
-    reasons: list[str] = []
-    for fn in RULES:
-        if fn is not knobs_in_range:
-            reasons += fn(cfg, facts)
-    # The generic range check adds only what no rule of its own said: one reason per bad value.
-    named = {_key_of(r) for r in reasons}
-    return reasons + [r for r in knobs_in_range(cfg, facts) if _key_of(r) not in named]
-
-
-def _key_of(reason: str) -> str:
-    """The config key a reason starts with ('parallel.bucket_cap_mb must be ...' -> 'parallel.bucket_cap_mb')."""
-    return re.match(r"[\w.\[\]]*", reason).group(0)
-
-
-@rule
-def positive_numbers(cfg, facts):
-    out = []
-    for label, value in (("data.batch_size", cfg.data.batch_size), ("bench.steps", cfg.bench.steps),
-                         ("bench.repeats", cfg.bench.repeats), ("parallel.world_size", cfg.parallel.world_size),
-                         ("bench.warmup_max_steps", cfg.bench.warmup_max_steps),
-                         ("bench.warmup_stable_steps", cfg.bench.warmup_stable_steps),
-                         ("data.synthetic_batches", cfg.data.synthetic_batches)):
-        if value < 1:
-            out.append(f"{label} must be a positive whole number, got {value}")
-    for label, value in (("bench.threads", cfg.bench.threads), ("bench.interop_threads", cfg.bench.interop_threads)):
-        if value is not None and value < 1:
-            out.append(f"{label} must be >= 1 or null (the free physical cores / torch's default), got {value}")
-    if cfg.bench.warmup_min_steps > cfg.bench.warmup_max_steps:
-        out.append(f"bench.warmup_min_steps ({cfg.bench.warmup_min_steps}) exceeds bench.warmup_max_steps "
-                   f"({cfg.bench.warmup_max_steps})")
-    if cfg.optim.lr <= 0:
-        out.append(f"optim.lr must be > 0, got {cfg.optim.lr}")
-    if cfg.bench.stop_grace_s <= 0:
-        out.append(f"bench.stop_grace_s must be > 0, got {cfg.bench.stop_grace_s}")
-    return out
+    return [reason for fn in RULES for reason in fn(cfg, facts)]
 
 
 @rule
 def knobs_in_range(cfg, facts):
-    """Every number of the config within its range, the range in the message (config.RANGES)."""
+    """Every setting within the range or choices its field declares (xbench/config: `knob` beside the field)."""
     return range_problems(cfg)
 
 
 @rule
-def measurement_policy(cfg, facts):
-    """Window sizing, stall handling, the contention probe and isolation (bench/loop.py rules 7-8)."""
-    b, out = cfg.bench, []
-    if b.isolation not in ISOLATION:
-        out.append(f"bench.isolation={b.isolation!r} is unknown; allowed: {', '.join(ISOLATION)}")
-    for label, value in (("bench.min_window_s", b.min_window_s), ("bench.stall_remeasure", b.stall_remeasure),
-                         ("bench.contention_probe_s", b.contention_probe_s)):
-        if value < 0:
-            out.append(f"{label} must be >= 0, got {value}")
-    if b.stall_factor <= 1:
-        out.append(f"bench.stall_factor must be > 1 (a step over this x the median is an outlier), got {b.stall_factor}")
-    if not 0 < b.stall_fraction <= 1:
-        out.append(f"bench.stall_fraction must be in (0, 1], got {b.stall_fraction}")
+def bounds_in_order(cfg, facts):
+    """Pairs of settings where one bounds the other."""
+    out, b, p = [], cfg.bench, cfg.parallel
+    if b.warmup_min_steps > b.warmup_max_steps:
+        out.append(f"bench.warmup_min_steps ({b.warmup_min_steps}) exceeds bench.warmup_max_steps "
+                   f"({b.warmup_max_steps})")
+    if p.node_rank >= p.nnodes >= 1:
+        out.append(f"parallel.node_rank={p.node_rank} must be below parallel.nnodes={p.nnodes}")
     return out
 
 
@@ -114,9 +78,7 @@ def measurement_policy(cfg, facts):
 def process_repeats_fit(cfg, facts):
     """Whole-process repeats re-run a throughput measurement; xbench must be free to start the processes."""
     n = cfg.bench.process_repeats
-    if n < 1:
-        return [f"bench.process_repeats must be a positive whole number (1: one process, no repeat), got {n}"]
-    if n == 1:
+    if n <= 1:
         return []
     if cfg.bench.mode != "throughput":
         return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
@@ -138,15 +100,7 @@ def known_names(cfg, facts):
         out.append(f"parallel strategy {cfg.parallel.name!r} is unknown; allowed: {', '.join(parallel.STRATEGIES)}")
     if cfg.precision.name not in PRECISIONS:
         out.append(f"precision {cfg.precision.name!r} is unknown; allowed: {', '.join(PRECISIONS)}")
-    if cfg.data.modality not in MODALITIES:
-        out.append(f"data.modality={cfg.data.modality!r} is unknown; allowed: {', '.join(MODALITIES)}")
-    if cfg.fault.kind not in FAULT_KINDS:
-        out.append(f"fault.kind={cfg.fault.kind!r} is unknown; allowed: null, {', '.join(FAULT_KINDS[1:])}")
     out += faults.problems(cfg.fault)
-    if cfg.logger.name not in LOGGERS:
-        out.append(f"logger {cfg.logger.name!r} is unknown; allowed: {', '.join(LOGGERS)}")
-    if cfg.logger.wandb.mode not in WANDB_MODES:
-        out.append(f"logger.wandb.mode={cfg.logger.wandb.mode!r} is unknown; allowed: {', '.join(WANDB_MODES)}")
     return out
 
 
@@ -178,8 +132,6 @@ def model_fits_data(cfg, facts):
 @rule
 def data_source(cfg, facts):
     src = cfg.data.source
-    if cfg.data.ngrams < 1:
-        return [f"data.ngrams must be >= 1 (1: words only, 2: words and bigrams), got {cfg.data.ngrams}"]
     if src == "synthetic":
         return []
     if src not in loaders.SOURCES:
@@ -195,10 +147,6 @@ def data_source(cfg, facts):
     if task and task != loaders.SOURCES[src].task:
         out.append(f"model {cfg.model.name!r} trains on {task} targets, but data.source={src} gives "
                    f"{loaders.SOURCES[src].task} targets")
-    if not 0 < cfg.data.eval_fraction < 1:
-        out.append(f"data.eval_fraction must be between 0 and 1 (exclusive), got {cfg.data.eval_fraction}")
-    if cfg.data.num_workers < 0:
-        out.append(f"data.num_workers must be >= 0, got {cfg.data.num_workers}")
     return out
 
 
@@ -238,8 +186,8 @@ def data_path_exists(cfg, facts):
 @rule
 def platform_is_here(cfg, facts):
     p, out = cfg.platform, []
-    if p.device not in ("auto", "cpu", "cuda", "xla"):
-        return [f"platform.device={p.device!r} is unknown; allowed: auto, cpu, cuda, xla"]
+    if p.device not in choices_of(PlatformConfig, "device"):
+        return []  # knobs_in_range says so
     if p.device == "cuda" and not facts.cuda_count:
         out.append(f"platform {p.name!r} declares CUDA GPUs but none is visible here "
                    f"(torch {facts.torch_version}); use platform=local or platform=cpu")
@@ -295,18 +243,12 @@ def precision_fits_device(cfg, facts):
     return []
 
 
-CPU_CAPABILITIES = ("default", "avx2", "avx512")  # ATEN_CPU_CAPABILITY values on x86
-
-
 @rule
 def cpu_capability_fits(cfg, facts):
     """ATen's CPU kernels are chosen when torch starts: xbench must start the processes, on the CPU."""
     cap = cfg.bench.cpu_capability
-    if cap is None:
-        return []
-    if cap not in CPU_CAPABILITIES:
-        return [f"bench.cpu_capability={cap!r} is unknown; allowed: null (the best this CPU has), "
-                f"{', '.join(CPU_CAPABILITIES)}"]
+    if cap is None or cap not in choices_of(BenchConfig, "cpu_capability"):
+        return []  # an unknown one: knobs_in_range says so
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     if dev != "cpu":
         return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
@@ -381,23 +323,16 @@ def plugin_rules(cfg, facts):
     return out
 
 
-PROFILERS = ("torch", "xla")
-
-
 @rule
 def profile_fits(cfg, facts):
     """bench.profile: after a throughput run's timed windows, with the profiler of the device's runtime."""
     kind, b = cfg.bench.profile, cfg.bench
-    if kind is None:
-        return []
-    if kind not in PROFILERS:
-        return [f"bench.profile={kind!r} is unknown; allowed: null, {', '.join(PROFILERS)}"]
+    if kind is None or kind not in choices_of(BenchConfig, "profile"):
+        return []  # an unknown one: knobs_in_range says so
     out = []
     if b.mode != "throughput":
         out.append(f"bench.profile profiles steps after a throughput run's timed windows; bench.mode={b.mode} "
                    "is not supported (use bench.mode=throughput with the same model and data)")
-    if b.profile_steps < 1:
-        out.append(f"bench.profile_steps must be a positive whole number, got {b.profile_steps}")
     xla = device_type(cfg.platform.device, cfg.runtime.name, facts) == "xla"
     if kind == "xla" and not xla:
         out.append(f"bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile); runtime={cfg.runtime.name} "

@@ -120,7 +120,7 @@ def apply_prices(platform: dict, overrides: list[str]) -> dict:
 
 def price_problems(platform: dict) -> list[str]:
     """Prices no run could have had, each named (empty: fine): the ranges a run's own platform is held to
-    (xbench.config.RANGES: an amount up to 1e12, a count of at least 1, finite numbers), and a currency the
+    (the knobs of xbench/config/platform.py: an amount up to 1e12, a count of at least 1, finite numbers), and a currency the
     rate table knows (else its figures could be compared with nothing)."""
     out = [f"xbench.cost: {p}" for p in range_problems({"platform": platform})]
     for c in platform.get("price") or []:

@@ -33,7 +33,6 @@ from xbench.launch import template
 from xbench.rank import POINT_ENV, point_started_at, process_started_at  # noqa: F401 (a rank reads it too)
 from xbench.records.redact import redact_argv
 
-ISOLATION = ("auto", "process", "shared", "spawn")
 _POINTS_SEEN: list[int] = []  # points begun in this process
 
 

@@ -27,10 +27,10 @@ import time
 
 from xbench import launch
 from xbench.bench.meters.memory import host_memory_guard, memory_figures
-from xbench.bench.plan import resolve
 from xbench.bench.windows import ThroughputWork, WindowPlan
 from xbench.metrics.aggregate import aggregate
 from xbench.modes.base import Mode, Run
+from xbench.plan import resolve
 from xbench.rank import StopRequested
 from xbench.records.record import is_oom
 

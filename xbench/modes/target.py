@@ -39,7 +39,6 @@ import json
 from pathlib import Path
 
 from xbench import launch, models
-from xbench.bench.plan import Plan
 from xbench.bench.training import TargetWork
 from xbench.launch.isolation import point_started_at
 from xbench.metrics import goals
@@ -48,6 +47,7 @@ from xbench.metrics.aggregate import peaks_over_ranks
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import record_gates
 from xbench.modes.base import Mode, Run
+from xbench.plan import Plan
 from xbench.rank import Diverged
 from xbench.records.store import find_run
 from xbench.sinks.curve import CURVE_FILE, CurveTail
@@ -76,16 +76,6 @@ def goal_rules(cfg) -> list[str]:
     if any((b <= a) if up else (b >= a) for a, b in zip(ts, ts[1:])):
         out.append(f"goal.targets={ts} must {'increase' if up else 'decrease'} (the order a {g.metric} curve "
                    "reaches them; the run stops at the last)")
-    for label, v, low in (("goal.max_epochs", g.max_epochs, 1), ("goal.eval_every_steps", g.eval_every_steps, 0),
-                          ("goal.eval_every_epochs", g.eval_every_epochs, 1),
-                          ("goal.checkpoint_every_evals", g.checkpoint_every_evals, 0)):
-        if v < low:
-            out.append(f"{label} must be >= {low}, got {v}")
-    if g.eval_batch_size is not None and g.eval_batch_size < 1:
-        out.append(f"goal.eval_batch_size must be a positive number of samples per device, or null "
-                   f"(data.batch_size), got {g.eval_batch_size}")
-    if g.max_time_s is not None and g.max_time_s <= 0:
-        out.append(f"goal.max_time_s must be > 0 or null, got {g.max_time_s}")
     return out
 
 
