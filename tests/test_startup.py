@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from tests.conftest import FAST, REPO, records, run_cli
-from xbench import hydra_listing, rank
+from xbench import rank
+from xbench.hydra_guard import install_listing
 from xbench.sinks import console
 
 
@@ -87,7 +88,7 @@ def test_help_lists_the_groups_without_copying_hydras_repository_per_option(monk
     from xbench.config import config_dir, register_configs
 
     register_configs()
-    hydra_listing.install()
+    install_listing()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         hydra = GlobalHydra.instance().hydra
         calls = [0]

@@ -23,10 +23,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from xbench import hydra_listing, runner
+from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, refusals, resume_ignored
+from xbench.hydra_guard import install_listing
 from xbench.launch.child import exit_now
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
@@ -41,7 +42,7 @@ _FAILED_RUNS: list[str] = []
 _STARTED = False  # a run got past composition (else a failure is Hydra's, before any record)
 _PRELOADED: list[bool] = []
 register_configs()
-hydra_listing.install()  # --help's group listing without a copy of Hydra's repository per option
+install_listing()  # --help's group listing without a copy of Hydra's repository per option
 
 
 def run(dcfg: DictConfig):

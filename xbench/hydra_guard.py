@@ -25,6 +25,29 @@ which checks that the points are distinct) is built:
   since xbench keeps no Hydra files (`hydra.output_subdir: null`), are removed when the process ends.
 
 No torch import. The callback never imports the run path: it runs before any point composes.
+
+**Hydra's internals are touched here and nowhere else in xbench** (tests/test_hydra_internals.py walks every
+module's imports). Each private thing, and why (Hydra 1.3; each is left as Hydra has it if it changed shape):
+
+- `hydra._internal.config_loader_impl.ConfigLoaderImpl.get_group_options`, wrapped (`install_listing`, by the
+  CLI before Hydra starts): a question with no config name and no overrides (`--help`'s listing, completion, a
+  `glob()` sweep) goes to the loader's repository itself. Hydra answered each through a fresh
+  `CachingConfigRepository`, a deep copy of the whole repository (ConfigStore's structured configs included)
+  that such a question never changes: `xbench --help` asked 103 of them for 10 groups and 150 options, 620,000
+  deepcopy calls and ~1 s of its ~1.5 s.
+- `hydra.core.utils._save_config`, replaced (`redact_run_files_at_write`): Hydra's writer of the per-run files
+  (`hydra.output_subdir`: config.yaml, hydra.yaml, overrides.yaml) has no hook; the replacement redacts first
+  and writes atomically, never through a link.
+- `hydra._internal.core_plugins.basic_sweeper.OmegaConf`, the module's name for OmegaConf, replaced by a shim
+  whose `save` redacts first (`redact_sweep_file_at_write`): Hydra's basic sweeper (`hydra/sweeper=basic`)
+  writes multirun.yaml through `OmegaConf.save` with no hook; patching OmegaConf itself would change every
+  caller's.
+- `hydra._internal.core_plugins.basic_sweeper.BasicSweeper` and `basic_launcher.BasicLauncher`, named by their
+  `_target_` paths (`bound_basic_sweeper`: Hydra's basic sweeper on the local launcher composes the whole sweep
+  before a point, so it gets one point per batch), and the launcher's class and logger for xbench's sweeper
+  (`is_local_launcher`: points run in this process one at a time; `quiet_local_launches`: its two log lines per
+  launch, said once by the sweeper's `point i/N`); `hydra.core.utils.JobReturn._return_value` (`job_raised`):
+  the exception of a point the sweeper did not run, without `return_value`'s line on stderr.
 """
 
 from __future__ import annotations
@@ -124,6 +147,35 @@ def _redacting_save_config(cfg, filename: str, output_dir: Path) -> None:
     atomic_write(Path(output_dir) / filename, OmegaConf.to_yaml(_redacted(cfg)), fsync=False)
 
 
+# ---------- Hydra's internals (the module's docstring says what each is and why) ----------
+
+_LISTING_MARK = "_xbench_listing"
+
+
+def install_listing() -> None:
+    """Route Hydra's plain option listings to its repository (idempotent; Hydra's internals as they were if
+    they changed shape)."""
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.object_type import ObjectType
+    except ImportError:  # another Hydra: its own listing
+        return
+    original = ConfigLoaderImpl.get_group_options
+    if getattr(original, _LISTING_MARK, False):
+        return
+
+    def get_group_options(self, group_name: str, results_filter=ObjectType.CONFIG, config_name=None,
+                          overrides=None):
+        repository = getattr(self, "repository", None)
+        if config_name is None and not overrides and repository is not None:
+            return repository.get_group_options(group_name, results_filter)
+        return original(self, group_name, results_filter, config_name, overrides)
+
+    setattr(get_group_options, _LISTING_MARK, True)
+    get_group_options.__doc__ = original.__doc__
+    ConfigLoaderImpl.get_group_options = get_group_options
+
+
 def redact_run_files_at_write() -> None:
     """From now on, Hydra writes its per-run files (hydra.output_subdir) redacted (idempotent)."""
     from hydra.core import utils
@@ -134,6 +186,41 @@ def redact_run_files_at_write() -> None:
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def is_local_launcher(launcher) -> bool:
+    """Hydra's basic launcher: the points run in this process, one after another."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    return isinstance(launcher, BasicLauncher)
+
+
+def job_raised(ret) -> BaseException | None:
+    """What a failed job raised (None: it did not fail), read from `JobReturn._return_value`: its public
+    `return_value` re-raises it after writing `Error executing job with overrides` to stderr."""
+    from hydra.core.utils import JobStatus
+
+    return ret._return_value if ret.status == JobStatus.FAILED else None
+
+
+@contextlib.contextmanager
+def quiet_local_launches():
+    """Hydra's basic launcher logs `Launching 1 jobs locally` and `#i : <every override>` per launch: quiet
+    while inside (xbench's sweeper says `point i/N` once, with the count)."""
+    import logging
+
+    from hydra._internal.core_plugins import basic_launcher
+
+    class _AboveInfo(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return record.levelno > logging.INFO
+
+    quiet, log = _AboveInfo(), logging.getLogger(basic_launcher.__name__)
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
 
 
 def bound_basic_sweeper(config: DictConfig) -> bool:
@@ -155,6 +242,8 @@ def redact_sweep_file_at_write() -> None:
     if basic_sweeper.OmegaConf is OmegaConf:
         basic_sweeper.OmegaConf = _redacting_save()
 
+
+# ---------- Hydra's folders, the stop signals while preparing, the callback ----------
 
 def make_folder(folder: str, what: str) -> bool:
     """Create Hydra's folder; exit 74 with the reason when the store cannot hold it. True if it was created."""

@@ -35,7 +35,6 @@ import copy
 import hashlib
 import itertools
 import json
-import logging
 import math
 import sys
 import time
@@ -44,7 +43,6 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import QuotedString, Transformer
-from hydra.core.utils import JobStatus
 from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -182,14 +180,6 @@ class DistinctPoints:
         return self.task_function(cfg)
 
 
-class _QuietLaunches(logging.Filter):
-    """Hydra's basic launcher logs `Launching 1 jobs locally` and `#i : <every override>` per launch: the
-    sweeper's `point i/N` line says it once, with the count."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > logging.INFO
-
-
 class XbenchSweeper(Sweeper):
     """Hydra's basic sweeper's grid, composed lazily (see the module's docstring)."""
 
@@ -214,9 +204,9 @@ class XbenchSweeper(Sweeper):
 
     def local(self) -> bool:
         """Hydra's basic launcher: points run in this process, one after another."""
-        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+        from xbench.hydra_guard import is_local_launcher
 
-        return isinstance(self.launcher, BasicLauncher)
+        return is_local_launcher(self.launcher)
 
     def sweep(self, arguments: list[str]) -> Any:
         from xbench.hydra_guard import save_sweep_file
@@ -242,27 +232,24 @@ class XbenchSweeper(Sweeper):
         return returns
 
     def _one_by_one(self, jobs, seen: Seen) -> list:
-        from hydra._internal.core_plugins import basic_launcher
-
+        from xbench.hydra_guard import job_raised, quiet_local_launches
         from xbench.sinks import sweep
 
         self.launcher.setup(hydra_context=self.hydra_context, config=self.config,
                             task_function=DistinctPoints(self.task_function, seen))
-        quiet, log = _QuietLaunches(), logging.getLogger(basic_launcher.__name__)
-        log.addFilter(quiet)
         returns = []
         sweep.begin()  # the points' rows, for the table at the end (also after a stop: what did run)
         try:
-            for num, job in enumerate(jobs):
-                say(f"point {num + 1}/{seen.total:,} (#{num}): {seen.shown(job)}")
-                [ret] = self.launcher.launch([job], initial_job_idx=num)
-                if ret.status == JobStatus.FAILED and isinstance(ret._return_value, RepeatedPoint):
-                    continue
-                _ = ret.return_value  # a point that raised ends the sweep, as with Hydra's basic sweeper
-                ret.cfg = ret.hydra_cfg = None  # nothing reads them after the point: 2,000 configs held for nothing
-                returns.append([ret])
+            with quiet_local_launches():
+                for num, job in enumerate(jobs):
+                    say(f"point {num + 1}/{seen.total:,} (#{num}): {seen.shown(job)}")
+                    [ret] = self.launcher.launch([job], initial_job_idx=num)
+                    if isinstance(job_raised(ret), RepeatedPoint):
+                        continue
+                    _ = ret.return_value  # a point that raised ends the sweep, as with Hydra's basic sweeper
+                    ret.cfg = ret.hydra_cfg = None  # nothing reads them after the point: 2,000 configs held
+                    returns.append([ret])
         finally:
-            log.removeFilter(quiet)
             for line in sweep.end_lines(seen.swept):  # the table's rows as they are, the rest as said lines
                 print(line, file=sys.stderr, flush=True) if line.startswith("  ") else say(line)
         return returns
