@@ -88,10 +88,10 @@ def xbench_side(runtime: str, a) -> Side:
     from omegaconf import OmegaConf
 
     from xbench.bench import loop, meters
-    from xbench.bench.plan import resolve
     from xbench.bench.worker import prepare_rank, rank_meters
     from xbench.config import config_dir, register_configs
     from xbench.launch.inline import context
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
 
     register_configs()

@@ -22,7 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RANK_CODE = ("xbench/bench", "xbench/launch", "xbench/training")
 RECORD_SIDE = {  # (file, function): called by the runner, __main__ or a mode with the root config
-    ("xbench/bench/plan.py", "resolve"),  # the plan itself, resolved once after compat
     ("xbench/bench/profile.py", "environment"),  # XLA_FLAGS set by modes/throughput.py before the ranks start
     ("xbench/launch/__init__.py", "launcher"), ("xbench/launch/__init__.py", "writes_record"),  # runner.py
     ("xbench/launch/isolation.py", "isolated"), ("xbench/launch/isolation.py", "point_facts"),  # __main__, runner

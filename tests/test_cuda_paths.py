@@ -303,8 +303,8 @@ def _measure(monkeypatch, *overrides, first_step=None):
 
     from xbench.api import compose
     from xbench.bench import worker
-    from xbench.bench.plan import resolve
     from xbench.bench.windows import WindowPlan, measure_rank
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

@@ -131,8 +131,8 @@ def test_the_rank_says_whether_its_data_was_pinned_and_prefetched():
     from omegaconf import OmegaConf
 
     from xbench.api import compose
-    from xbench.bench.plan import resolve
     from xbench.bench.worker import prepare_rank
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

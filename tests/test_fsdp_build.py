@@ -28,7 +28,7 @@ def _plan(*overrides: str):
     from omegaconf import OmegaConf
 
     from xbench.api import compose
-    from xbench.bench.plan import resolve
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
 
     return resolve(OmegaConf.to_object(compose([*LLM, *overrides])), host_facts())

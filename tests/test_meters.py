@@ -455,8 +455,8 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
 
     from xbench.api import compose
     from xbench.bench import training as target
-    from xbench.bench.plan import resolve
     from xbench.bench.worker import device_gpus
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

@@ -26,10 +26,10 @@ def cfg():
 def test_the_plan_is_resolved_once_frozen_and_pickles_without_the_host_facts(cfg):
     """What a rank reads is resolved on the record side: the device type, the strategy's launcher, the
     precision, the data's shapes. The work a launcher pickles into a rank carries the plan and no HostFacts."""
-    from xbench.bench.plan import Plan, resolve
     from xbench.bench.training import TargetWork
     from xbench.bench.windows import ThroughputWork
     from xbench.data.spec import InputSpec
+    from xbench.plan import Plan, resolve
     from xbench.platforms.detect import HostFacts, host_facts
 
     facts = host_facts()
@@ -52,8 +52,8 @@ def test_the_plan_carries_the_sections_a_rank_applies_and_never_the_root_config(
     """The plan's sections are the config's own typed ones under their names (a rank reads `plan.bench.seed`);
     the root config, the store, the logger's W&B settings and the platform's prices never cross into a rank:
     the pickled work names none of their classes. Before: `Plan.cfg` was the whole XBenchConfig."""
-    from xbench.bench.plan import SECTIONS, PlatformName, resolve
     from xbench.bench.windows import ThroughputWork
+    from xbench.plan import SECTIONS, PlatformName, resolve
     from xbench.platforms.detect import host_facts
 
     plan = resolve(cfg, host_facts())
@@ -91,8 +91,8 @@ def test_samples_per_step_is_one_ranks_samples_of_one_optimizer_step(cfg):
     """Both loops report it through bench/figures.py: the batch per device over the rank's devices and the
     step's micro-batches (before: the global batch in train_to_target's figures, per rank in throughput's)."""
     from xbench.bench.figures import build_figures
-    from xbench.bench.plan import resolve
     from xbench.bench.worker import prepare_rank
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

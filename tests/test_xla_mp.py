@@ -135,9 +135,9 @@ def test_replica_threads_build_the_seeds_weights_whatever_their_turns():
     from omegaconf import OmegaConf
 
     from xbench.api import compose
-    from xbench.bench.plan import resolve
     from xbench.bench.worker import build_workload
     from xbench.parallel.ddp import params_sha256
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
     from xbench.rank import RankContext
 

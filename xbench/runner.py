@@ -160,8 +160,8 @@ def run(dcfg: DictConfig) -> RunRecord | None:
     with RunEnvelope(cfg, resolved, run_id, prior, lock) as env:
         enter_startup_phase("torch_import")  # the run path's modules below import torch
         from xbench import compat, modes
-        from xbench.bench.plan import resolve
         from xbench.modes.base import Run
+        from xbench.plan import resolve
         from xbench.platforms.detect import host_facts, torch_env
 
         enter_startup_phase("checks")  # the host's facts, compat, the plan
@@ -172,7 +172,7 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         reasons = compat.check(cfg, facts)
         if reasons:
             raise ConfigError(reasons)
-        plan = resolve(cfg, facts)  # once, after compat: what every rank's work carries (bench/plan.py)
+        plan = resolve(cfg, facts)  # once, after compat: what every rank's work carries (xbench/plan.py)
         faults.at_phase(cfg.fault, "start-up")
         env.check_stop("start-up")
         mode = modes.get(cfg.bench.mode)
@@ -194,7 +194,7 @@ def _xla_device_first(cfg, facts) -> None:
 def join(cfg: XBenchConfig) -> None:
     """Run this process's ranks and write nothing: the record is rank 0's. A failure exits non-zero."""
     from xbench import compat, modes
-    from xbench.bench.plan import resolve
+    from xbench.plan import resolve
     from xbench.platforms.detect import host_facts
 
     SIGNALS.uninstall()  # no record to save here: a signal from the launcher ends this rank as it always did

@@ -41,7 +41,7 @@ from xbench.metrics import goals
 from xbench.records import safe_io
 
 if TYPE_CHECKING:
-    from xbench.bench.plan import Plan
+    from xbench.plan import Plan
 
 LOG_FILE = "mlperf.log"
 RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are written for (see above)
@@ -95,7 +95,7 @@ class MLPerfLog:
 
     def run_start(self, plan: Plan, train_samples: int, eval_samples: int, global_batch: int,
                   hyper: dict | None = None, started_at: float | None = None) -> None:
-        """`plan`: the run's (bench/plan.py). `started_at`: the run's start, wall seconds (default: this
+        """`plan`: the run's (xbench/plan.py). `started_at`: the run's start, wall seconds (default: this
         process's start), logged as init_start."""
         e = self.ml.event
         start_ms = round(1000 * (started_at if started_at is not None else psutil.Process().create_time()))

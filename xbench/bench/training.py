@@ -21,7 +21,6 @@ from xbench.bench.meters import contention
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.mlperf_log import LOG_FILE, for_rank
-from xbench.bench.plan import Plan
 from xbench.bench.worker import (
     build_workload,
     check_finite,
@@ -33,6 +32,7 @@ from xbench.bench.worker import (
 from xbench.data import loaders
 from xbench.metrics import goals
 from xbench.metrics import targets as tg
+from xbench.plan import Plan
 from xbench.rank import Diverged, RankContext, RankResult, StopFlag, StopRequested, point_started_at
 from xbench.records import safe_io
 from xbench.records.run_files import CHECKPOINT_FILE, CURVE_FILE, CurveWriter
@@ -490,7 +490,7 @@ class TargetTraining:
 class TargetWork:
     """One rank's training to the target (picklable: it crosses into launched processes)."""
 
-    plan: Plan  # resolved once on the record side (bench/plan.py)
+    plan: Plan  # resolved once on the record side (xbench/plan.py)
     run_dir: str
     started_at: float | None = None  # the launching process's start (wall time counts from there)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from xbench.bench import breakdown, loop, meters, profile
 from xbench.bench.figures import build_figures, closing_figures
 from xbench.bench.meters import contention
-from xbench.bench.plan import Plan
 from xbench.bench.worker import PreparedRank, check_finite, device_gpus, prepare_rank, rank_meters
 from xbench.metrics.stats import summarize
+from xbench.plan import Plan
 from xbench.rank import (
     RankContext,
     RankResult,
@@ -58,7 +58,7 @@ class WindowPlan:
 class ThroughputWork:
     """One rank's throughput measurement (picklable: it crosses into launched processes)."""
 
-    plan: Plan  # resolved once on the record side (bench/plan.py)
+    plan: Plan  # resolved once on the record side (xbench/plan.py)
     batch_size: int | None = None  # per device; None: data.batch_size (the self-check and trials set it)
     windows: WindowPlan | None = None  # None: the config's bench.* windows
     show_progress: bool = True
@@ -108,7 +108,7 @@ def window_log(run_dir: str, ctx: RankContext):
 def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int | None = None,
                  on_step=None, stop=None, run_dir: str | None = None, live=None) -> RankResult:
     """Probe the machine, build the rank, warm it up, size and time `plan.repeats` windows, and report
-    this rank's figures (`run`: the run's plan, bench/plan.py; `plan`: its windows)."""
+    this rank's figures (`run`: the run's plan, xbench/plan.py; `plan`: its windows)."""
     bench, dev = run.bench, run.device_type
     main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
     probe_s = bench.contention_probe_s if main else 0

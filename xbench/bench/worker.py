@@ -27,11 +27,11 @@ from xbench.bench.meters.contention import ContentionMeter
 from xbench.bench.meters.energy import EnergyMeter
 from xbench.bench.meters.memory import MemoryMeter
 from xbench.bench.meters.utilisation import UtilisationMeter
-from xbench.bench.plan import Plan
 from xbench.config import BenchConfig
 from xbench.data import feed, loaders
 from xbench.data.spec import InputSpec
 from xbench.data.synthetic import synthetic_pool
+from xbench.plan import Plan
 from xbench.precision import resolve
 from xbench.rank import Diverged, RankContext, StopFlag
 from xbench.training.optim import make_optimizer

@@ -1,7 +1,7 @@
 """Launchers start the ranks a parallel strategy needs, run the work they are handed on every rank,
 and gather the ranks' results. They know how to start ranks, never what a rank does.
 
-`run(work)` picks the launcher the work's plan names (bench/plan.py: the strategy's registry line):
+`run(work)` picks the launcher the work's plan names (xbench/plan.py: the strategy's registry line):
 - inline: this process is the only rank (or, with `fresh=True`, one freshly spawned process);
 - torchrun: one process per rank through torch.distributed's elastic launcher, or joined when the
   `torchrun` command already started this process as a rank (launch/torchrun.py);

@@ -12,7 +12,7 @@ from xbench.rank import LaunchResult, RankContext
 
 
 def context(plan) -> RankContext:
-    """The one rank's facts from the plan's parallel and bench sections (bench/plan.py)."""
+    """The one rank's facts from the plan's parallel and bench sections (xbench/plan.py)."""
     par = plan.parallel
     info = parallel.get(par.name)
     devices = par.world_size if info.devices_in_process else 1  # DataParallel: one process, N GPUs

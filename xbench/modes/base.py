@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xbench import launch
-from xbench.bench.plan import Plan
 from xbench.config import XBenchConfig
+from xbench.plan import Plan
 from xbench.platforms.detect import HostFacts
 from xbench.rank import StopFlag
 from xbench.records.record import RunRecord
@@ -21,7 +21,7 @@ class Run:
 
     cfg: XBenchConfig
     facts: HostFacts
-    plan: Plan  # resolved once after compat (bench/plan.py): what the rank work carries down
+    plan: Plan  # resolved once after compat (xbench/plan.py): what the rank work carries down
     record: RunRecord
     run_dir: Path
     resolved: dict  # the resolved, redacted config (what derived figures read)

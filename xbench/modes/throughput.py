@@ -20,12 +20,12 @@ from pathlib import Path
 
 from xbench import launch
 from xbench.bench import faults, profile
-from xbench.bench.plan import Plan
 from xbench.bench.windows import ThroughputWork
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
 from xbench.metrics.derived import derive
 from xbench.metrics.gates import batch_scaling_gate, record_gates
 from xbench.modes.base import Mode, Run
+from xbench.plan import Plan
 from xbench.rank import LaunchResult, StopRequested
 from xbench.sinks.console import enter_startup_phase, human
 from xbench.sinks.curve import WINDOWS_FILE, CurveTail
