@@ -168,3 +168,46 @@ def test_an_offline_file_still_being_written_is_read_again_until_whole(tmp_path)
     t0 = time.monotonic()
     said = offline_cut_short(growing, settle_s=0.3)
     assert "is cut short" in said and 0.3 <= time.monotonic() - t0 < 5
+
+
+_OFFLINE_START = """
+import json, sys
+from pathlib import Path
+from xbench.records.record import RunRecord
+from xbench.sinks.wandb import WandbSink
+names = ("model", "platform", "runtime", "precision", "parallel")
+rec = RunRecord("r1", status="ok", config={**{k: {"name": k} for k in names}, "data": {"name": "d", "batch_size": 2}})
+sink = WandbSink({"mode": "auto"}, say=print)
+assert sink.start(rec, Path(sys.argv[1]))
+sink.log_window({"window": 0, "window_s": 0.1, "window_throughput_samples_per_s": 20.0, "window_steps": 1,
+                 "steps_first": 0, "steps_timed_from": 0, "steps_step": [0], "steps_time_s": [0.1], "steps_loss": [1.0]})
+art = sink.publish(rec, Path(sys.argv[1]))
+print(json.dumps({"artifacts": art, "imported": [m for m in ("wandb.sdk.launch", "opentelemetry.sdk.metrics")
+                                                 if m in sys.modules]}))
+"""
+
+
+def test_an_offline_run_starts_without_launch_pip_list_or_telemetry(tmp_path):
+    """An offline run (auto without credentials: WANDB_MODE unset) in a fresh process: W&B's init asked W&B Launch
+    for staged inputs (importing wandb.sdk.launch, 0.4-0.8 s), parsed every package's metadata for its pip list
+    (0.1-0.4 s, a `files` record), and the first log built OpenTelemetry exporters for api.wandb.ai (0.1-0.2 s).
+    None of them now; the run is still whole, with its window and step."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from xbench.analysis.wandb_source import wandb_records
+
+    env = {**cli_env(), "NETRC": str(tmp_path / "no-netrc")}
+    env.pop("WANDB_MODE")
+    p = subprocess.run([sys.executable, "-c", _OFFLINE_START, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    art = out["artifacts"]
+    assert art["wandb_mode"] == "offline" and "wandb_error" not in art and art["wandb_windows_logged_live"] == 1
+    assert out["imported"] == []
+    [f] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    kinds = [r.WhichOneof("record_type") for r in wandb_records(f)]
+    assert "files" not in kinds and "history" in kinds and kinds[-1] == "exit"

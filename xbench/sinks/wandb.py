@@ -39,8 +39,10 @@ from xbench.sinks import sweep
 from xbench.wandb_env import has_credentials
 
 # console off: W&B would copy this process's console output into the run files; stats off: its system
-# sampling would run beside the timed windows (xbench samples utilisation itself and logs it).
-SETTINGS = {"console": "off", "x_disable_stats": True}
+# sampling would run beside the timed windows (xbench samples utilisation itself and logs it); requirements
+# off: W&B would parse every installed package's metadata for its pip list at init (0.1-0.4 s), and the
+# record's env (W&B config `env.packages`) already has the versions that matter.
+SETTINGS = {"console": "off", "x_disable_stats": True, "x_save_requirements": False}
 # What the record's status means to W&B's run state.
 _EXIT_CODES = {"ok": 0, "failed": 1, "oom": 1, "diverged": 1, "interrupted": 255}
 GROUP_MAX = 128
@@ -145,6 +147,33 @@ def _no_pandas_probe():
         yield
     finally:
         util.pd_available = True
+
+
+@contextlib.contextmanager
+def _no_launch_probe():
+    """wandb.init asks W&B Launch for job inputs staged for the run, importing wandb.sdk.launch to ask (its agent,
+    the public API, their pydantic models: 0.4-0.8 s of every run's init here). Inputs are staged only by code
+    that imported wandb.sdk.launch; with it not imported there are none, so the question is skipped."""
+    from wandb.sdk import wandb_run
+
+    ask = getattr(wandb_run.Run, "_detect_and_apply_job_inputs", None)
+    if ask is None or "wandb.sdk.launch" in sys.modules:
+        yield
+        return
+    wandb_run.Run._detect_and_apply_job_inputs = lambda self: None
+    try:
+        yield
+    finally:
+        wandb_run.Run._detect_and_apply_job_inputs = ask
+
+
+def _offline_process(wandb) -> None:
+    """An offline run's log() still reports W&B's own telemetry (encode times) through the process's W&B
+    settings, which say online unless WANDB_MODE does: the first log built OpenTelemetry exporters for
+    api.wandb.ai (0.1-0.2 s, inside the first window's logging) and the exit sent to it. xbench's offline
+    runs send nothing: the process's W&B settings say offline too (an online run later still says so itself)."""
+    if os.environ.get("WANDB_MODE") not in ("offline", "dryrun"):
+        wandb.setup(wandb.Settings(mode="offline"))
 
 
 @contextlib.contextmanager
@@ -491,7 +520,7 @@ class WandbSink:
         elif mode == "online":
             t0 = time.monotonic()
             try:
-                with contextlib.redirect_stderr(io.StringIO()), _no_error_reports():
+                with contextlib.redirect_stderr(io.StringIO()), _no_error_reports(), _no_launch_probe():
                     run = wandb.init(mode="online", settings=wandb.Settings(init_timeout=timeout, **SETTINGS),
                                      **kwargs)
                 self.mode_used = "online"
@@ -501,6 +530,8 @@ class WandbSink:
                 _UNREACHABLE[_base_url()] = f"init failed after {self.fallback_s:.1f} s: {type(e).__name__}"
                 self.say(f"W&B: online init failed after {self.fallback_s:.1f} s (init_timeout_s={timeout:g}; "
                          f"{type(e).__name__}); falling back to offline")
-        run = wandb.init(mode="offline", settings=wandb.Settings(**SETTINGS), **kwargs)
+        _offline_process(wandb)
+        with _no_launch_probe():
+            run = wandb.init(mode="offline", settings=wandb.Settings(**SETTINGS), **kwargs)
         self.mode_used = "offline"
         return run
