@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from xbench.bench import faults
+from xbench import faults
 from xbench.bench.meters.memory import memory_figures
 from xbench.rank import STOP_SIGNALS, Diverged, StopFlag, StopRequested
 from xbench.records import safe_io

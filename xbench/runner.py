@@ -23,8 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from xbench import launch, runtimes
-from xbench.bench import faults
+from xbench import faults, launch, runtimes
 from xbench.config import XBenchConfig
 from xbench.envelope import EXIT_UNSAVED, SIGNALS, ConfigError, RunEnvelope
 from xbench.hints import unknown_keys

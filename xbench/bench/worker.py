@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from xbench import models, parallel, runtimes
-from xbench.bench import faults, loop
+from xbench import faults, models, parallel, runtimes
+from xbench.bench import loop
 from xbench.bench.figures import samples_per_step
 from xbench.bench.flops import flops_per_sample
 from xbench.bench.meters.contention import ContentionMeter

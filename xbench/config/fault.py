@@ -1,4 +1,4 @@
-"""fault: deliberate faults, for the fault drill and the tests (xbench/bench/faults.py). Off by default."""
+"""fault: deliberate faults, for the fault drill and the tests (xbench/faults.py). Off by default."""
 
 from __future__ import annotations
 
@@ -14,6 +14,6 @@ class FaultConfig:
     kind: str | None = knob(None, choices=FAULT_KINDS)
     at_step: int = knob(0, ge=0, le=BIG)  # counted over all steps (warm-up then timed)
     rank: int | None = knob(None, ge=0, le=1000000)  # only this rank (None: every rank)
-    # kind=signal: which stop signal, and where (null: at at_step; else a phase, see xbench/bench/faults.py)
+    # kind=signal: which stop signal, and where (null: at at_step; else a phase, see xbench/faults.py)
     signal: str = "SIGTERM"
     phase: str | None = None

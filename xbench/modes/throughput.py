@@ -18,8 +18,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from xbench import launch
-from xbench.bench import faults, profile
+from xbench import faults, launch
+from xbench.bench import profile
 from xbench.bench.windows import ThroughputWork
 from xbench.metrics.aggregate import across_processes, aggregate, merge_processes, noisy_spread
 from xbench.metrics.derived import derive

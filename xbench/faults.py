@@ -1,7 +1,7 @@
 """Deliberate faults for the fault drill and the tests (never on by default; torch-free).
 
 `fault.kind=signal` sends `fault.signal` (a stop signal: SIGTERM, SIGHUP, SIGUSR1, ...) to this process,
-either at step `fault.at_step` of the measurement (`fault.phase=null`, see worker._inject_fault) or when
+either at step `fault.at_step` of the measurement (`fault.phase=null`, see bench/worker._inject_fault) or when
 the run reaches `fault.phase`: a real signal, delivered by the kernel, at a point a test can name.
 """
 
