@@ -30,7 +30,7 @@ from xbench.bench.meters.memory import host_memory_guard, memory_figures
 from xbench.bench.windows import ThroughputWork, WindowPlan
 from xbench.metrics.aggregate import aggregate
 from xbench.modes.base import Mode, Run
-from xbench.plan import resolve
+from xbench.plan import Plan
 from xbench.rank import StopRequested
 from xbench.records.record import is_oom
 
@@ -76,10 +76,10 @@ class _OutOfTime(Exception):
     """bench.max_batch_search_s has passed: no new trial starts; the trials so far are the result."""
 
 
-def find_max_batch(cfg, facts, stop=None, say=print) -> dict:
+def find_max_batch(cfg, plan: Plan, stop=None, say=print) -> dict:
     """Run the search; return the measurements for the record (the trials included). No trial starts
-    after `bench.max_batch_search_s` (`batch_search_time_bound_reached`)."""
-    plan = resolve(cfg, facts)
+    after `bench.max_batch_search_s` (`batch_search_time_bound_reached`). `plan`: the run's, resolved once
+    by the runner after compat; every trial's work carries it (only the batch size differs)."""
     dev = plan.device_type
     limit, rtol = cfg.bench.max_batch_limit, cfg.bench.max_batch_rtol
     trials: list[dict] = []
@@ -175,7 +175,7 @@ class FindMaxBatch(Mode):
         return out
 
     def execute(self, run: Run) -> None:
-        search = find_max_batch(run.cfg, run.facts, stop=run.stop, say=lambda s: print(s, file=sys.stderr))
+        search = find_max_batch(run.cfg, run.plan, stop=run.stop, say=lambda s: print(s, file=sys.stderr))
         run.record.measurements = search
         if search["max_batch_size_per_device"] is None:
             run.record.finish("oom", f"no batch size fits: batch {search['min_failing_batch_size_per_device']} "
