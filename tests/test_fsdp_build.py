@@ -114,7 +114,7 @@ def test_fsdp_builds_on_meta_each_rank_holds_its_shard_and_the_weights_equal_a_w
 
     from xbench import models
 
-    plan = _plan(*WIDE, "precision=fp32", "parallel.options.param_dtype=fp32")
+    plan = _plan(*WIDE, "precision=fp32", "parallel.param_dtype=fp32")
     tied = _plan("+model.options.tie_embeddings=true", "precision=amp_bf16")
     ranks = _spawn("build", plan, tmp_path, warm=tied)
     whole_bytes = ranks[0]["params_bytes"]
@@ -171,7 +171,7 @@ def test_a_compiled_run_s_collectives_wait_for_its_first_steps_compile():
 
     assert process_group_timeout_s(_plan()) == 120
     assert COMPILE_TIMEOUT_S >= 1800
-    for compiled in (("parallel.options.compile_blocks=true",), ("runtime=compile",)):
+    for compiled in (("parallel.compile_blocks=true",), ("runtime=compile",)):
         assert process_group_timeout_s(_plan(*compiled)) == COMPILE_TIMEOUT_S, compiled
     assert process_group_timeout_s(_plan("runtime=compile", "parallel.timeout_s=4000")) == 4000
 

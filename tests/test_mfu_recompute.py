@@ -71,7 +71,7 @@ def test_model_flops_leave_recomputation_out_and_hardware_flops_count_it(size, v
 
 
 def test_fsdp_activation_checkpointing_gives_the_same_hardware_count_as_the_decoders_own():
-    """FSDP's checkpoint wrapper (parallel.options.activation_checkpointing) recomputes the same blocks: the
+    """FSDP's checkpoint wrapper (parallel.activation_checkpointing) recomputes the same blocks: the
     strategy hands its wrapping to the FLOP counter, which counts the hardware FLOPs with it."""
     from omegaconf import OmegaConf
 
@@ -81,7 +81,7 @@ def test_fsdp_activation_checkpointing_gives_the_same_hardware_count_as_the_deco
 
     cfg = OmegaConf.to_object(compose(["+workload=llama_tiny_tokens", "platform=cpu", "precision=amp_bf16",
                                        "parallel=fsdp", "parallel.world_size=2", "logger=none",
-                                       "parallel.options.activation_checkpointing=true"]))
+                                       "parallel.activation_checkpointing=true"]))
     strategy = parallel.create(cfg.parallel, RankContext(world_size=2))
     assert strategy.recompute_blocks is not None
     assert parallel.create(cfg.parallel.__class__(name="single"), RankContext()).recompute_blocks is None

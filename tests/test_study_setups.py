@@ -270,7 +270,7 @@ def test_the_llm_full_scale_recipe_is_mlperf_v5_1_llama31_8b_reference():
         "adamw", 5e-4, 32, [0.9, 0.95], 1e-5, 0.1, 1.0)
     assert (o.schedule.name, o.schedule.end_factor) == ("cosine", 0.1)
     assert cfg.data.batch_size * cfg.parallel.world_size == 32 and cfg.data.seq_len == 8192
-    assert cfg.parallel.name == "fsdp" and cfg.parallel.options.activation_checkpointing is True
+    assert cfg.parallel.name == "fsdp" and cfg.parallel.activation_checkpointing is True
     assert (cfg.goal.metric, cfg.goal.target) == ("log_perplexity", 3.3)
 
 

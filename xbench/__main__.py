@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
-from xbench.hints import added_key_problems, compose_hints, refusals, resume_ignored
+from xbench.hints import added_key_problems, compose_hints, moved_key_problems, refusals, resume_ignored
 from xbench.hydra_guard import install_listing
 from xbench.launch.child import exit_now
 from xbench.launch.isolation import isolated
@@ -136,8 +136,8 @@ def cli() -> None:
     sys.stdout = RedactingStream(sys.stdout, values, by_name=not helping)
     sys.stderr = RedactingStream(sys.stderr, values, by_name=not helping)
     SIGNALS.install()  # from the start, for the whole process: a stop at start-up or between sweep points
-    refused = added_key_problems(sys.argv[1:])
-    if refused:  # `+bench.step=5`: Hydra would accept a key that nothing reads
+    refused = moved_key_problems(sys.argv[1:]) or added_key_problems(sys.argv[1:])
+    if refused:  # an old spelling; `+bench.step=5`: Hydra would accept a key that nothing reads
         for line in refused:
             say(f"xbench: {line}")
         raise SystemExit(1)

@@ -68,7 +68,7 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
 
     from xbench.config import config_dir as package_conf
     from xbench.config import register_configs, register_model_choices
-    from xbench.hints import compose_hints, refusals, resume_ignored
+    from xbench.hints import compose_hints, moved_key_problems, refusals, resume_ignored
     from xbench.records.redact import argv_secret_values, redact_text, remember
 
     args = _as_overrides(overrides)
@@ -83,6 +83,8 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
             raise ValueError(f"config_dir={str(config_dir)!r} is not a folder (checked from {Path.cwd()})")
         args.append(f"hydra.searchpath=[file://{where}]")
     remember(argv_secret_values(args))  # as the CLI's console does: these values are redacted wherever they go
+    if moved := moved_key_problems(args):  # an old spelling: named with its new one, before Hydra
+        raise ValueError("\n".join(moved))
     register_configs()
     register_model_choices(args)
     try:

@@ -26,15 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xbench import extras, faults, models, modes, parallel, runtimes, studies
-from xbench.config import (
-    DDP_OPTIONS,
-    BenchConfig,
-    ParallelConfig,
-    PlatformConfig,
-    XBenchConfig,
-    choices_of,
-    range_problems,
-)
+from xbench.config import BenchConfig, PlatformConfig, XBenchConfig, choices_of, range_problems
+from xbench.config.parallel import STRATEGY_OPTIONS, option_names
 from xbench.data import loaders
 from xbench.data.spec import InputSpec
 from xbench.env_vars import launched_rank
@@ -156,15 +149,20 @@ def optimizer_is_valid(cfg, facts):
 
 
 @rule
-def ddp_options_need_ddp(cfg, facts):
-    """DistributedDataParallel's options (parallel.bucket_cap_mb, ...) changed under another strategy: nothing
-    would read them, and the record would say they were used."""
-    if cfg.parallel.name == "ddp":
-        return []
-    default = ParallelConfig()
-    return [f"parallel.{k}={getattr(cfg.parallel, k)} is a DistributedDataParallel option: it applies to "
-            f"parallel=ddp, not parallel={cfg.parallel.name}" for k in DDP_OPTIONS
-            if getattr(cfg.parallel, k) != getattr(default, k)]
+def strategy_options_need_their_strategy(cfg, facts):
+    """A strategy's options (parallel.bucket_cap_mb for ddp, parallel.reshard_after_forward for fsdp, ...)
+    changed under another strategy: nothing would read them, and the record would say they were used."""
+    p, out = cfg.parallel, []
+    for owner, options in STRATEGY_OPTIONS.items():
+        if p.name == owner:
+            continue
+        default = options()
+        out += [f"parallel.{k}={getattr(p, k)} is a {OPTION_OWNERS[owner]} option: it applies to parallel={owner}, "
+                f"not parallel={p.name}" for k in option_names(options) if getattr(p, k) != getattr(default, k)]
+    return out
+
+
+OPTION_OWNERS = {"ddp": "DistributedDataParallel", "fsdp": "FSDP", "xla_fsdp": "xla_fsdp"}
 
 
 @rule

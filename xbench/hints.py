@@ -48,9 +48,31 @@ def _parses(value: str, tp) -> bool:
         return False
 
 
+# Keys that moved, old prefix -> new: the old spelling is refused naming the new one. FSDP's and xla_fsdp's
+# options were an untyped `parallel.options` mapping; they are typed fields of parallel (config/parallel.py).
+MOVED = {"parallel.options.": "parallel."}
+
+
+def moved_key(override: str) -> str | None:
+    """`parallel.options.shard_size=2` -> one line naming `parallel.shard_size=2`; None for any other key."""
+    key, eq, value = override.lstrip("+~").partition("=")
+    for old, new in MOVED.items():
+        if key.startswith(old) and key != old:
+            now = new + key[len(old):]
+            return f"{key} is now {now}: write {now}{eq}{value}"
+    return None
+
+
+def moved_key_problems(argv: list[str]) -> list[str]:
+    """Every override that uses a key's old spelling (MOVED), each with its new one; asked before Hydra runs."""
+    return [m for m in (moved_key(a) for a in argv) if m]
+
+
 def hint_for(override: str, added: bool = False) -> str | None:
     """One override `a.b=value` checked against the schema: a hint, or None when it looks fine.
     `added`: check the `+a.b=value` / `++a.b=value` forms too (Hydra would accept an unknown key)."""
+    if moved := moved_key(override):
+        return moved
     if added and override.startswith("+"):
         override = override.lstrip("+")
         if "@" in override.partition("=")[0] or "/" in override.partition("=")[0] \

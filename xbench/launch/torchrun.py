@@ -72,8 +72,8 @@ COMPILE_TIMEOUT_S = 1800.0
 
 def process_group_timeout_s(plan) -> float:
     """The process group's collective timeout: parallel.timeout_s, at least COMPILE_TIMEOUT_S when the run
-    compiles (runtime=compile, or parallel.options.compile_blocks)."""
-    compiles = plan.runtime.name == "compile" or bool(dict(plan.parallel.options or {}).get("compile_blocks"))
+    compiles (runtime=compile, or parallel.compile_blocks)."""
+    compiles = plan.runtime.name == "compile" or bool(plan.parallel.compile_blocks)
     return max(plan.parallel.timeout_s, COMPILE_TIMEOUT_S) if compiles else plan.parallel.timeout_s
 
 

@@ -66,9 +66,6 @@ class DDP(Strategy):
     @classmethod
     def rules(cls, cfg, facts, dev):
         out = torchrun_rules(cfg, facts, dev)
-        if cfg.parallel.options:  # parallel.options are the sharded strategies' (fsdp, xla_fsdp): none read here
-            out.append(f"parallel.options ({', '.join(dict(cfg.parallel.options))}) are read by parallel=fsdp and "
-                       f"xla_fsdp, not by parallel={cfg.parallel.name}")
         # a whole replica per device: 1 shard (parallel=fsdp shards it)
         return out + (fit_reasons(cfg, facts, dev, 1, cfg.parallel.name) if not out else [])
 

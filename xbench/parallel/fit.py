@@ -61,4 +61,4 @@ def fit_reasons(cfg, facts, dev: str, shards: int, strategy: str) -> list[str]:
             f"parameters, gradients and {cfg.optim.name} state under parallel={strategy} over {shards} "
             f"shard(s) ({STATE_BYTES.get(cfg.optim.name, 16)} bytes per parameter / {shards}), more than "
             f"the {mem:.0f} GiB of one device: it cannot fit even before activations; use {how} {least} "
-            "shards (parallel.world_size, parallel.options.shard_size / fsdp_size) or a smaller model"]
+            "shards (parallel.world_size, parallel.shard_size / fsdp_size) or a smaller model"]

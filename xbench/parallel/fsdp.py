@@ -16,8 +16,8 @@ allocated (`to_empty`) and initialised, each rank drawing every full value on th
 Other models are built whole, then sharded. Mixed precision is FSDP's own policy:
 parameters all-gathered and computed in `param_dtype` (bf16), gradients reduced in `reduce_dtype` (fp32),
 the sharded master copy in the model's dtype (fp32). `shard_size` < world size shards within groups of
-that many ranks and replicates across them (HSDP, a 2-D mesh). Options (parallel.options, defaults in
-conf/parallel/fsdp.yaml): OPTIONS below.
+that many ranks and replicates across them (HSDP, a 2-D mesh). Options: `parallel.<option>`, typed with
+their choices and ranges in xbench/config/parallel.py (FsdpOptions; defaults in conf/parallel/fsdp.yaml).
 
 What the rank records: the options in force (fsdp_*), the mesh, and memory per device by what holds it
 (training/memory.py: parameters, gradients and optimizer state read from the local shards at the first step,
@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from xbench.config.parallel import FsdpOptions, option_names
 from xbench.parallel.ddp import DDP, torchrun_rules
 from xbench.parallel.fit import fit_reasons
 from xbench.runtimes.dynamo import BLOCKS_BACKEND
@@ -40,45 +41,26 @@ from xbench.runtimes.dynamo import BLOCKS_BACKEND
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # param_dtype follows precision= by default (conf/parallel/fsdp.yaml: ${precision.name}): its compute dtype
 FROM_PRECISION = {"amp_bf16": "bf16", "bf16": "bf16", "fp32": "fp32", "tf32": "fp32", "amp_fp16": "fp16"}
-# option -> (default, what is allowed); the defaults are conf/parallel/fsdp.yaml's too
-OPTIONS = {
-    "reshard_after_forward": (True, "true (free each block's gathered parameters after its forward; "
-                                    "gathered again in backward) | false (keep them: less communication)"),
-    "param_dtype": ("bf16", "bf16 | fp32 (or a precision name: its compute dtype): the dtype parameters are "
-                            "gathered and computed in"),
-    "reduce_dtype": ("fp32", "fp32 | bf16: the dtype gradients are reduce-scattered in"),
-    "activation_checkpointing": (False, "true: recompute each block's activations in backward"),
-    "compile_blocks": (False, "true: torch.compile each transformer block (before sharding)"),
-    "shard_size": (None, "null (shard over every rank) | a divisor of parallel.world_size (HSDP)"),
-}
+OPTIONS = option_names(FsdpOptions)  # parallel.<option>: types, choices and ranges in config/parallel.py
 
 
 def options(parallel) -> dict:
-    """The FSDP options in force: conf's parallel.options over OPTIONS' defaults (a precision name as
-    param_dtype: its compute dtype)."""
-    o = {k: dict(parallel.options or {}).get(k, d) for k, (d, _) in OPTIONS.items()}
+    """The FSDP options in force, read from the parallel section (a precision name as param_dtype: its
+    compute dtype)."""
+    o = {k: getattr(parallel, k) for k in OPTIONS}
     o["param_dtype"] = FROM_PRECISION.get(o["param_dtype"], o["param_dtype"])
     return o
 
 
 def option_reasons(cfg) -> list[str]:
-    p, out = cfg.parallel, []
-    for k in dict(p.options or {}):
-        if k not in OPTIONS:
-            out.append(f"parallel.options.{k} is not an option of parallel={p.name}; allowed: {', '.join(OPTIONS)}")
-    o = options(p)
-    for k in ("param_dtype", "reduce_dtype"):
-        if o[k] not in DTYPES and not (k == "param_dtype" and o[k] == "fp16"):  # fp16: precision_reasons
-            out.append(f"parallel.options.{k}={o[k]!r} is unknown; allowed: {OPTIONS[k][1]}")
-    for k in ("reshard_after_forward", "activation_checkpointing", "compile_blocks"):
-        if not isinstance(o[k], bool):
-            out.append(f"parallel.options.{k} must be true or false, got {o[k]!r}")
-    s = o["shard_size"]
-    if s is not None and (not isinstance(s, int) or isinstance(s, bool) or s < 1 or p.world_size % s):
-        out.append(f"parallel.options.shard_size={s!r} does not divide parallel.world_size={p.world_size}: the "
-                   f"mesh is (world_size / shard_size) replicas x shard_size shards; allowed: "
-                   f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null")
-    return out
+    """The shard group must divide the ranks (each option's own range: its field's knob)."""
+    p = cfg.parallel
+    s = p.shard_size
+    if s is None or s < 1 or not p.world_size % s:
+        return []
+    return [f"parallel.shard_size={s!r} does not divide parallel.world_size={p.world_size}: the mesh is "
+            "(world_size / shard_size) replicas x shard_size shards; allowed: "
+            f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null"]
 
 
 def precision_reasons(cfg, o: dict) -> list[str]:
@@ -88,8 +70,8 @@ def precision_reasons(cfg, o: dict) -> list[str]:
         return [f"parallel={cfg.parallel.name} with precision=amp_fp16 needs a sharded gradient scaler, which "
                 "xbench does not run: use precision=amp_bf16 (FSDP's bf16 policy) or fp32"]
     if o["param_dtype"] == "bf16" and name in ("fp32", "tf32"):
-        return [f"parallel.options.param_dtype=bf16 computes in bf16, but precision={name} would record "
-                f"{name} (and MFU against its peak): use precision=amp_bf16, or parallel.options.param_dtype=fp32"]
+        return [f"parallel.param_dtype=bf16 computes in bf16, but precision={name} would record "
+                f"{name} (and MFU against its peak): use precision=amp_bf16, or parallel.param_dtype=fp32"]
     return []
 
 
@@ -189,11 +171,12 @@ class FSDP(DDP):
         out = torchrun_rules(cfg, facts, dev) + option_reasons(cfg)
         if cfg.runtime.name not in ("eager", "compile"):
             out.append(f"parallel={cfg.parallel.name} runs torch.distributed FSDP2 with runtime=eager or compile "
-                       f"(per-block compile: parallel.options.compile_blocks=true), not runtime={cfg.runtime.name}")
+                       f"(per-block compile: parallel.compile_blocks=true), not runtime={cfg.runtime.name}")
         if not out:
             o = options(cfg.parallel)
             out += precision_reasons(cfg, o)
-            out += fit_reasons(cfg, facts, dev, o["shard_size"] or cfg.parallel.world_size, cfg.parallel.name)
+            shards = o["shard_size"] if (o["shard_size"] or 0) >= 1 else cfg.parallel.world_size
+            out += fit_reasons(cfg, facts, dev, shards, cfg.parallel.name)
         return out
 
     def __init__(self, cfg, ctx):

@@ -11,7 +11,7 @@ outputs it computed each block's output projection tensor-parallel (the sharded 
 the global batch's activations all-gathered to it, all-to-alls): tests/test_xla_fsdp_hlo.py reads the
 partitioned HLO. A gradient leaves the partitioner as an all-reduce sliced to the shard, which XLA's GPU
 compiler rewrites into a reduce-scatter (its ReduceScatterCreator pass); XLA:CPU's pipeline has no such
-pass, so none shows here. `parallel.options.fsdp_size` (null: every device) shards within groups of that
+pass, so none shows here. `parallel.fsdp_size` (null: every device; config/parallel.py XlaFsdpOptions) shards within groups of that
 many devices and replicates over `world_size / fsdp_size` groups (the mesh must divide the devices). On a TPU slice and on XLA:CPU devices here alike.
 
 All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
@@ -23,12 +23,6 @@ from xbench.parallel.fit import fit_reasons
 from xbench.parallel.xla_spmd import XlaSpmd
 from xbench.runtimes import xla_lazy as rx  # torch_xla at the first use, not when compat asks the rules
 
-OPTIONS = {"fsdp_size": (None, "null (shard over every device) | a divisor of parallel.world_size")}
-
-
-def options(parallel) -> dict:
-    return {k: dict(parallel.options or {}).get(k, d) for k, (d, _) in OPTIONS.items()}
-
 
 class XlaFsdp(XlaSpmd):
     name = "xla_fsdp"
@@ -37,16 +31,13 @@ class XlaFsdp(XlaSpmd):
     def rules(cls, cfg, facts, dev):
         out = super().rules(cfg, facts, dev)
         p = cfg.parallel
-        for k in dict(p.options or {}):
-            if k not in OPTIONS:
-                out.append(f"parallel.options.{k} is not an option of parallel={p.name}; allowed: {', '.join(OPTIONS)}")
-        f = options(p)["fsdp_size"]
-        if f is not None and (not isinstance(f, int) or isinstance(f, bool) or f < 1 or p.world_size % f):
-            out.append(f"parallel.options.fsdp_size={f!r} does not divide parallel.world_size={p.world_size}: the "
+        f = p.fsdp_size  # its range: config/parallel.py; here: it must divide the devices
+        if f is not None and f >= 1 and p.world_size % f:
+            out.append(f"parallel.fsdp_size={f!r} does not divide parallel.world_size={p.world_size}: the "
                        f"mesh is (world_size / fsdp_size) data x fsdp_size devices; allowed: "
                        f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null")
         if not out:
-            out += fit_reasons(cfg, facts, dev, f or p.world_size, p.name)
+            out += fit_reasons(cfg, facts, dev, f if (f or 0) >= 1 else p.world_size, p.name)
         return out
 
     def __init__(self, cfg, ctx):
@@ -56,7 +47,7 @@ class XlaFsdp(XlaSpmd):
     def wrap(self, model, device):
         if device.type != "xla":
             raise RuntimeError(f"parallel=xla_fsdp runs on XLA devices (runtime=xla / xla_compile), not {device}")
-        f = options(self.cfg)["fsdp_size"] or self.ctx.devices_per_rank
+        f = self.cfg.fsdp_size or self.ctx.devices_per_rank
         self.mesh = rx.fsdp_mesh(f)
         self.sharded, self.total = rx.shard_parameters(model, self.mesh), sum(1 for _ in model.parameters())
         from xbench.parallel.fsdp import transformer_blocks  # imports torch: not when compat asks the rules
