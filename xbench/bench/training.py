@@ -43,8 +43,9 @@ CONTROL_EVERY_STEPS = 8  # several processes: how often they agree on a stop (on
 
 
 @dataclass
-class Progress:
-    """Everything needed to continue a run: it goes into the checkpoint as a plain dict."""
+class TrainingState:
+    """Everything needed to continue a run: it goes into the checkpoint as a plain dict (under "progress").
+    Not the console's bar (sinks/console.Progress, which the rank's preamble draws from `on_step`)."""
 
     epoch: int = 0  # current epoch (0-based)
     batch: int = 0  # next batch within the epoch
@@ -152,7 +153,7 @@ def progress_problems(progress: dict, max_epochs: int, steps_per_epoch: int, glo
 class TargetTraining:
     """One rank's training to the target(s): built once, then `run()` until the last target, a limit or a stop.
 
-    `p` (Progress) is everything a checkpoint needs to continue; the clocks are described above.
+    `p` (TrainingState) is everything a checkpoint needs to continue; the clocks are described above.
     """
 
     def __init__(self, plan: Plan, ctx: RankContext, run_dir: Path, started_at: float | None = None,
@@ -238,10 +239,10 @@ class TargetTraining:
             if w.precision.scaler is not None and ckpt.get("scaler"):
                 w.precision.scaler.load_state_dict(ckpt["scaler"])
             torch.set_rng_state(mine["rng"])
-            self.p = Progress(**progress)
+            self.p = TrainingState(**progress)
             self.p.resumes += 1
         else:
-            self.p = Progress(curve={k: [] for k in (*CURVE_KEYS, self.goal.metric)})
+            self.p = TrainingState(curve={k: [] for k in (*CURVE_KEYS, self.goal.metric)})
         self.attempt = self.p.resumes
         self.wall_before = self.p.wall_s  # earlier attempts, up to the checkpoint this one starts from
         return ckpt
