@@ -279,7 +279,7 @@ def findings(rows, cur: str | None = None, normalised: Rows | None = None, basel
     out += [Finding("one machine, several prices", None, n) for n in same_machine]
     if contended:
         worst = max(contended.nums("other_cpu_cores_during"), default=None)
-        modes = [r.get("bench_mode") or "throughput" for r in contended]  # every mode meters it (bench/contention.py)
+        modes = [r.get("bench_mode") or "throughput" for r in contended]  # every mode meters it (bench/meters/contention.py)
         by_mode = ", ".join(f"{modes.count(m)} {m}" for m in sorted(set(modes)))
         out.append(Finding("contention", None, f"{len(contended)} ok runs were contended ({by_mode}: other processes "
                            "used the machine while they measured" + (f", up to {worst:.2g} cores" if worst else "")

@@ -71,7 +71,7 @@ def table(name: str, searches: bool = False):
 
 
 def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
-    """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/contention.py, the loop's stalls)."""
+    """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/meters/contention.py, the loop's stalls)."""
     hit = Rows(r for r in rows if r.get(flag))
     if not hit:
         return None
