@@ -28,8 +28,6 @@ def load_digits_split(modality: str = "features", eval_fraction: float = 0.1,
 
     if modality not in ("features", "image"):
         raise ValueError(f"digits comes as modality 'features' (64 values) or 'image' (1x8x8), not {modality!r}")
-    if not 0.0 < eval_fraction < 1.0:
-        raise ValueError(f"data.eval_fraction must be in (0, 1), got {eval_fraction}")
     bunch = load_digits()
     x = torch.tensor(bunch.data, dtype=torch.float32) / 16.0  # pixel values are 0..16
     y = torch.tensor(bunch.target, dtype=torch.int64)
