@@ -1,4 +1,4 @@
-"""The host/device breakdown on a CPU (bench/breakdown.py `cpu_compute_us`): device = the time inside compute kernels,
+"""The host/device breakdown on a CPU (bench/meters/breakdown.py `cpu_compute_us`): device = the time inside compute kernels,
 counted once whatever their nesting (aten::addmm and aten::mm have child events on this torch), host = the steady step
 less that. Checked three ways: a step with a planted host cost (Python) and a planted compute cost (an op of known
 duration with a child event, as addmm has) gets both back, and its phases; the rule on a profile built from torch's
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from tests.conftest import FAST, records, run_cli
-from xbench.bench import breakdown, loop
+from xbench.bench import loop
+from xbench.bench.meters import breakdown
 from xbench.bench.meters.profiler import profiled_window
 
 HOST_S, FWD_S, BWD_S = 0.04, 0.03, 0.04  # planted per step: Python in the step; a compute op's forward, backward

@@ -1,4 +1,4 @@
-"""The per-step split into forward, backward and optimizer (bench/breakdown.py `phases`), from torch.profiler's
+"""The per-step split into forward, backward and optimizer (bench/meters/breakdown.py `phases`), from torch.profiler's
 own annotations over profiled steps, without changing the step. A step whose forward, backward and optimizer
 each sleep a known, widely spaced time must have each sleep land in its own phase (sleeps are lower bounds,
 so a busy machine only adds to them)."""
@@ -10,7 +10,8 @@ import time
 import pytest
 import torch
 
-from xbench.bench import breakdown, loop
+from xbench.bench import loop
+from xbench.bench.meters import breakdown
 
 FWD_S, BWD_S, OPT_S = 0.25, 0.5, 1.0  # a phase that took in another's sleep grows by FWD_S at least
 SLEPT_S: dict[str, float] = {}  # what each sleep really took: a loaded machine oversleeps, and that is its phase's

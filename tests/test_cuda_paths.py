@@ -458,7 +458,7 @@ def _cuda_step_events():
 
 
 def test_cuda_split_counts_each_kernel_once_and_sync_waits_apart():
-    from xbench.bench import breakdown
+    from xbench.bench.meters import breakdown
 
     events = _cuda_step_events()
     old_device_us = sum(e.self_device_time_total for e in events)  # what the split summed before

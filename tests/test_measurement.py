@@ -17,8 +17,8 @@ from xbench.analysis.frame import to_frame
 from xbench.analysis.rows import Rows
 from xbench.analysis.scaling import SUPERLINEAR, scaling_rows
 from xbench.analysis.spread import SPANS_ONE, ratio, spread
-from xbench.bench import breakdown, loop
-from xbench.bench.meters import contention
+from xbench.bench import loop
+from xbench.bench.meters import breakdown, contention
 from xbench.bench.meters.contention import ContentionMeter
 from xbench.metrics.aggregate import aggregate
 from xbench.metrics.stats import ci95, log_moments, ratio_ci95, summarize, t95

@@ -483,13 +483,14 @@ def test_train_to_target_peaks_count_from_training_not_the_build(monkeypatch, tm
 
 @pytest.mark.slow  # the profiler's first start in a process (~10 s on a busy machine); later starts take ms
 def test_the_breakdown_meter_stops_its_profiler_on_every_path_out_of_its_window():
-    """The breakdown is a meter (bench/breakdown.BreakdownMeter on bench/meters/profiler.py): torch.profiler
+    """The breakdown is a meter (bench/meters/breakdown.BreakdownMeter on bench/meters/profiler.py): torch.profiler
     runs over its own window of untimed steps and is stopped however the window ends (an error, a
     divergence, a stop raised inside a step); the window's own error is the one raised, and no figures
     are taken from a partial window. A profiler already active leaves the steps to run unprofiled and
     says so. Before: the profiled steps ran inside one `with profile()`, a RuntimeError from a step was
     swallowed as 'could not start'."""
-    from xbench.bench import breakdown, loop
+    from xbench.bench import loop
+    from xbench.bench.meters import breakdown
     from xbench.rank import Diverged, StopRequested
 
     _is_profiler_enabled = torch._C._autograd._profiler_enabled  # what torch.autograd.profiler reads

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from xbench.bench import breakdown, loop, meters, profile
+from xbench.bench import loop, meters, profile
 from xbench.bench.figures import build_figures, closing_figures
-from xbench.bench.meters import contention
+from xbench.bench.meters import breakdown, contention
 from xbench.bench.worker import PreparedRank, check_finite, device_gpus, prepare_rank, rank_meters
 from xbench.metrics.stats import summarize
 from xbench.plan import Plan

@@ -48,7 +48,7 @@ class BenchConfig:
     # (process for the points of a --multirun sweep, shared for a single run).
     isolation: str = knob("auto", choices=ISOLATION)
     # Host (dispatch) vs device time per step, profiled over at most this many steps after the windows
-    # (bench/breakdown.py; XLA uses its own clocks); 0: off.
+    # (bench/meters/breakdown.py; XLA uses its own clocks); 0: off.
     breakdown_steps: int = knob(3, ge=0, le=100000)
     self_check: bool = False  # also measure at half the batch; flag throughput that falls as the batch grows
     seed: int = knob(0, ge=0, le=2**32 - 1)

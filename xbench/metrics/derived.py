@@ -132,7 +132,7 @@ def cost(m: dict, cfg: dict) -> dict:
 @derived
 def host_overhead(m: dict, cfg: dict) -> dict:
     """Share of a steady step the host spends on it (dispatch, tracing, launches) over the steady step's
-    wall time: bench/breakdown.py's host time for every runtime; without it (older records), XLA's
+    wall time: bench/meters/breakdown.py's host time for every runtime; without it (older records), XLA's
     tracing time."""
     step_s = steady_step_s(m)
     if not step_s:

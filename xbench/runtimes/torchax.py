@@ -396,7 +396,7 @@ class TorchaxRuntime(Runtime):
         if want != self.jax_platform:
             out.append(f"the platform is {self.asked}, but JAX ran on {self.jax_platform} (install JAX's plugin "
                        "for the device: jax[cuda13] for NVIDIA GPUs, jax[tpu] for TPUs)")
-        # bench/breakdown.py profiles with torch.profiler, which sees torch's ops only: under torchax none computes
+        # bench/meters/breakdown.py profiles with torch.profiler, which sees torch's ops only: under torchax none computes
         out.append("host_s_per_step/device_s_per_step (bench.breakdown_steps) are torch.profiler's, which does not "
                    "see JAX's execution: they are not torchax's host/device split")
         if self.has_bn_stats:

@@ -9,7 +9,7 @@ window. A profiler that cannot start (another one is active: torch would let a s
 stop the first) leaves the steps to run unprofiled, so
 every rank still runs the same steps, and `close` returns `refused`.
 
-Users: the host/device breakdown (bench/breakdown.BreakdownMeter) and bench.profile=torch's trace
+Users: the host/device breakdown (bench/meters/breakdown.BreakdownMeter) and bench.profile=torch's trace
 (bench/profile.py).
 """
 
