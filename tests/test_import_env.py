@@ -77,3 +77,27 @@ def test_importing_every_xbench_module_writes_no_environment():
     got = _fresh(IMPORT_ALL)
     assert got["modules"] > 50 and got["failed"] == {}
     assert got["changed"] == [] and got["torch_xla"] is False
+
+
+def test_torch_xla_is_reached_one_way():
+    """One way keeps torch_xla lazy (xbench/extras.py's docstring): runtimes/xla.py is imported only through
+    runtimes.xla_module() (the launched XLA processes imported it directly), and USE_TORCH_XLA is written only by
+    extras.keep_torch_xla_out (accelerate's runtime and the zoo each wrote it their own way). Read from every
+    module's syntax tree, imports inside functions included."""
+    import ast
+
+    door, names = REPO / "xbench" / "runtimes" / "__init__.py", REPO / "xbench" / "extras.py"
+    recorded = REPO / "xbench" / "records" / "env.py"  # the variables a record lists: names, not writes
+    found = []
+    for path in sorted((REPO / "xbench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom) and path != door and (
+                    node.module == "xbench.runtimes.xla"
+                    or node.module == "xbench.runtimes" and any(a.name == "xla" for a in node.names)):
+                found.append(f"{where}: imports runtimes/xla.py")
+            if isinstance(node, ast.Import) and any(a.name == "xbench.runtimes.xla" for a in node.names):
+                found.append(f"{where}: imports runtimes/xla.py")
+            if isinstance(node, ast.Constant) and node.value == "USE_TORCH_XLA" and path not in (names, recorded):
+                found.append(f"{where}: names USE_TORCH_XLA")
+    assert found == []

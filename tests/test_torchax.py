@@ -12,13 +12,14 @@ import torch
 
 from tests.conftest import FAST, cli_env, records, run_cli
 from xbench import compat
+from xbench.extras import installed
 from xbench.metrics.parity import tolerance
-from xbench.platforms.detect import HostFacts, importable
+from xbench.platforms.detect import HostFacts
 from xbench.training.optim import make_optimizer
 
 # Found, not imported: importing torchax registers "jax" as torch's accelerator, and torch's Adam/AdamW steps then fail
 # in this process (pytorch/xla#9730); the runs that import it are fresh processes.
-pytestmark = pytest.mark.skipif(not all(map(importable, ("torchax", "jax", "optax"))),
+pytestmark = pytest.mark.skipif(not all(map(installed, ("torchax", "jax", "optax"))),
                                 reason="runtime=torchax needs torchax, jax and optax (the default .venv has them)")
 
 TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "data.batch_size=16", "bench.threads=1",

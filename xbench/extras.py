@@ -3,11 +3,23 @@
 The extras themselves are declared in pyproject.toml ([project.optional-dependencies]); a test checks
 that every line here names an extra that lists its distribution. Torch-free and import-free: whether a
 package is there is asked of importlib's finder, nothing is imported.
+
+**torch_xla stays out of a process until an XLA run is about to use it**, one way: importing it writes the
+environment (PJRT_DEVICE, GRPC_VERBOSITY, XLA_FLAGS ...), picks a PJRT device once, starts runtime threads
+that make a fork unsafe, and costs ~10 s. So:
+- whether it is there is asked here (`installed("torch_xla")`, `torch_xla_loaded()`), never by importing it;
+- the one door in is `xbench.runtimes.xla_module()` (PJRT_DEVICE set first, then runtimes/xla.py, the only
+  module importing torch_xla: an import-linter contract); `runtimes.xla_lazy` is that door behind an attribute
+  read, for the XLA strategies' module-level name; compat asks the XLA runtimes' rules of runtimes/xla_rules.py;
+- libraries that import it whenever it is installed (accelerate, transformers through it) are told not to by
+  `keep_torch_xla_out()`, the one writer of USE_TORCH_XLA (tests/test_import_env.py checks all of it).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 
 # import name -> (distribution on PyPI, the extra that installs it)
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -70,3 +82,17 @@ def require(what: str, *modules: str) -> None:
     line = missing(what, *modules)
     if line:
         raise MissingDependency(line)
+
+
+def torch_xla_loaded() -> bool:
+    """torch_xla is imported in this process already (an XLA run, a sweep's or a parity pair's preload)."""
+    return "torch_xla" in sys.modules
+
+
+def keep_torch_xla_out(*, even_if_loaded: bool = False) -> None:
+    """USE_TORCH_XLA=0 before importing accelerate or transformers, which import torch_xla whenever it is
+    installed (and accelerate then picks the XLA device). Unless torch_xla is loaded already (an XLA run's
+    model builds with it there); `even_if_loaded`: accelerate's runtime, the CPU/CUDA path whatever ran before
+    in this process. The caller restores the environment where a check must leave it as it was."""
+    if even_if_loaded or not torch_xla_loaded():
+        os.environ["USE_TORCH_XLA"] = "0"

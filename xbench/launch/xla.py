@@ -27,7 +27,7 @@ from xbench.launch import child
 from xbench.launch.gathered import results_of
 from xbench.launch.preamble import process_stop, run_rank, threads_asked, world_size_warning
 from xbench.rank import LaunchResult, RankContext, StopRequested
-from xbench.runtimes import default_pjrt_device, xla_environment
+from xbench.runtimes import default_pjrt_device, xla_environment, xla_module
 
 
 def xla_env(plan) -> dict:
@@ -55,9 +55,7 @@ def host_index() -> int:
     for key in HOST_INDEX_VARS:
         if os.environ.get(key, "").strip().isdigit():
             return int(os.environ[key])
-    from xbench.runtimes import xla as rx
-
-    return rx.tpu_worker_id()
+    return xla_module().tpu_worker_id()
 
 
 # ---------- xla_spmd ----------
@@ -66,8 +64,7 @@ def _spmd_process(work, env: dict):
     """Entry point of the fresh SPMD process (module level: picklable)."""
     plan = work.plan
     os.environ.update(env)
-    from xbench.runtimes import xla as rx
-
+    rx = xla_module()
     stop = process_stop()
     devices = rx.enable_spmd()
     # The mesh spans every device PJRT gives (all chips of a slice); the run is what it is.
@@ -96,8 +93,7 @@ def _mp_process(index, work, out_path: str):
 
     A replica runs in a worker thread (torch_xla runs each replica of a process in a thread, one per
     device it addresses), so it takes its process's stop flag rather than installing one."""
-    from xbench.runtimes import xla as rx
-
+    rx = xla_module()
     plan = work.plan
     ordinal, world, local = rx.replica()
     ctx = RankContext(ordinal, world, local, **threads_asked(plan),
@@ -133,8 +129,7 @@ def _mp_parent(work, out_path: str, env: dict):
     inherits the handlers and the flag (replicas are threads there too, where signal.signal raises)."""
     os.environ.update(env)
     stop = process_stop()
-    from xbench.runtimes import xla as rx
-
+    rx = xla_module()
     with child.reason_on_stop(stop):
         rx.launch_processes(_mp_process, (work, out_path), single_process=work.plan.parallel.world_size == 1,
                             start_method="fork")

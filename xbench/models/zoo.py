@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import importlib
 import os
 
 import torch
@@ -92,6 +93,17 @@ def _needs(name: str, module: str) -> None:
         raise KeyError(extras.message(f"model {name!r}", module))
 
 
+def _family_module(name: str, arch: str, module: str, names, what: str):
+    """The family's package, imported once it is installed and knows `arch` (else a KeyError that says which
+    extra to install, or names the close matches among `names()`, the `what` it lists)."""
+    _needs(name, module)
+    package = importlib.import_module(module)
+    known = names()
+    if arch not in known:
+        raise _unknown(name, arch, known, what)
+    return package
+
+
 def abstract_run(fn):
     """`fn(device)` on the meta device (no memory, no compute); for a model whose forward reads tensor
     values on the host (transformers' mask checks call `.all()`, which meta tensors cannot answer), again
@@ -136,12 +148,8 @@ def _probe(name: str, build, task: str, channels: int | None = None):
 # ---------- torchvision ----------
 
 def _torchvision(name: str, arch: str) -> ModelEntry:
-    _needs(name, "torchvision")
-    import torchvision
-
-    known = _torchvision_names()
-    if arch not in known:
-        raise _unknown(name, arch, known, "torchvision classification models")
+    torchvision = _family_module(name, arch, "torchvision", _torchvision_names,
+                                 "torchvision classification models")
 
     def build(spec: InputSpec, **options):
         kwargs: dict = {"weights": None, "num_classes": spec.num_classes}
@@ -151,18 +159,14 @@ def _torchvision(name: str, arch: str) -> ModelEntry:
             kwargs["image_size"] = spec.image_size
         return torchvision.models.get_model(arch, **{**kwargs, **options})
 
-    return ModelEntry(name, build, "classify", ("image",), ("torchvision",), _probe(name, build, "classify", 3))
+    return ModelEntry(name, build, "classify", ("image",), ("torchvision",),
+                      _probe(name, build, "classify", 3))
 
 
 # ---------- timm ----------
 
 def _timm(name: str, arch: str) -> ModelEntry:
-    _needs(name, "timm")
-    import timm
-
-    known = _timm_names()
-    if arch not in known:
-        raise _unknown(name, arch, known, "timm models")
+    timm = _family_module(name, arch, "timm", _timm_names, "timm models")
 
     def build(spec: InputSpec, **options):
         kwargs = {"pretrained": False, "num_classes": spec.num_classes, "in_chans": spec.channels}
@@ -196,12 +200,9 @@ def _quiet_transformers():
     torch_xla whenever it is installed (~10 s, and it picks a PJRT device); an XLA run has it already. The
     environment is as it was afterwards: compat's probe asks this, and a check writes no variable (what
     transformers' imports set as they load, torch._dynamo's TORCHINDUCTOR_CACHE_DIR, goes too)."""
-    import sys
-
     with env_vars.restored():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random init from a config: nothing to download
-        if "torch_xla" not in sys.modules:
-            os.environ["USE_TORCH_XLA"] = "0"
+        extras.keep_torch_xla_out()
         yield
 
 

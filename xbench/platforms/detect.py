@@ -8,10 +8,11 @@ runtime reports (`v3-8`, `v5litepod-8`), so a platform is matched as a SKU, not 
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import asdict, dataclass, field
 
 import torch
+
+from xbench.extras import installed
 
 
 @dataclass
@@ -19,7 +20,7 @@ class HostFacts:
     cuda_devices: list[str] = field(default_factory=list)  # device names, index = CUDA ordinal
     cuda_memory_gib: list[float] = field(default_factory=list)  # total memory per GPU, as the driver reports it
     cuda_sm_counts: list[int] = field(default_factory=list)  # streaming multiprocessors per GPU
-    torch_xla: bool = False  # importable (not imported)
+    torch_xla: bool = False  # installed (not imported)
     accelerate: bool = False
     logical_cores: int = 1
     torch_version: str = ""
@@ -43,13 +44,13 @@ def host_facts() -> HostFacts:
         cuda_devices=[g.name for g in gpus],
         cuda_memory_gib=[round(g.total_memory / 2**30, 2) for g in gpus],
         cuda_sm_counts=[g.multi_processor_count for g in gpus],
-        torch_xla=importable("torch_xla"),
-        accelerate=importable("accelerate"),
+        torch_xla=installed("torch_xla"),
+        accelerate=installed("accelerate"),
         logical_cores=os.cpu_count() or 1,
         torch_version=torch.__version__,
         tpu_chips=chips,
         tpu_accelerator_type=tpu_accelerator_type() if chips else None,
-        torch_xla_cuda_plugin=importable("torch_xla_cuda_plugin"),
+        torch_xla_cuda_plugin=installed("torch_xla_cuda_plugin"),
     )
 
 
@@ -79,14 +80,6 @@ def tpu_accelerator_type(metadata_timeout_s: float = 2.0) -> str | None:
             return resp.read().decode().strip() or None
     except (OSError, ValueError):  # no metadata server (not a TPU VM, or no network): unknown
         return None
-
-
-def importable(name: str) -> bool:
-    """Installed and findable; a broken or hidden package (find_spec raising) counts as absent."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def device_type(platform_device: str, runtime_name: str, facts: HostFacts) -> str:

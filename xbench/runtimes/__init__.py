@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import sys
+
+from xbench.extras import installed, torch_xla_loaded
 
 # name -> ("module:Class", packages it needs beyond torch). The packages are judged from the host's
 # facts before the module is imported (runtimes/xla.py imports torch_xla at import time).
@@ -54,10 +55,11 @@ def rules(name: str):
 
 
 def xla_module():
-    """runtimes/xla.py, imported at the first call, with PJRT_DEVICE set first when unset (PJRT reads it once, at
+    """The one door to torch_xla (xbench/extras.py says why it stays out until an XLA run is about to use it):
+    runtimes/xla.py, imported at the first call, with PJRT_DEVICE set first when unset (PJRT reads it once, at
     torch_xla's import): the only place xbench itself sets it in its own process, when XLA is about to run,
-    never as a side effect of importing a module."""
-    if XLA_MODULE not in sys.modules:
+    never as a side effect of importing a module. A launched XLA process applies its environment first."""
+    if not torch_xla_loaded():
         os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
     return importlib.import_module(XLA_MODULE)
 
@@ -117,9 +119,7 @@ def preload_xla(mentions: str) -> None:
     its per-device queues once, and an XLA backward after an eager one then fails an internal assert
     (importing torch_xla is not enough; creating the device is).
     """
-    from xbench.platforms.detect import importable
-
-    if "xla" in mentions and importable("torch_xla"):
+    if "xla" in mentions and installed("torch_xla"):
         # A broken torch-xla must not sink the other points; the XLA run itself reports it.
         with contextlib.suppress(Exception):
             xla_module().init_device()

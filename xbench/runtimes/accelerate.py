@@ -6,16 +6,15 @@ xbench's own (autocast/scaler from xbench.precision, Accelerate's `mixed_precisi
 only difference from runtime=eager is Accelerate's wrapping: its overhead is what gets measured.
 
 `import accelerate` imports torch_xla whenever it is installed and then picks the XLA device:
-USE_TORCH_XLA=0 is set before the import, since this runtime is the CPU/CUDA path.
+`extras.keep_torch_xla_out` sets USE_TORCH_XLA=0 before the import, since this runtime is the CPU/CUDA path.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 
+from xbench.extras import keep_torch_xla_out
 from xbench.runtimes.base import Runtime
 from xbench.training.step import make_train_step
 
@@ -25,7 +24,7 @@ class AccelerateRuntime(Runtime):
 
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
         super().__init__(cfg, device_type, local_rank)
-        os.environ["USE_TORCH_XLA"] = "0"
+        keep_torch_xla_out(even_if_loaded=True)
         import accelerate
         from accelerate import Accelerator
 

@@ -39,7 +39,7 @@ from dataclasses import fields
 import torch
 from torch import nn
 
-from xbench.platforms.detect import importable
+from xbench.extras import installed
 from xbench.precision import Precision
 from xbench.runtimes.base import Runtime
 from xbench.training.step import StepOptions, loss_for_task
@@ -232,7 +232,7 @@ class TorchaxRuntime(Runtime):
     def rules(cls, cfg, facts, dev):
         """What torchax runs here (its packages, precisions, optimizers, modes, strategies); the base rule is not
         asked: on a TPU platform (device xla) torchax drives the TPU through JAX, without torch-xla."""
-        absent = [m for m in PACKAGES if not importable(m)]
+        absent = [m for m in PACKAGES if not installed(m)]
         if absent:
             return [f"runtime torchax needs {', '.join(absent)}, which {'is' if len(absent) == 1 else 'are'} not "
                     "installed here: pip install torchax jax optax (GPUs: jax[cuda13]; TPUs: jax[tpu])"]
