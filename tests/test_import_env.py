@@ -54,19 +54,28 @@ def test_compat_check_of_xla_configs_writes_no_environment_and_imports_no_torch_
     assert any("backend 'nope' is unknown" in r for r in got["reasons"][4])
 
 
-IMPORT_ALL = """
-import importlib, json, os, pkgutil, sys
-import xbench
-before = dict(os.environ)
-names = sorted(m.name for m in pkgutil.walk_packages(xbench.__path__, "xbench.") if m.name != "xbench.runtimes.xla")
+# Every xbench module but runtimes/xla.py imported, in a snippet after `import importlib, pkgutil, xbench`:
+# `names` the modules, `failed` {module: why} where an optional extra is not installed here (the import itself
+# is what is checked). tests/test_pure_checks.py's fresh process imports them the same way.
+IMPORT_EVERY_MODULE = """
+names = sorted(m.name for m in pkgutil.walk_packages(xbench.__path__, "xbench.")
+               if m.name != "xbench.runtimes.xla")
 failed = {}
 for n in names:
     try:
         importlib.import_module(n)
-    except ImportError as e:  # an optional extra not installed here (the import itself is what is checked)
+    except ImportError as e:
         failed[n] = str(e)
+"""
+
+IMPORT_ALL = """
+import importlib, json, os, pkgutil, sys
+import xbench
+before = dict(os.environ)
+""" + IMPORT_EVERY_MODULE + """
 changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
-print(json.dumps({"modules": len(names), "failed": failed, "changed": changed, "torch_xla": "torch_xla" in sys.modules}))
+print(json.dumps({"modules": len(names), "failed": failed, "changed": changed,
+                  "torch_xla": "torch_xla" in sys.modules}))
 """
 
 

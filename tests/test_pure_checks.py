@@ -24,6 +24,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO, cli_env
+from tests.test_import_env import IMPORT_EVERY_MODULE
 from xbench import env_vars
 
 pytestmark = pytest.mark.usefixtures("cached_compose")
@@ -137,13 +138,7 @@ def changed(before):
 become({**base, **{k: v for env in hosts.values() for k, v in env.items()}})
 before = dict(os.environ)
 import xbench
-names = sorted(m.name for m in pkgutil.walk_packages(xbench.__path__, "xbench.") if m.name != "xbench.runtimes.xla")
-failed = {}
-for n in names:
-    try:
-        importlib.import_module(n)
-    except ImportError as e:  # an optional extra not installed here
-        failed[n] = str(e)
+""" + IMPORT_EVERY_MODULE + """
 out = {"modules": len(names), "failed": failed, "imports": changed(before), "written": {}, "answers": {}}
 from omegaconf import OmegaConf
 from xbench.api import compose
@@ -166,8 +161,8 @@ def test_a_fresh_process_imports_every_module_and_asks_everything_without_writin
     """The same in a fresh interpreter, where each import and each first question really runs (this session has
     imported them already, and a question may ask something once per process). ~6 s here."""
     env = {k: v for k, v in cli_env().items() if k not in CLEARED}
-    p = subprocess.run([sys.executable, "-c", FRESH, json.dumps(SIMULATED), json.dumps(CONFIGS), json.dumps(CLEARED)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", FRESH, json.dumps(SIMULATED), json.dumps(CONFIGS),
+                        json.dumps(CLEARED)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["modules"] > 50 and got["failed"] == {} and got["imports"] == []
