@@ -182,16 +182,26 @@ assert sink.start(rec, Path(sys.argv[1]))
 sink.log_window({"window": 0, "window_s": 0.1, "window_throughput_samples_per_s": 20.0, "window_steps": 1,
                  "steps_first": 0, "steps_timed_from": 0, "steps_step": [0], "steps_time_s": [0.1], "steps_loss": [1.0]})
 art = sink.publish(rec, Path(sys.argv[1]))
+import pydantic
+import wandb
+from pydantic._internal import _docs_extraction, _fields
+class Later(pydantic.BaseModel, use_attribute_docstrings=True):
+    x: int = 0
+    'read after the start'
 print(json.dumps({"artifacts": art, "imported": [m for m in ("wandb.sdk.launch", "opentelemetry.sdk.metrics")
-                                                 if m in sys.modules]}))
+                                                 if m in sys.modules],
+                  "described": wandb.Settings.model_fields["console"].description,
+                  "later": Later.model_fields["x"].description,
+                  "restored": _fields.extract_docstrings_from_cls is _docs_extraction.extract_docstrings_from_cls}))
 """
 
 
-def test_an_offline_run_starts_without_launch_pip_list_or_telemetry(tmp_path):
+def test_an_offline_run_starts_without_launch_pip_list_telemetry_or_docstrings(tmp_path):
     """An offline run (auto without credentials: WANDB_MODE unset) in a fresh process: W&B's init asked W&B Launch
     for staged inputs (importing wandb.sdk.launch, 0.4-0.8 s), parsed every package's metadata for its pip list
-    (0.1-0.4 s, a `files` record), and the first log built OpenTelemetry exporters for api.wandb.ai (0.1-0.2 s).
-    None of them now; the run is still whole, with its window and step."""
+    (0.1-0.4 s, a `files` record), the first log built OpenTelemetry exporters for api.wandb.ai (0.1-0.2 s), and
+    W&B's import read every settings field's docstring from source (1.2-1.9 s with torch loaded). None of them
+    now (pydantic reads docstrings again after); the run is still whole, with its window and step."""
     import json
     import subprocess
     import sys
@@ -201,13 +211,16 @@ def test_an_offline_run_starts_without_launch_pip_list_or_telemetry(tmp_path):
 
     env = {**cli_env(), "NETRC": str(tmp_path / "no-netrc")}
     env.pop("WANDB_MODE")
-    p = subprocess.run([sys.executable, "-c", _OFFLINE_START, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=120)
+    script = tmp_path / "start.py"  # a file: pydantic reads a docstring from the class's source
+    script.write_text(_OFFLINE_START)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
     art = out["artifacts"]
     assert art["wandb_mode"] == "offline" and "wandb_error" not in art and art["wandb_windows_logged_live"] == 1
     assert out["imported"] == []
+    assert out["described"] is None and out["later"] == "read after the start" and out["restored"]
     [f] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     kinds = [r.WhichOneof("record_type") for r in wandb_records(f)]
     assert "files" not in kinds and "history" in kinds and kinds[-1] == "exit"

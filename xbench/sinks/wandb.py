@@ -150,6 +150,29 @@ def _no_pandas_probe():
 
 
 @contextlib.contextmanager
+def _no_field_docstrings():
+    """W&B's settings and artifacts are pydantic models that read each field's docstring from their source
+    (use_attribute_docstrings), and pydantic finds a class's source with inspect.getmodule, which walks every
+    loaded module per class: with torch's thousands loaded, 1.2-1.9 s of a run's `import wandb` (2.1-3.4 ->
+    0.95-1.5 s without, at load 10 on 2 cores), for help texts a run never shows. While W&B is imported and its
+    run opened here, no field docstrings are read (they are read again after)."""
+    try:
+        from pydantic._internal import _fields
+    except ImportError:  # no pydantic (no W&B either), or another layout: nothing to skip
+        yield
+        return
+    read = getattr(_fields, "extract_docstrings_from_cls", None)
+    if read is None:
+        yield
+        return
+    _fields.extract_docstrings_from_cls = lambda cls, use_inspect=False: {}
+    try:
+        yield
+    finally:
+        _fields.extract_docstrings_from_cls = read
+
+
+@contextlib.contextmanager
 def _no_launch_probe():
     """wandb.init asks W&B Launch for job inputs staged for the run, importing wandb.sdk.launch to ask (its agent,
     the public API, their pydantic models: 0.4-0.8 s of every run's init here). Inputs are staged only by code
@@ -390,7 +413,8 @@ class WandbSink:
         if mode == "disabled":
             return None
         try:
-            import wandb
+            with _no_field_docstrings():
+                import wandb
         except ImportError:
             self.mode_used = "unavailable"
             self.say(f"W&B: skipped, the local record is complete ({message('logging to W&B', 'wandb')}; "
@@ -405,7 +429,8 @@ class WandbSink:
                       group=group, tags=tags, name=run_name(record), config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
-        run = self._init(wandb, mode, kwargs)
+        with _no_field_docstrings():
+            run = self._init(wandb, mode, kwargs)
         # Each series against its own x: per-step figures against `step`, windows against `window`.
         run.define_metric("step")
         run.define_metric("window")
