@@ -84,6 +84,17 @@ def test_no_bound_is_restated_outside_its_field():
     assert found == []
 
 
+def test_the_price_fields_hold_the_billing_models_bounds():
+    """metrics/cost.py holds any platform dict (a record's, a price file's) to the same bounds the schema's fields
+    declare: one copy, read by both."""
+    from xbench.config import PlatformConfig, PriceConfig
+    from xbench.metrics.cost import PLATFORM_BOUNDS, PRICE_BOUNDS
+
+    for cls, bounds in ((PlatformConfig, PLATFORM_BOUNDS), (PriceConfig, PRICE_BOUNDS)):
+        fields = {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if f.name in bounds}
+        assert fields == bounds
+
+
 @pytest.mark.parametrize("override,said", [
     ("data.batch_size=0", "data.batch_size=0 is out of range; allowed: [1, 2147483647]"),
     ("data.eval_fraction=1.0", "data.eval_fraction=1.0 is out of range; allowed: (0, 1)"),
@@ -92,6 +103,7 @@ def test_no_bound_is_restated_outside_its_field():
     ("goal.max_epochs=0", "goal.max_epochs=0 is out of range; allowed: [1, 1000000]"),
     ("optim.schedule.gamma=1.5", "optim.schedule.gamma=1.5 is out of range; allowed: (0, 1)"),
     ("parallel.timeout_s=0", "parallel.timeout_s=0.0 is out of range; allowed: (0, 86400]"),
+    ("platform.utilisation=2", "platform.utilisation=2.0 is out of range; allowed: (0, 1]"),
 ])
 def test_compat_says_each_bad_value_once_in_the_validators_words(override, said):
     """The validator's message and nothing else for one bad value: no rule restates it."""

@@ -13,64 +13,14 @@ Rules that compare two fields are compat's (and the plugins' `rules`); a single 
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
-BIG = 2**31 - 1  # "as many as you like" for counts and sizes
+from xbench.metrics.bounds import BIG, Knob
 
-
-@dataclass(frozen=True)
-class Knob:
-    """The values one field may take: a closed or open interval (ge/gt, le/lt) and/or a closed set."""
-
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    choices: tuple | None = None
-
-    @property
-    def numeric(self) -> bool:
-        return self.choices is None
-
-    def interval(self) -> str:
-        """The range as the messages show it: "[1, 65536]", "(0, 1)"."""
-        lo, hi = (self.ge, "[") if self.gt is None else (self.gt, "(")
-        up, end = (self.le, "]") if self.lt is None else (self.lt, ")")
-        return f"{hi}{_num(lo)}, {_num(up)}{end}"
-
-    def allows(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
-                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
-
-    def problem(self, key: str, value) -> str | None:
-        """Why `value` cannot be `key` (None: it can)."""
-        if value is None or value == "???":  # null, or MISSING in a section not composed (Hydra says so)
-            return None
-        if self.choices is not None:
-            return None if value in self.choices else \
-                f"{key}={value!r} is unknown; allowed: {', '.join(_choice(c) for c in self.choices)}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{key}={value!r} is not a number; allowed: {self.interval()}"
-        if self.allows(value):
-            return None
-        finite = "" if math.isfinite(value) else " (a finite number)"
-        return f"{key}={value!r} is out of range; allowed: {self.interval()}{finite}"
-
-
-def _num(x) -> str:
-    if isinstance(x, float) and x.is_integer() and abs(x) >= 1e4:
-        return f"{x:.0e}".replace("e+0", "e").replace("e+", "e")
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def _choice(c) -> str:
-    return "null" if c is None else str(c)
+__all__ = ["BIG", "Knob", "choices_of", "knob", "knob_of", "problems", "schema_fields"]
 
 
 def knob(default: Any = dataclasses.MISSING, *, factory=None, ge=None, gt=None, le=None, lt=None,

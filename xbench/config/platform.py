@@ -1,5 +1,7 @@
-"""platform: hardware and price (conf/platform/*.yaml). Billing arithmetic and the billing words (units,
-granularities, kinds, pricing models) are xbench/metrics/cost.py's; docs/cost_and_targets.md explains the model."""
+"""platform: hardware and price (conf/platform/*.yaml). Billing arithmetic, the billing words (units,
+granularities, kinds, pricing models) and the numbers billing can take (PLATFORM_BOUNDS, PRICE_BOUNDS: the knobs
+of the price fields here, `priced`) are xbench/metrics/cost.py's, which also holds records' and price files'
+platforms to them; docs/cost_and_targets.md explains the model."""
 
 from __future__ import annotations
 
@@ -7,9 +9,16 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from xbench.config.knobs import BIG, knob
+from xbench.config.knobs import knob
+from xbench.metrics.cost import PLATFORM_BOUNDS, PRICE_BOUNDS
 
 DEVICES = ("auto", "cpu", "cuda", "xla")
+
+
+def priced(default, bounds: dict, name: str):
+    """A field whose knob is the billing model's bound for `name`."""
+    b = bounds[name]
+    return knob(default, ge=b.ge, gt=b.gt, le=b.le, lt=b.lt)
 
 
 @dataclass
@@ -17,18 +26,19 @@ class PriceConfig:
     """One component of what a platform costs (accelerator, host VM, storage, a fee)."""
 
     name: str = "machine"
-    amount: float = knob(0.0, ge=0, le=1e12)  # list price in `currency`, per `unit` of time, per `per`
+    amount: float = priced(0.0, PRICE_BOUNDS, "amount")  # list price in `currency`, per `unit` of time, per `per`
     currency: str = "USD"
     unit: str = "hour"  # millisecond | second | minute | hour | month (a month is 730 hours)
     per: str = "machine"  # machine | chip | vcpu | gib: what one `amount` buys
-    count: int = knob(1, ge=1, le=BIG)  # how many `per` units are billed (chips, vCPUs)
+    count: int = priced(1, PRICE_BOUNDS, "count")  # how many `per` units are billed (chips, vCPUs)
     kind: str = "usage"  # usage (billed while running) | setup_fee (once) | monthly_fee (each month)
     # on_demand | spot | preemptible | reserved_1y | reserved_3y | monthly; None: the platform's
     pricing_model: str | None = None
     # granularity: millisecond | second | minute | hour (rounded up) | month_amortised; None: the platform's
     billing: str | None = None
-    minimum_charge_s: float | None = knob(None, ge=0, le=1e9)  # billed at least this long per start; None: the platform's
-    discount: float = knob(0.0, ge=0, lt=1)  # fraction off `amount` (e.g. 0.7 for a spot price 70% below list)
+    # billed at least this long per start; None: the platform's
+    minimum_charge_s: float | None = priced(None, PRICE_BOUNDS, "minimum_charge_s")
+    discount: float = priced(0.0, PRICE_BOUNDS, "discount")  # fraction off `amount` (e.g. 0.7 for a spot price 70% below list)
     source: str | None = None  # URL for this component when it differs from the platform's price_source
     as_of: str | None = None  # YYYY-MM-DD for this component when it differs from price_as_of
 
@@ -55,7 +65,7 @@ class PlatformConfig:
     # default granularity of the components: millisecond | second | minute | hour | month_amortised
     billing: str = "second"
     # default minimum billed time per start (e.g. 60 on AWS/GCE per-second billing)
-    minimum_charge_s: float = knob(0.0, ge=0, le=1e9)
+    minimum_charge_s: float = priced(0.0, PLATFORM_BOUNDS, "minimum_charge_s")
     price: list[PriceConfig] = field(default_factory=list)
     price_source: str | None = None  # URL of the price page
     price_as_of: str | None = None  # date the price was read, YYYY-MM-DD
@@ -64,5 +74,5 @@ class PlatformConfig:
     instance: str | None = None  # the provider's instance/machine type, e.g. p3.8xlarge, v2-8
     region: str | None = None  # where the price applies
     # Monthly rent and fixed fees are spread over the hours the machine is really used:
-    utilisation: float = knob(1.0, gt=0, le=1)  # share of the month a monthly-billed machine runs jobs
-    commitment_months: float = knob(1.0, gt=0, le=1200)  # setup fees are spread over this many months of rent
+    utilisation: float = priced(1.0, PLATFORM_BOUNDS, "utilisation")  # share of the month a monthly-billed machine runs jobs
+    commitment_months: float = priced(1.0, PLATFORM_BOUNDS, "commitment_months")  # setup fees are spread over this many months of rent

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 
+from xbench.metrics.bounds import BIG, Knob
 from xbench.metrics.numbers import finite_number
 
 HOURS_PER_MONTH = 730.0
@@ -25,6 +26,12 @@ GRANULARITY_S = {"millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 360
 KINDS = ("usage", "setup_fee", "monthly_fee")
 PER = ("machine", "chip", "vcpu", "gib")
 PRICING_MODELS = ("on_demand", "spot", "preemptible", "reserved_1y", "reserved_3y", "monthly")
+# The numbers billing can take, written once: `problems` holds any platform dict (a record's, a YAML's) to
+# them, and the platform schema's fields declare them as their knobs (xbench/config/platform.py).
+PLATFORM_BOUNDS = {"utilisation": Knob(gt=0, le=1), "commitment_months": Knob(gt=0, le=1200),
+                   "minimum_charge_s": Knob(ge=0, le=1e9)}
+PRICE_BOUNDS = {"amount": Knob(ge=0, le=1e12), "count": Knob(ge=1, le=BIG), "discount": Knob(ge=0, lt=1),
+                "minimum_charge_s": Knob(ge=0, le=1e9)}
 
 
 def _billing(c: dict, platform: dict) -> str:
@@ -63,27 +70,23 @@ def not_numbers(measurements: dict) -> list[str]:
     return out
 
 
-def problems(platform: dict) -> list[str]:
-    """What is wrong with a platform's price (empty: fine). Used by compat before any device work."""
-    out = []
+def number_problems(platform: dict) -> list[str]:
+    """A platform's numbers outside PLATFORM_BOUNDS / PRICE_BOUNDS (not finite, not a number, out of range)."""
     name = platform.get("name", "?")
-    for key in ("utilisation", "commitment_months", "minimum_charge_s"):
-        if platform.get(key) is not None and not finite_number(platform[key]):
-            out.append(f"platform {name!r}: {key}={platform[key]!r} must be a finite number")
+    out = [why for key, knob in PLATFORM_BOUNDS.items()
+           if (why := knob.problem(f"platform {name!r}: {key}", platform.get(key)))]
     for c in platform.get("price") or []:
-        for key in ("amount", "count", "discount", "minimum_charge_s"):
-            if c.get(key) is not None and not finite_number(c[key]):
-                out.append(f"platform {name!r} price component {c.get('name', '?')!r}: {key}={c[key]!r} must be a "
-                           "finite number")
-    if out:
-        return out
+        label = f"platform {name!r} price component {c.get('name', '?')!r}"
+        out += [why for key, knob in PRICE_BOUNDS.items() if (why := knob.problem(f"{label}: {key}", c.get(key)))]
+    return out
+
+
+def problems(platform: dict, numbers: bool = True) -> list[str]:
+    """What is wrong with a platform's price (empty: fine): its numbers (number_problems), the billing words,
+    one currency. compat asks with numbers=False: the platform schema's knobs hold the same bounds."""
+    out = number_problems(platform) if numbers else []
     comps = platform.get("price") or []
     name = platform.get("name", "?")
-    u = platform.get("utilisation", 1.0)
-    if u is not None and not 0 < u <= 1:
-        out.append(f"platform {name!r}: utilisation must be in (0, 1], got {u}")
-    if (platform.get("commitment_months") or 1.0) <= 0:
-        out.append(f"platform {name!r}: commitment_months must be > 0")
     if platform.get("billing", "second") not in GRANULARITY_S:
         out.append(f"platform {name!r}: billing={platform.get('billing')!r} is unknown; "
                    f"allowed: {', '.join(GRANULARITY_S)}")
@@ -104,12 +107,6 @@ def problems(platform: dict) -> list[str]:
         pm = c.get("pricing_model")
         if pm is not None and pm not in PRICING_MODELS:
             out.append(f"{label}: pricing_model={pm!r} is unknown; allowed: {', '.join(PRICING_MODELS)}")
-        if not 0 <= float(c.get("discount", 0.0)) < 1:
-            out.append(f"{label}: discount must be a fraction in [0, 1), got {c.get('discount')}")
-        amount = float(c.get("amount", 0.0))
-        if not math.isfinite(amount) or amount < 0 or int(c.get("count", 1)) < 0:
-            out.append(f"{label}: amount and count must be finite and not negative, got {c.get('amount')} "
-                       f"and {c.get('count', 1)}")
     if len({c.get("currency", "USD") for c in comps}) > 1:
         out.append(f"platform {name!r}: price components mix currencies "
                    f"{sorted({c.get('currency', 'USD') for c in comps})}; give one")
