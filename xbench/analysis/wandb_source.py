@@ -23,8 +23,8 @@ from xbench.records.record import SAMPLE_LISTS, STATUSES, RunRecord
 
 API, OFFLINE = "wandb:", "wandb-offline:"
 # History series (sinks/wandb.py): the summary's copy of their last value is not a figure of the run.
-HISTORY_ONLY = {"step", "window", "loss", "step_time_s", "phase_timed", "step_throughput_samples_per_s", "eval",
-                "attempt", "epoch", "wall_s", "train_loss", "lr"}
+HISTORY_ONLY = {"step", "window", "loss", "step_time_s", "phase_timed", "step_throughput_samples_per_s",
+                "eval", "attempt", "epoch", "wall_s", "train_loss", "lr"}
 CI = re.compile(r"(.+)_ci95_(low|high)_samples_per_s$")
 GPU = "gpu_util_percent/"
 
@@ -34,7 +34,8 @@ def is_source(store) -> bool:
 
 
 def _curve(history: list[dict], metric: str | None) -> dict:
-    """The evaluation curve (train to target) from the history's evaluation rows, as record.series holds it."""
+    """The evaluation curve (train to target) from the history's evaluation rows, as record.series holds
+    it."""
     rows = [h for h in history if "eval" in h and metric in h]
     if not rows:
         return {}
@@ -42,16 +43,18 @@ def _curve(history: list[dict], metric: str | None) -> dict:
     return {k: [h.get(k) for h in rows] for k in keys}
 
 
-def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict] = ()) -> RunRecord:
-    config = {k: v for k, v in (config or {}).items() if not k.startswith("_")}
-    env = config.pop("env", None) or {}
-    version = config.pop("xbench_version", None)
-    config.pop("comparison", None)
-    config_run_id = config.pop("run_id", None)  # sinks/wandb.py puts it there (the run's name says what ran)
-    s = {k: v for k, v in (summary or {}).items() if not k.startswith("_")}
-    status, reason, run_id = s.pop("status", None), s.pop("reason", None), s.pop("run_id", None) or config_run_id or name
-    warnings = [w for w in (s.pop("warnings", None) or "").split("; ") if w]
-    s.pop("n_warnings", None)
+def _figure(k: str, v, metric: str | None) -> bool:
+    """Whether a summary item is a figure of the run: not a history series' last value (W&B's copy), and a
+    value a record holds (a scalar, or a list of samples)."""
+    if (k in HISTORY_ONLY or k.startswith("window_") or batch_trials.is_trial_key(k)
+            or (k == metric and isinstance(v, (int, float)))):
+        return False
+    return v is None or isinstance(v, (bool, int, float, str)) or (k in SAMPLE_LISTS and isinstance(v, list))
+
+
+def _measurements(s: dict, history: list[dict]) -> dict:
+    """The record's measurements from the summary: its figures, each CI from its low and high, the batch
+    search's trials from the history, and the GPUs' utilisation from one key per GPU."""
     metric = s.get("goal_metric")
     m, cis, gpus = {}, {}, {}
     for k, v in s.items():
@@ -60,23 +63,43 @@ def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict
             cis.setdefault(ci.group(1), {})[ci.group(2)] = v
         elif k.startswith(GPU):
             gpus[k[len(GPU):]] = v
-        elif (k in HISTORY_ONLY or k.startswith("window_") or batch_trials.is_trial_key(k)
-              or (k == metric and isinstance(v, (int, float)))):
-            continue
-        elif v is None or isinstance(v, (bool, int, float, str)) or k in SAMPLE_LISTS and isinstance(v, list):
+        elif _figure(k, v, metric):
             m[k] = v
-    for stem, lohi in cis.items():
-        if "low" in lohi and "high" in lohi:
-            m[f"{stem}_ci95_samples_per_s"] = [lohi["low"], lohi["high"]]
+    m.update({f"{stem}_ci95_samples_per_s": [lohi["low"], lohi["high"]] for stem, lohi in cis.items()
+              if "low" in lohi and "high" in lohi})
     trials = batch_trials.from_history(history)
     if trials:
         m["batch_search_trials"] = trials
     if gpus:
         m["gpu_util_percent_mean"] = gpus  # labels already span every rank (metrics/utilisation.py)
-    rec = RunRecord(run_id=str(run_id), experiment=config.get("experiment"), config=config, measurements=m,
-                    series=_curve(list(history), metric), warnings=warnings,
-                    env={"xbench_version": version, "hostname": env.get("hostname"),
-                         "cpu": {"model": env.get("cpu_model")}, "wandb_env": env})
+    return m
+
+
+def _public(d: dict | None) -> dict:
+    """A W&B config or summary without W&B's own keys (`_wandb`, `_step`, ...)."""
+    return {k: v for k, v in (d or {}).items() if not k.startswith("_")}
+
+
+def _run_env(env: dict, version: str | None) -> dict:
+    """The record's env from the few facts sinks/wandb.py logs (`env` in the config, the whole of it kept)."""
+    return {"xbench_version": version, "hostname": env.get("hostname"),
+            "cpu": {"model": env.get("cpu_model")}, "wandb_env": env}
+
+
+def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict] = ()) -> RunRecord:
+    config, s = _public(config), _public(summary)
+    env = config.pop("env", None) or {}
+    version = config.pop("xbench_version", None)
+    config.pop("comparison", None)
+    config_run_id = config.pop("run_id", None)  # sinks/wandb.py puts it there (the run's name says what ran)
+    status, reason = s.pop("status", None), s.pop("reason", None)
+    run_id = s.pop("run_id", None) or config_run_id or name
+    warnings = [w for w in (s.pop("warnings", None) or "").split("; ") if w]
+    s.pop("n_warnings", None)
+    rec = RunRecord(run_id=str(run_id), experiment=config.get("experiment"), config=config,
+                    measurements=_measurements(s, history),
+                    series=_curve(list(history), s.get("goal_metric")), warnings=warnings,
+                    env=_run_env(env, version))
     if status in STATUSES and status != "running":
         rec.finish(status, reason)
     else:  # a W&B run that never got its summary: the run did not end where xbench could say how
@@ -85,9 +108,10 @@ def record_from_wandb(name: str, config: dict, summary: dict, history: list[dict
 
 
 # The .wandb file: W&B's LevelDB-style log (wandb-core's store; wandb 0.31 has no Python reader since
-# sdk.internal.datastore went): a 7-byte header (":W&B", magic 0xBEE1, version 0), then 32-KiB blocks of chunks,
-# each a 7-byte header (CRC-32 of its type byte and data, length, type: full, first, middle, last) and its data; a
-# block's tail too short for a header is zero padding. A whole chunk sequence is one protobuf Record.
+# sdk.internal.datastore went): a 7-byte header (":W&B", magic 0xBEE1, version 0), then 32-KiB blocks of
+# chunks, each a 7-byte header (CRC-32 of its type byte and data, length, type: full, first, middle, last) and
+# its data; a block's tail too short for a header is zero padding. A whole chunk sequence is one protobuf
+# Record.
 _FILE_HEADER = struct.Struct("<4sHB")
 _CHUNK = struct.Struct("<IHB")
 _BLOCK = 32768
@@ -95,7 +119,8 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
 def wandb_records(path: str | Path):
-    """The protobuf Records of one .wandb file, in order (a torn last record ends the file, as W&B's reader does)."""
+    """The protobuf Records of one .wandb file, in order (a torn last record ends the file, as W&B's reader
+    does)."""
     from wandb.proto import wandb_internal_pb2 as pb  # protobuf only: the report stays torch-free
 
     data = Path(path).read_bytes()
@@ -151,10 +176,11 @@ def _items(items, nest: bool = False) -> dict:
 
 
 def read_wandb_file(path: str | Path) -> dict:
-    """One offline run from its .wandb file, in this process: what the report takes (config, summary, history,
-    name; records/wandb_files.read_offline_run's keys), a few ms per run (was a `wandb leet inspect` process)."""
-    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None, "job_type": None,
-                 "exit_code": None, "preempting": False}
+    """One offline run from its .wandb file, in this process: what the report takes (config, summary,
+    history, name; records/wandb_files.read_offline_run's keys), a few ms per run (was a `wandb leet inspect`
+    process)."""
+    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None,
+                 "job_type": None, "exit_code": None, "preempting": False}
     for rec in wandb_records(path):
         kind = rec.WhichOneof("record_type")
         if kind == "run":
@@ -177,7 +203,8 @@ def read_wandb_file(path: str | Path) -> dict:
 
 
 def offline_records(folder: str | Path, progress: bool = True) -> tuple[list[RunRecord], list[str]]:
-    """Every offline W&B run under `folder` as a record; (records, one message per run that could not be read).
+    """Every offline W&B run under `folder` as a record; (records, one message per run that could not be
+    read).
     `progress`: a line on stderr, redrawn at most once a second, with the runs read and the time so far."""
     folder = Path(folder)
     if not folder.exists():
@@ -187,7 +214,8 @@ def offline_records(folder: str | Path, progress: bool = True) -> tuple[list[Run
     for i, f in enumerate(files, 1):
         try:
             run = read_wandb_file(f)
-            recs.append(record_from_wandb(run["name"] or f.stem, run["config"], run["summary"], run["history"]))
+            recs.append(record_from_wandb(run["name"] or f.stem, run["config"], run["summary"],
+                                          run["history"]))
         except Exception as e:  # one unreadable run never stops a report
             skipped.append(f"skipping W&B run {f}: {type(e).__name__}: {e}")
         if progress and (time.monotonic() - said > 1 or i == len(files)):
