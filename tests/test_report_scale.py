@@ -75,10 +75,10 @@ def _pixels(fig):
     return np.asarray(canvas.buffer_rgba()).copy()
 
 
-def test_fast_glyph_loop_draws_the_same_pixels_as_matplotlibs():
-    """plots.fast_glyphs (Agg's per-glyph loop with the per-string work done once, ~20% of a figure's drawing):
-    the same pixels as matplotlib's own loop for plain, rotated, bold, small, mathtext and unantialiased text,
-    and matplotlib's loop back afterwards."""
+def test_fast_text_draws_the_same_pixels_as_matplotlib():
+    """plots.fast_text (Agg's per-glyph loop with the per-string work done once, each text laid out and measured
+    once): the same pixels as matplotlib's own methods for plain, rotated, bold, small, mathtext and unantialiased
+    text, drawn once and again (from the caches), and matplotlib's methods back afterwards."""
     import matplotlib.pyplot as plt
     from matplotlib.backends import backend_agg
 
@@ -93,15 +93,19 @@ def test_fast_glyph_loop_draws_the_same_pixels_as_matplotlibs():
         ax.text(0.2, 0.5, "rotated 37°, ÄÖ €", rotation=37, fontsize=7)
         ax.text(0.6, 0.2, "not antialiased", antialiased=False)
         before = _pixels(fig)
-        with plots.fast_glyphs():
+        with plots.fast_text():
             assert backend_agg.RendererAgg._draw_text_glyphs_and_boxes is plots._glyphs_drawn_fast
-            fast = _pixels(fig)
+            fast, again = _pixels(fig), _pixels(fig)
+            assert plots._LAYOUTS and plots._METRICS  # the second drawing read them
         plt.close(fig)
     assert backend_agg.RendererAgg._draw_text_glyphs_and_boxes is plots._AGG_GLYPHS
-    assert (before == fast).all() and (before != 255).any()
+    assert backend_agg.RendererAgg.draw_text is plots._AGG_TEXT
+    plots._LAYOUTS.clear()
+    plots._METRICS.clear()
+    assert (before == fast).all() and (before == again).all() and (before != 255).any()
 
 
-def test_report_plot_drawn_with_the_fast_glyph_loop_is_pixel_identical(tmp_path):
+def test_report_plot_drawn_with_fast_text_is_pixel_identical(tmp_path):
     """A report figure of 300 FAKE records (long labels, facets, footer): same pixels either way."""
     import matplotlib.pyplot as plt
 
@@ -113,7 +117,7 @@ def test_report_plot_drawn_with_the_fast_glyph_loop_is_pixel_identical(tmp_path)
     with plt.rc_context(layout.STYLE):
         fig = plots.PLOTS["throughput"](rows, Context())
         before = _pixels(fig)
-        with plots.fast_glyphs():
+        with plots.fast_text():
             fast = _pixels(fig)
         plt.close(fig)
     assert before.shape == fast.shape and (before == fast).all()
