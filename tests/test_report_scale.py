@@ -121,3 +121,17 @@ def test_report_plot_drawn_with_fast_text_is_pixel_identical(tmp_path):
             fast = _pixels(fig)
         plt.close(fig)
     assert before.shape == fast.shape and (before == fast).all()
+
+
+def test_a_report_without_plots_never_imports_matplotlib(tmp_path):
+    """`--format csv` (tables only) leaves matplotlib unimported (~0.35 s of a report's start): report/llm.py's
+    plot imports layout only when it draws. Before, the tables' import of llm brought in pyplot."""
+    import subprocess
+    import sys
+
+    store = write_fake_store(tmp_path / "store", 120)
+    code = ("import sys; from xbench.report.__main__ import main; "
+            f"rc = main([{str(store)!r}, '--out', {str(tmp_path / 'out')!r}, '--format', 'csv', '--no-progress']); "
+            "print('rc', rc, 'matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "rc 0 False", out.stdout + out.stderr

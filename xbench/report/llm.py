@@ -21,8 +21,6 @@ from xbench.metrics.llm_sizes import (
     size_params,
     state_gib_per_device,
 )
-from xbench.report import layout
-from xbench.report.layout import Bar, Facet, hbar_figure
 from xbench.report.rows import (
     Context,
     Table,
@@ -145,6 +143,9 @@ def memory_plot(rows: Rows, ctx: Context, works):
     """Per work, memory per device by what holds it (a bar per holder and configuration, coloured by holder) and
     tokens/s per device, DDP beside the sharded strategies. `works` is plots.py's `workloads` (the works it
     draws, the rest on a next page)."""
+    from xbench.report import layout  # matplotlib: only when plots are drawn (the tables import this module)
+    from xbench.report.layout import Bar, Facet, hbar_figure
+
     llm = llm_rows(rows).ok()
     if not any(r.get("parallel") in REPLICATED and r.get("memory_states_gib") is not None for r in llm):
         raise NoData("no token run under parallel=fsdp or xla_fsdp with memory per device (memory_*_gib)")
