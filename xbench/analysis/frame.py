@@ -130,11 +130,12 @@ def _ci_columns(m: dict) -> dict:
     return out
 
 
-def flatten(rec: RunRecord) -> dict:
-    """One tidy row for one record."""
-    c, m = rec.config or {}, rec.measurements or {}
+def _config_columns(rec: RunRecord) -> dict:
+    """The row's columns that say what ran (the record's keys, its config's names and knobs, its host)."""
+    c, m, env = rec.config or {}, rec.measurements or {}, rec.env or {}
     data, platform, bench = c.get("data") or {}, c.get("platform") or {}, c.get("bench") or {}
-    row = {
+    cpu_model = (env.get("cpu") or {}).get("model")
+    return {
         "run_id": rec.run_id,
         "experiment": rec.experiment or c.get("experiment"),
         "status": rec.status,
@@ -153,41 +154,58 @@ def flatten(rec: RunRecord) -> dict:
         "batch_size_per_device": data.get("batch_size"),
         "threads": m.get("threads_intra", bench.get("threads")),
         "cpu_capability": bench.get("cpu_capability"),  # ATen's kernels as asked (None: the best the CPU has)
-        "cpu_model": ((rec.env or {}).get("cpu") or {}).get("model"),
-        "device_kind": device_kind(platform, ((rec.env or {}).get("cpu") or {}).get("model")),
-        "hostname": (rec.env or {}).get("hostname"),
+        "cpu_model": cpu_model,
+        "device_kind": device_kind(platform, cpu_model),
+        "hostname": env.get("hostname"),
         "provider": platform.get("provider"),
         "platform_memory_gib": platform.get("memory_gib"),  # one device's: the LLM fit table
         "dataset_size": data.get("dataset_size"),  # the projection's basis (metrics/derived.py's cost)
         "projection_epochs": (c.get("goal") or {}).get("projection_epochs"),
         **detail_columns(c),
     }
-    for src in (m, rec.derived or {}):
-        for k, v in src.items():
-            if _scalar(v) and k not in row:
-                row[k] = v
-    # Runs that stopped early still say how big they were meant to be.
+
+
+def _planned_size(c: dict, row: dict) -> None:
+    """Runs that stopped early still say how big they were meant to be: devices and global batch from the
+    config where the run measured none."""
     world = (c.get("parallel") or {}).get("world_size") or 1
-    row.setdefault("devices", world)
     if row.get("devices") is None:
         row["devices"] = world
-    if row.get("global_batch_size") is None and isinstance(data.get("batch_size"), int):
-        row["global_batch_size"] = data["batch_size"] * (row["devices"] or 1)
+    batch = (c.get("data") or {}).get("batch_size")
+    if row.get("global_batch_size") is None and isinstance(batch, int):
+        row["global_batch_size"] = batch * (row["devices"] or 1)
+
+
+def _new_scalars(src: dict, row: dict) -> dict:
+    """The scalar items of `src` whose keys `row` has not."""
+    return {k: v for k, v in src.items() if _scalar(v) and k not in row}
+
+
+def flatten(rec: RunRecord) -> dict:
+    """One tidy row for one record."""
+    c, m = rec.config or {}, rec.measurements or {}
+    row = _config_columns(rec)
+    # the measured figures, then the derived ones; never over a config column
+    for src in (m, rec.derived or {}):
+        row.update(_new_scalars(src, row))
+    _planned_size(c, row)
     row.update(_ci_columns(m))
     row.update(_batch_search(m))
-    row["warnings"] = "; ".join(rec.warnings or []) or None
-    row["n_warnings"] = len(rec.warnings or [])
+    warnings = rec.warnings or []
+    row["warnings"] = "; ".join(warnings) or None
+    row["n_warnings"] = len(warnings)
     row["noisy"] = bool(m.get("noisy"))
     row["curve"] = _curve(rec)
     row["target"] = _target(rec)
     row.update(_price_and_gpus(rec))
-    row.update(_minimum_charged(platform, row))
+    row.update(_minimum_charged(c.get("platform") or {}, row))
     return row
 
 
 # Each billed cost figure and the duration it bills (metrics/derived.py): a duration below the platform's
 # minimum charge makes the cost the minimum, whatever the run did.
-BILLED = (("train_cost_to_target_{cur}", "train_time_to_target_s"), ("cost_to_target_{cur}", "wall_time_to_target_s"),
+BILLED = (("train_cost_to_target_{cur}", "train_time_to_target_s"),
+          ("cost_to_target_{cur}", "wall_time_to_target_s"),
           ("train_cost_{cur}", "train_time_s"), ("run_cost_{cur}", "wall_s_total"),
           ("window_cost_{cur}", "window_s_total"), ("projected_training_cost_{cur}", "projected_training_s"))
 
@@ -215,7 +233,8 @@ def _minimum_charged(platform: dict, row: dict) -> dict:
     pairs = [(c.format(cur=cur), d) for c, d in BILLED]
     for t in targets.targets_in(row):
         pairs += [(targets.column(c, t), targets.column(d, t)) for c, d in pairs[:2]]
-    hit = [c for c, d in pairs if row.get(c) is not None and isinstance(row.get(d), (int, float)) and row[d] < low]
+    hit = [c for c, d in pairs
+           if row.get(c) is not None and isinstance(row.get(d), (int, float)) and row[d] < low]
     return {"minimum_charge_s": low, "minimum_charged": ", ".join(hit) or None}
 
 
@@ -227,14 +246,16 @@ def _price_and_gpus(rec: RunRecord) -> dict:
     by_gpu = utilisation.gpu_util_by_device(rec.measurements or {}, rec.ranks)
     return {"price_currency": price[0].get("currency", "USD") if price else None,
             "price_as_of": str(platform["price_as_of"]) if platform.get("price_as_of") else None,
-            # False: nobody checked the price against its source (the cost tables mark it); older records: True
+            # False: nobody checked the price against its source (the cost tables mark it); older records:
+            # True
             "price_confirmed": platform.get("price_confirmed", True) if price else None,
             "gpu_util_by_device": by_gpu or None, **utilisation.summary(by_gpu)}
 
 
 # Figures that are numbers by their name (a unit or a count): text or a boolean there is not a measurement.
-NUMERIC = re.compile(r"(_s|_gib|_mib|_bytes|_per_s|_per_hour|_per_million_samples|_tflops|_flops|_cv|_fraction"
-                     r"|_j|_j_per_sample|_w|_percent|_steps|_epochs)(_median|_mean|_min|_max|_total|_p\d+)?$"
+NUMERIC = re.compile(r"(_s|_gib|_mib|_bytes|_per_s|_per_hour|_per_million_samples|_tflops|_flops|_cv"
+                     r"|_fraction|_j|_j_per_sample|_w|_percent|_steps|_epochs)"
+                     r"(_median|_mean|_min|_max|_total|_p\d+)?$"
                      r"|_(usd|eur|gbp|jpy|cny|chf)$"
                      r"|^(mfu|hfu|devices|world_size|global_batch_size|batch_size_per_device|epochs_to_target"
                      r"|samples_to_target|threads_intra|process_repeats|goal_target|target|metric_final)$")
@@ -285,7 +306,8 @@ def flatten_all(records: list[RunRecord], skipped: list[str] | None = None) -> l
         except Exception as e:
             if skipped is None:
                 raise
-            skipped.append(f"skipping record {getattr(r, 'source', None) or r.run_id}: {type(e).__name__}: {e}")
+            name = getattr(r, "source", None) or r.run_id
+            skipped.append(f"skipping record {name}: {type(e).__name__}: {e}")
     return rows
 
 
@@ -322,7 +344,8 @@ def read(stores: list[str | os.PathLike], progress: bool = False) -> tuple[list[
 
 
 def _records(stores: list[str | os.PathLike], skipped: list[str], progress: bool) -> Iterator[RunRecord]:
-    """The stores' records one at a time (folders first, then W&B sources); unreadable ones named in `skipped`."""
+    """The stores' records one at a time (folders first, then W&B sources); unreadable ones named in
+    `skipped`."""
     folders, sources = _stores(stores)
     if folders:
         yield from iter_records(*folders, skipped=skipped, progress=progress)
@@ -355,10 +378,11 @@ def once_per_run(records: list[RunRecord], skipped: list[str]) -> list[RunRecord
         if len(copies) > 1:
             others = ", ".join(where(r) for r in copies if r is not keep)
             skipped.append(f"run id {rid} is in {len(copies)} records: counted once, from {where(keep)}; "
-                           f"left out: {others} (a copied run folder, or a store and its W&B runs read together?)")
+                           f"left out: {others} (a copied run folder, or a store and its W&B runs read "
+                           "together?)")
         if _folder_matches(keep) is False:
-            skipped.append(f"record {keep.source} holds run id {rid}, not its folder's name (a renamed or copied run "
-                           "folder?): counted once, under its run id")
+            skipped.append(f"record {keep.source} holds run id {rid}, not its folder's name (a renamed or "
+                           "copied run folder?): counted once, under its run id")
     return out
 
 
@@ -369,7 +393,8 @@ class _Flat:
     run_id: str
     source: str | None
     row: dict | None
-    why: str | None  # flatten_all's message without the record's name: "refusing record {}: ..." (or skipping)
+    # flatten_all's message without the record's name: "refusing record {}: ..." (or skipping)
+    why: str | None
 
     @classmethod
     def of(cls, rec: RunRecord) -> _Flat:
@@ -397,9 +422,9 @@ def _flats_job(paths: list) -> tuple[list[_Flat], list[str]]:
 
 
 def _read_flats(paths: list, skipped: list[str], progress: bool) -> list[_Flat]:
-    """_Flat per record file, in path order: from PARALLEL_MIN_RECORDS files on, a forked process reads and lays
-    out the second half while this one does the first (reading is most of the report's first seconds, and on a
-    2-core machine the other core was idle then)."""
+    """_Flat per record file, in path order: from PARALLEL_MIN_RECORDS files on, a forked process reads and
+    lays out the second half while this one does the first (reading is most of the report's first seconds,
+    and on a 2-core machine the other core was idle then)."""
     if len(paths) < PARALLEL_MIN_RECORDS or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
         return _flats(paths, skipped, progress)
     import multiprocessing as mp

@@ -1,0 +1,32 @@
+"""One tidy row a record (analysis/frame.flatten): a run that stopped early still says how big it was meant to
+be (devices and global batch from its config), a measured figure never replaces a config column, measured
+figures come before derived ones, and the warnings are joined and counted."""
+
+from __future__ import annotations
+
+from xbench.analysis.frame import flatten
+from xbench.records.record import RunRecord
+
+
+def _rec(config: dict, measurements: dict, derived: dict | None = None, warnings=None) -> RunRecord:
+    r = RunRecord(run_id="r", experiment=None, config=config, measurements=measurements)
+    r.derived, r.warnings = derived or {}, warnings or []
+    return r
+
+
+def test_a_run_that_stopped_early_says_how_big_it_was_meant_to_be():
+    row = flatten(_rec({"data": {"batch_size": 8}, "parallel": {"world_size": 3}}, {"devices": None}))
+    assert row["devices"] == 3 and row["global_batch_size"] == 24
+    row = flatten(_rec({"data": {"batch_size": "8"}}, {}))  # not a number: no global batch made up
+    assert row["devices"] == 1 and row.get("global_batch_size") is None
+    row = flatten(_rec({"data": {"batch_size": 8}, "parallel": {"world_size": 3}},
+                       {"devices": 2, "global_batch_size": 10}))
+    assert row["devices"] == 2 and row["global_batch_size"] == 10
+
+
+def test_measured_figures_come_first_and_never_replace_a_config_column():
+    row = flatten(_rec({"model": {"name": "mlp"}}, {"model": "other", "x": 1, "y": [1, 2]}, {"x": 2, "z": 3},
+                       warnings=["a", "b"]))
+    assert row["model"] == "mlp" and row["x"] == 1 and row["z"] == 3 and "y" not in row
+    assert row["warnings"] == "a; b" and row["n_warnings"] == 2 and row["noisy"] is False
+    assert list(row).index("x") < list(row).index("z") < list(row).index("devices")
