@@ -31,47 +31,92 @@ def peaks_over_ranks(ranks: list[dict], per_rank: bool = True) -> dict:
     return out
 
 
+# A stall or contention in any part (a rank, a process) is the whole run's (the figures are the first part's;
+# `ranks` holds each).
+RUN_FLAGS = ("stalled", "contended")
+
+
+def any_part_flags(parts: list[dict]) -> dict:
+    """Each of RUN_FLAGS that some part reports: True when any part's is."""
+    return {flag: any(bool(p.get(flag)) for p in parts) for flag in RUN_FLAGS
+            if any(flag in p for p in parts)}
+
+
+def _ci95(s: dict) -> list[float] | None:
+    """A summary's 95% CI as a record holds it (None: none)."""
+    return [s["ci95_low"], s["ci95_high"]] if s["ci95_low"] is not None else None
+
+
+def _ci_note(s: dict, over: str) -> str:
+    """How a summary's CI was made: its own note where it has one."""
+    return s["ci_note"] or f"95% CI of the geometric mean over {over} (t, log scale)"
+
+
+def _throughput(per_window: list[float]) -> dict:
+    """The run's throughput from each common window's: the median, its spread and its CI over windows."""
+    tp = summarize(per_window)
+    return {
+        "throughput_samples_per_s": statistics.median(per_window),
+        "throughput_samples_per_s_windows": per_window,
+        "throughput_cv": tp["cv"] if len(per_window) > 1 else None,
+        "throughput_ci95_samples_per_s": _ci95(tp),
+        "throughput_ci95_note": _ci_note(tp, "windows"),
+    }
+
+
+def _energy(ranks: list[dict], samples: int) -> dict:
+    """The run's energy when every rank metered it, and per sample of `samples` (every rank's, every window).
+    NVML: each rank meters its own GPUs, so the run's energy is their sum. RAPL: every rank reads the same
+    host's packages (one host), so it is one reading, not world_size of them."""
+    energy = [r.get("energy_j") for r in ranks]
+    if not all(e is not None for e in energy):
+        return {}
+    total = sum(energy) if ranks[0].get("energy_source") == "nvml" else max(energy)
+    return {"energy_j": total, "energy_j_per_sample": total / samples}
+
+
+def _common_windows(ranks: list[dict]) -> list[float]:
+    """Each window the ranks all timed, as long as its slowest rank's (data-parallel ranks finish a window
+    together)."""
+    repeats = min(len(r["window_s"]) for r in ranks)
+    return [max(r["window_s"][i] for r in ranks) for i in range(repeats)]
+
+
+def _fraction(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _noisy(m: dict, noisy_cv: float) -> bool:
+    """Noisy: spread across repeated windows, or across steps when there is a single window."""
+    spread = m["throughput_cv"] if m["throughput_cv"] is not None else m.get("step_time_cv")
+    return bool(spread is not None and spread > noisy_cv)
+
+
 def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
     if not ranks:
         raise ValueError("no rank reported any measurement")
     r0 = ranks[0]
-    repeats = min(len(r["window_s"]) for r in ranks)
-    common = [max(r["window_s"][i] for r in ranks) for i in range(repeats)]
+    common = _common_windows(ranks)
     samples = sum(r["samples_per_window"] for r in ranks)
     per_window = [samples / w for w in common]
-    tp = summarize(per_window)
-    devices = sum(r.get("devices_per_rank", 1) for r in ranks)
     m = {k: v for k, v in r0.items() if k not in _PER_RANK}
     window_total = sum(common)
     m.update({
         "world_size": len(ranks),
-        "devices": devices,
+        "devices": sum(r.get("devices_per_rank", 1) for r in ranks),
         "global_batch_size": sum(r["samples_per_step"] for r in ranks),
         "samples_per_window": samples,  # all ranks: the run-level figure throughput is computed from
         "window_s": common,
         "window_s_total": window_total,
-        "throughput_samples_per_s": statistics.median(per_window),
-        "throughput_samples_per_s_windows": per_window,
-        "throughput_cv": tp["cv"] if len(per_window) > 1 else None,
-        "throughput_ci95_samples_per_s": [tp["ci95_low"], tp["ci95_high"]] if tp["ci95_low"] is not None else None,
-        "throughput_ci95_note": tp["ci_note"] or "95% CI of the geometric mean over windows (t, log scale)",
-        "data_wait_fraction": max(r["data_wait_s"] for r in ranks) / window_total if window_total else None,
+        **_throughput(per_window),
+        "data_wait_fraction": _fraction(max(r["data_wait_s"] for r in ranks), window_total),
         **peaks_over_ranks(ranks),
-        "rank_pids": [r.get("pid") for r in ranks],  # the processes that measured (isolated: not the runner's)
+        # the processes that measured (isolated: not the runner's)
+        "rank_pids": [r.get("pid") for r in ranks],
     })
-    energy = [r.get("energy_j") for r in ranks]
-    if all(e is not None for e in energy):
-        # NVML: each rank meters its own GPUs, so the run's energy is their sum. RAPL: every rank reads
-        # the same host's packages (one host), so it is one reading, not world_size of them.
-        m["energy_j"] = sum(energy) if r0.get("energy_source") == "nvml" else max(energy)
-        m["energy_j_per_sample"] = m["energy_j"] / (samples * repeats)  # every rank's samples, every window
-    # A stall or contention on any rank is the run's (the figures are rank 0's; `ranks` holds each).
-    for flag in ("stalled", "contended"):
-        if any(flag in r for r in ranks):
-            m[flag] = any(bool(r.get(flag)) for r in ranks)
-    # Noisy: spread across repeated windows, or across steps when there is a single window.
-    spread = m["throughput_cv"] if m["throughput_cv"] is not None else r0.get("step_time_cv")
-    m["noisy"] = bool(spread is not None and spread > noisy_cv)
+    m.update(_energy(ranks, samples * len(common)))
+    m.update(any_part_flags(ranks))
+    m["noisy"] = _noisy(m, noisy_cv)
     return m
 
 
@@ -87,20 +132,20 @@ def merge_processes(per_process: list[list[dict]]) -> list[dict]:
     sizes = {len(ranks) for ranks in per_process}
     if len(sizes) > 1:
         raise ValueError(f"process repeats ran different numbers of ranks: {sorted(sizes)}")
-    merged = []
-    for i, r0 in enumerate(per_process[0]):
-        m = dict(r0)
-        m["window_s"] = [w for ranks in per_process for w in ranks[i]["window_s"]]
-        m["repeats"] = len(m["window_s"])  # steady step time = window_s_total / (steps x repeats)
-        m["data_wait_s"] = sum(ranks[i]["data_wait_s"] for ranks in per_process)
-        for flag in ("stalled", "contended"):  # any process's
-            if any(flag in ranks[i] for ranks in per_process):
-                m[flag] = any(bool(ranks[i].get(flag)) for ranks in per_process)
-        if all(ranks[i].get("energy_j") is not None for ranks in per_process):
-            m["energy_j"] = sum(ranks[i]["energy_j"] for ranks in per_process)  # metered over its windows
-        m.update(peaks_over_ranks([ranks[i] for ranks in per_process], per_rank=False))  # its fullest process's
-        merged.append(m)
-    return merged
+    return [_merge_rank([ranks[i] for ranks in per_process]) for i in range(len(per_process[0]))]
+
+
+def _merge_rank(parts: list[dict]) -> dict:
+    """One rank's measurements from each process's (merge_processes)."""
+    m = dict(parts[0])
+    m["window_s"] = [w for p in parts for w in p["window_s"]]
+    m["repeats"] = len(m["window_s"])  # steady step time = window_s_total / (steps x repeats)
+    m["data_wait_s"] = sum(p["data_wait_s"] for p in parts)
+    m.update(any_part_flags(parts))  # any process's
+    if all(p.get("energy_j") is not None for p in parts):
+        m["energy_j"] = sum(p["energy_j"] for p in parts)  # metered over its windows
+    m.update(peaks_over_ranks(parts, per_rank=False))  # its fullest process's
+    return m
 
 
 def across_processes(per_process: list[list[dict]], noisy_cv: float = 0.05) -> dict:
@@ -117,8 +162,8 @@ def across_processes(per_process: list[list[dict]], noisy_cv: float = 0.05) -> d
         "throughput_process_median_samples_per_s": s["median"],
         "throughput_process_mean_samples_per_s": s["mean"],
         "throughput_process_olympic_mean_samples_per_s": s["olympic_mean"],
-        "throughput_process_ci95_samples_per_s": [s["ci95_low"], s["ci95_high"]] if s["ci95_low"] is not None else None,
-        "throughput_process_ci95_note": s["ci_note"] or "95% CI of the geometric mean over processes (t, log scale)",
+        "throughput_process_ci95_samples_per_s": _ci95(s),
+        "throughput_process_ci95_note": _ci_note(s, "processes"),
         "throughput_process_cv": s["cv"] if several else None,
         "process_pids": [ranks[0].get("pid") for ranks in per_process],
     })
