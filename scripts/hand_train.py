@@ -59,17 +59,25 @@ def process_started_at() -> float:
 def first_step(batch: int, threads: int) -> None:
     """`--first-step`: what a user's script does before its first step and nothing else: import torch and
     torchvision, build ResNet-18 for 32-px images, train one SGD step on a random batch; prints one JSON line
-    with the seconds from this process's start to that step's end (xbench's startup_to_first_step_s)."""
+    with the seconds from this process's start to that step's end (xbench's startup_to_first_step_s), and the
+    same split into phases (`startup_phases_s`: interpreter and torch's import, torchvision's, build, first step)."""
+    marks = [("torch_import", process_started_at()), ("torchvision_import", time.time())]
     import torchvision
 
+    marks.append(("build", time.time()))
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss = F.cross_entropy(model(torch.randn(batch, 3, 32, 32)), torch.randint(0, 10, (batch,)))
+    x, y = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
+    marks.append(("first_step", time.time()))
+    loss = F.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
-    print(json.dumps({"startup_to_first_step_s": time.time() - process_started_at(), "loss": float(loss.detach())}))
+    end = time.time()
+    phases = {name: t_next - t for (name, t), (_, t_next) in zip(marks, [*marks[1:], ("", end)])}
+    print(json.dumps({"startup_to_first_step_s": end - marks[0][1], "startup_phases_s": phases,
+                      "loss": float(loss.detach())}))
 
 
 def main() -> None:

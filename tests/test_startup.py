@@ -145,3 +145,44 @@ def test_wandbs_summary_asks_no_pandas_import():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split() == ["[False,", "False]", "False", "True"]
+
+
+def test_make_bench_prints_the_ratio_and_wandbs_cost_beside_their_goals(capsys):
+    """scripts/bench_process.py's start-up lines: the ratio against its goal (<= 1.25), W&B's cost per pair (the
+    W&B run over the one without, of the same pair) against its goal (< 0.5 s), and the phases of the W&B runs
+    and of the bare script beside xbench's. Before: W&B's cost was the difference of two medians, no goals."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_process", REPO / "scripts" / "bench_process.py")
+    bp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bp)
+    assert bp.medians([{"a": 1.0, "b": 4.0}, {"a": 3.0}, {"a": 2.0, "b": 2.0}]) == {"a": 2.0, "b": 2.0}
+    phases = {"imports": 0.5, "build": 2.0}
+    r = {"pairs": 2, "record_clock_skew_s": 0.0, "bare_s_median": 4.0, "xbench_s_median": 4.8, "ratios": [1.2, 1.2],
+         "ratio_median": 1.2, "ratio_goal": bp.STARTUP_GOAL, "ratio_goal_met": True, "xbench_wandb_s_median": 5.5,
+         "run_s_median": 5.0, "run_wandb_s_median": 5.7, "wandb_adds_s": [0.6, 0.8], "wandb_adds_s_median": 0.7,
+         "wandb_goal_s": bp.WANDB_GOAL_S, "wandb_goal_met": False, "phases_s_median": phases,
+         "wandb_phases_s_median": {**phases, "wandb_start": 0.4}, "bare_phases_s_median": {"torch_import": 2.0},
+         "help_s": [0.9], "help_s_median": 0.9}
+    bp.print_startup(r)
+    out = capsys.readouterr().out
+    assert "ratio 1.20" in out and "goal <= 1.25: met" in out
+    assert "W&B adds +0.70 s" in out and "+0.60, +0.80" in out and "goal < 0.5 s: NOT met" in out
+    assert "with W&B offline: imports 0.50, build 2.00, wandb_start 0.40" in out
+    assert "the bare script's phases (median s): torch_import 2.00" in out
+
+
+@pytest.mark.slow
+def test_the_bare_scripts_first_step_is_itemised_too():
+    """scripts/hand_train.py --first-step (make bench's bare side) splits its launch-to-first-step into phases that
+    sum to it, so the bench can set xbench's phases beside the bare script's."""
+    import json
+
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "hand_train.py"), "--first-step", "--batch", "4",
+                        "--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    phases = out["startup_phases_s"]
+    assert list(phases) == ["torch_import", "torchvision_import", "build", "first_step"]
+    assert all(v >= 0 for v in phases.values()) and phases["torch_import"] > 0.05
+    assert sum(phases.values()) == pytest.approx(out["startup_to_first_step_s"], abs=1e-6)
