@@ -29,6 +29,7 @@ from xbench.analysis.frame import read
 from xbench.config import PlatformConfig, range_problems
 from xbench.metrics.cost import currency, not_numbers, problems
 from xbench.metrics.derived import derive
+from xbench.records.record import RunRecord
 from xbench.records.store import find_run, read_record
 from xbench.tools import prog
 
@@ -74,8 +75,8 @@ def read_platform_yaml(path: Path):
         raise ValueError(f"not valid YAML: {e}") from None
     nodes = _expanded_nodes(tree, {})
     if nodes > MAX_PLATFORM_NODES:
-        raise ValueError(f"{nodes} values once its aliases are expanded, more than {MAX_PLATFORM_NODES} allowed "
-                         "(an alias bomb?)")
+        raise ValueError(f"{nodes} values once its aliases are expanded, more than {MAX_PLATFORM_NODES} "
+                         "allowed (an alias bomb?)")
     if not isinstance(tree, dict):
         raise ValueError("not a mapping of platform keys")
     return tree
@@ -96,23 +97,33 @@ def load_platform(name: str) -> dict:
     return OmegaConf.to_container(merged, resolve=True)
 
 
+def _price_targets(platform: dict, o: str, name: str) -> list[dict]:
+    """The components `--price o` sets: the named one, or the only usage component."""
+    comps = platform.get("price") or []
+    wanted = (lambda c: c.get("name") == name) if name else (lambda c: c.get("kind", "usage") == "usage")
+    targets = [c for c in comps if wanted(c)]
+    if not targets:
+        raise SystemExit(f"xbench.cost: --price {o!r}: platform {platform.get('name')!r} has components "
+                         f"{[c.get('name') for c in comps]}")
+    if not name and len(targets) > 1:
+        raise SystemExit(f"xbench.cost: --price {o!r} is ambiguous: name the component "
+                         f"({', '.join(c.get('name') for c in targets)}=AMOUNT)")
+    return targets
+
+
+def _amount(o: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise SystemExit(f"xbench.cost: --price {o!r}: {value!r} is not a number") from None
+
+
 def apply_prices(platform: dict, overrides: list[str]) -> dict:
     """`--price 2.5` sets the only usage component's amount; `--price NAME=2.5` the named one."""
-    comps = platform.get("price") or []
     for o in overrides:
         name, _, value = o.rpartition("=")
-        targets = [c for c in comps if c.get("name") == name] if name else \
-            [c for c in comps if c.get("kind", "usage") == "usage"]
-        if not targets:
-            raise SystemExit(f"xbench.cost: --price {o!r}: platform {platform.get('name')!r} has components "
-                             f"{[c.get('name') for c in comps]}")
-        if not name and len(targets) > 1:
-            raise SystemExit(f"xbench.cost: --price {o!r} is ambiguous: name the component "
-                             f"({', '.join(c.get('name') for c in targets)}=AMOUNT)")
-        try:
-            amount = float(value)
-        except ValueError:
-            raise SystemExit(f"xbench.cost: --price {o!r}: {value!r} is not a number") from None
+        targets = _price_targets(platform, o, name)
+        amount = _amount(o, value)
         for c in targets:
             c["amount"] = amount
     return platform
@@ -120,14 +131,15 @@ def apply_prices(platform: dict, overrides: list[str]) -> dict:
 
 def price_problems(platform: dict) -> list[str]:
     """Prices no run could have had, each named (empty: fine): the ranges a run's own platform is held to
-    (the knobs of xbench/config/platform.py: an amount up to 1e12, a count of at least 1, finite numbers), and a currency the
-    rate table knows (else its figures could be compared with nothing)."""
+    (the knobs of xbench/config/platform.py: an amount up to 1e12, a count of at least 1, finite numbers),
+    and a currency the rate table knows (else its figures could be compared with nothing)."""
     out = [f"xbench.cost: {p}" for p in range_problems({"platform": platform})]
     for c in platform.get("price") or []:
         cur = c.get("currency", "USD")
         if not fx.known(cur):
-            out.append(f"xbench.cost: platform {platform.get('name')!r} price component {c.get('name', '?')!r}: "
-                       f"currency={cur!r} is unknown; known: {', '.join(fx.currencies())}")
+            out.append(f"xbench.cost: platform {platform.get('name')!r} price component "
+                       f"{c.get('name', '?')!r}: currency={cur!r} is unknown; known: "
+                       f"{', '.join(fx.currencies())}")
     return out + [f"xbench.cost: {p}" for p in problems(platform, numbers=False)]  # numbers: said above
 
 
@@ -140,55 +152,104 @@ def reprice(record: dict, platform: dict, baseline: dict | None = None) -> dict:
 SHOWN = ("throughput_samples_per_s", "epochs_to_target", "train_time_to_target_s")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=prog("xbench.cost"), description=__doc__.split("\n\n")[0].split("`: ", 1)[1])
+class _Refused(Exception):
+    """Nothing to price: its message on stderr, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog("xbench.cost"),
+                                 description=__doc__.split("\n\n")[0].split("`: ", 1)[1])
     ap.add_argument("store", help="a results folder (or one run folder)")
     ap.add_argument("--platform", required=True, help="conf/platform name, or a path to a platform YAML")
     ap.add_argument("--price", action="append", default=[], metavar="[COMPONENT=]AMOUNT",
                     help="override a price component's amount (repeatable)")
     ap.add_argument("--baseline", help="run id or folder: add time and cost normalised against it")
     ap.add_argument("--json", action="store_true", help="one JSON object per record instead of a table")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _records(store: str) -> list:
+    """The store's records; the ones that could not be read named on stderr."""
+    try:
+        records, skipped = read([store])
+    except FileNotFoundError as e:
+        raise _Refused(f"xbench.cost: {e}") from e
+    for msg in skipped:
+        print(f"xbench.cost: WARNING {msg}", file=sys.stderr)
+    return records
+
+
+def _baseline(run: str | None, store: str, platform: dict) -> tuple[RunRecord | None, dict | None]:
+    """(the baseline's record, the baseline re-priced the same way, config included: normalise reads its
+    currency there); (None, None) without --baseline."""
+    if not run:
+        return None, None
+    try:
+        base_rec = read_record(find_run(run, store))
+    except (OSError, ValueError) as e:
+        raise _Refused(f"xbench.cost: --baseline {run!r}: {e}") from e
+    base = base_rec.to_dict()
+    return base_rec, {**base, "config": {**base["config"], "platform": platform},
+                      "derived": reprice(base, platform)}
+
+
+def _skip(rec, why: str) -> None:
+    print(f"xbench.cost: WARNING skipping record {getattr(rec, 'source', None) or rec.run_id}: {why}",
+          file=sys.stderr)
+
+
+def _row(r: dict, platform: dict, against: dict | None) -> dict:
+    """One record's row: what it measured and its figures re-priced (ValueError: one is not finite)."""
+    row = {"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
+           **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)}
+    if inf := [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]:
+        raise ValueError(f"{', '.join(inf)} not finite (an extreme measurement or price)")
+    return row
+
+
+def _rows(records: list, platform: dict, base_rec, baseline: dict | None) -> list[dict]:
+    """The ok records re-priced; one odd record never stops the others: named, skipped."""
+    rows = []
+    for rec in (rec for rec in records if rec.status == "ok"):
+        r = rec.to_dict()
+        if bad := not_numbers(r.get("measurements") or {}):  # a boolean or text throughput is not priced
+            _skip(rec, "; ".join(bad))
+            continue
+        try:
+            against = baseline if base_rec is not None and same_work(rec, base_rec) else None
+            rows.append(_row(r, platform, against))
+        except Exception as e:
+            _skip(rec, f"{type(e).__name__}: {e}")
+    return rows
+
+
+def _print_table(rows: list[dict], platform: dict) -> None:
+    """The rows as a tab-separated table of the columns some row has."""
+    cur = currency(platform).lower()
+    cols = ["run_id", "throughput_samples_per_s", f"{cur}_per_hour", f"{cur}_per_million_samples",
+            f"window_cost_{cur}", "epochs_to_target", "train_time_to_target_s", f"train_cost_to_target_{cur}",
+            f"cost_to_target_{cur}", "normalised_time", "normalised_cost"]
+    cols = [c for c in cols if any(row.get(c) is not None for row in rows)]
+    print(f"priced as {platform['name']} ({platform.get('price_source')}, "
+          f"as of {platform.get('price_as_of')})")
+    print("\t".join(cols))
+    for row in rows:
+        print("\t".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in (row.get(c) for c in cols)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     platform = apply_prices(load_platform(a.platform), a.price)
     if bad := price_problems(platform):  # every impossible price at once, one line each, before any record
         print("\n".join(dict.fromkeys(bad)), file=sys.stderr)
         return 2
     try:
-        records, skipped = read([a.store])
-    except FileNotFoundError as e:
-        print(f"xbench.cost: {e}", file=sys.stderr)
+        records = _records(a.store)
+        base_rec, baseline = _baseline(a.baseline, a.store, platform)
+    except _Refused as e:
+        print(e, file=sys.stderr)
         return 2
-    for msg in skipped:
-        print(f"xbench.cost: WARNING {msg}", file=sys.stderr)
-    base_rec = baseline = None
-    if a.baseline:
-        try:
-            base_rec = read_record(find_run(a.baseline, a.store))
-        except (OSError, ValueError) as e:
-            print(f"xbench.cost: --baseline {a.baseline!r}: {e}", file=sys.stderr)
-            return 2
-        base = base_rec.to_dict()
-        # The baseline re-priced the same way, config included: normalise reads its currency there.
-        baseline = {**base, "config": {**base["config"], "platform": platform}, "derived": reprice(base, platform)}
-    rows = []
-    for rec in records:
-        if rec.status != "ok":
-            continue
-        r = rec.to_dict()
-        if bad := not_numbers(r.get("measurements") or {}):  # a boolean or text throughput is not priced
-            print(f"xbench.cost: WARNING skipping record {getattr(rec, 'source', None) or rec.run_id}: "
-                  f"{'; '.join(bad)}", file=sys.stderr)
-            continue
-        try:
-            against = baseline if base_rec is not None and same_work(rec, base_rec) else None
-            row = {"run_id": r["run_id"], "experiment": r["experiment"], "platform": platform["name"],
-                   **{k: r["measurements"].get(k) for k in SHOWN}, **reprice(r, platform, against)}
-            if inf := [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]:
-                raise ValueError(f"{', '.join(inf)} not finite (an extreme measurement or price)")
-            rows.append(row)
-        except Exception as e:  # one odd record never stops the others: named, skipped
-            print(f"xbench.cost: WARNING skipping record {getattr(rec, 'source', None) or rec.run_id}: "
-                  f"{type(e).__name__}: {e}", file=sys.stderr)
+    rows = _rows(records, platform, base_rec, baseline)
     if a.json:
         for row in rows:
             print(json.dumps(row))
@@ -196,15 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"xbench.cost: no ok records under {a.store}", file=sys.stderr)
         return 1
-    cur = currency(platform).lower()
-    cols = ["run_id", "throughput_samples_per_s", f"{cur}_per_hour", f"{cur}_per_million_samples",
-            f"window_cost_{cur}", "epochs_to_target", "train_time_to_target_s", f"train_cost_to_target_{cur}",
-            f"cost_to_target_{cur}", "normalised_time", "normalised_cost"]
-    cols = [c for c in cols if any(row.get(c) is not None for row in rows)]
-    print(f"priced as {platform['name']} ({platform.get('price_source')}, as of {platform.get('price_as_of')})")
-    print("\t".join(cols))
-    for row in rows:
-        print("\t".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in (row.get(c) for c in cols)))
+    _print_table(rows, platform)
     return 0
 
 
