@@ -172,6 +172,30 @@ def _no_field_docstrings():
         _fields.extract_docstrings_from_cls = read
 
 
+SERVICE_POLL_S = 0.005  # how often the wandb-core start is looked for (W&B's own: every 0.2 s)
+
+
+@contextlib.contextmanager
+def _quick_service_poll():
+    """W&B starts its service process (wandb-core) and reads the port file it writes, looking every 0.2 s:
+    wandb-core listens 2-10 ms after its start here, so every run waited ~0.2 s for the next look. While the run
+    is opened here, it looks every SERVICE_POLL_S (W&B's own hook for the sleep, which its tests replace too)."""
+    try:
+        from wandb.sdk.lib.service import service_port_file as port_file
+    except ImportError:  # another layout: W&B's own pace
+        yield
+        return
+    sleep = getattr(port_file, "_SLEEP", None)
+    if sleep is None:
+        yield
+        return
+    port_file._SLEEP = lambda s: sleep(min(s, SERVICE_POLL_S))
+    try:
+        yield
+    finally:
+        port_file._SLEEP = sleep
+
+
 @contextlib.contextmanager
 def _no_launch_probe():
     """wandb.init asks W&B Launch for job inputs staged for the run, importing wandb.sdk.launch to ask (its agent,
@@ -429,7 +453,7 @@ class WandbSink:
                       group=group, tags=tags, name=run_name(record), config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
                       reinit="create_new")
-        with _no_field_docstrings():
+        with _no_field_docstrings(), _quick_service_poll():
             run = self._init(wandb, mode, kwargs)
         # Each series against its own x: per-step figures against `step`, windows against `window`.
         run.define_metric("step")
