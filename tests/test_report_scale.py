@@ -135,3 +135,21 @@ def test_a_report_without_plots_never_imports_matplotlib(tmp_path):
             "print('rc', rc, 'matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "rc 0 False", out.stdout + out.stderr
+
+
+def test_bench_report_prints_one_line_per_size_with_wall_cpu_and_memory():
+    """scripts/bench_report.py (make bench): a line per size with wall and CPU seconds, the goal at 10,000, and
+    the peak RSS against the machine's memory. Small sizes and tables only: the figures are make bench's."""
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_report.py"
+    out = subprocess.run([sys.executable, str(script), "40", "60"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if " records: " in ln]
+    assert [ln.split(" records:")[0] for ln in lines] == ["bench_report: 40", "bench_report: 60"], out.stdout
+    for ln in lines:
+        assert re.search(r"records: [\d.]+ s wall, CPU [\d.]+ s \([\d.]+ s this process \+ [\d.]+ s", ln), ln
+        assert re.search(r"peak RSS [\d.]+ GiB of \d+ GiB", ln) and ln.endswith("exit 0"), ln
