@@ -630,6 +630,7 @@ def _text_measured_cached(renderer, s, prop, ismath):
 
 
 try:  # the methods the functions above stand in for, as matplotlib 3.11 has them; absent elsewhere (left alone)
+    import matplotlib
     import numpy as np
     from matplotlib.backends import backend_agg
     from matplotlib.ft2font import FT2Font, RenderMode
@@ -637,7 +638,9 @@ try:  # the methods the functions above stand in for, as matplotlib 3.11 has the
     _AGG = backend_agg.RendererAgg
     _AGG_GLYPHS, _AGG_TEXT, _AGG_MEASURE = (_AGG._draw_text_glyphs_and_boxes, _AGG.draw_text,
                                             _AGG.get_text_width_height_descent)
-    _FT2FONT_API = hasattr(FT2Font, "_layout") and hasattr(FT2Font, "_render_glyph")
+    # 3.11's loop exactly (other versions draw text their own way: left alone; the pixel tests say when to look)
+    _FT2FONT_API = (matplotlib.__version__.startswith("3.11.") and hasattr(FT2Font, "_layout")
+                    and hasattr(FT2Font, "_render_glyph"))
 except (ImportError, AttributeError):
     _FT2FONT_API = False
     _AGG_GLYPHS = None
