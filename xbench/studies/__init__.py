@@ -8,7 +8,8 @@ tests compose every command and compare. `python -m xbench.studies` prints the c
 
     from xbench import studies
     studies.get("tpu_vs_gpu")["full_scale"][0]["command"]
-    studies.published_rows("tpu_vs_gpu")     # the published figures as rows (value, unit, kind, conditions, source)
+    studies.published_rows("tpu_vs_gpu")     # the published figures as rows (value, unit, kind, conditions,
+                                             # source)
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 # Cores (PJRT devices) per chip: TPU v2 and v3 have two TensorCores a chip, v4 and newer one (megacore).
 CORES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 # What `facts` reports; `expect` in studies.yaml may name any of these.
-FACTS = ("model", "model_layers", "model_hidden", "model_heads", "lstm_impl", "data", "image_size", "seq_len", "augment", "dataset_size", "batch_size_per_device",
-         "global_batch", "devices", "devices_used", "devices_billed", "billed_unit", "threads", "precision", "runtime",
-         "pjrt_device", "parallel", "platform", "price_per_hour", "currency", "pricing_model", "bench_mode",
-         "epochs", "target", "targets", "metric", "optimizer", "lr_schedule", "projection_epochs", "cpu_capability")
+FACTS = ("model", "model_layers", "model_hidden", "model_heads", "lstm_impl", "data", "image_size", "seq_len",
+         "augment", "dataset_size", "batch_size_per_device", "global_batch", "devices", "devices_used",
+         "devices_billed", "billed_unit", "threads", "precision", "runtime", "pjrt_device", "parallel",
+         "platform", "price_per_hour", "currency", "pricing_model", "bench_mode",
+         "epochs", "target", "targets", "metric", "optimizer", "lr_schedule", "projection_epochs",
+         "cpu_capability")
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,7 +54,8 @@ def get(study_id: str) -> dict:
     for s in all_studies():
         if s["id"] == study_id:
             return s
-    raise KeyError(f"no study {study_id!r} in {MANIFEST.name}; known: {', '.join(s['id'] for s in all_studies())}")
+    known = ", ".join(s["id"] for s in all_studies())
+    raise KeyError(f"no study {study_id!r} in {MANIFEST.name}; known: {known}")
 
 
 def by_preset(preset: str) -> dict | None:
@@ -71,7 +75,8 @@ def full_reports(study: dict) -> list[str]:
 
 
 def small_entries(study: dict) -> list[dict]:
-    """The small command, then the ones that complete it here (`small.also`), each {id, what, command, expect}."""
+    """The small command, then the ones that complete it here (`small.also`), each {id, what, command,
+    expect}."""
     return [{"id": "small", **study["small"]}, *(study["small"].get("also") or [])]
 
 
@@ -117,13 +122,47 @@ def devices_used(cfg: dict) -> int:
 
 
 def usage(cfg: dict) -> tuple[int | None, int | None, str]:
-    """(used, billed, unit). A CPU instance is billed per vCPU and used by ranks x threads (threads unset: the
-    ranks share every core, as the launchers divide them); an accelerator platform by devices (TPU cores, GPUs)."""
+    """(used, billed, unit). A CPU instance is billed per vCPU and used by ranks x threads (threads unset:
+    the ranks share every core, as the launchers divide them); an accelerator platform by devices (TPU cores,
+    GPUs)."""
     p = cfg["platform"]
     if p.get("device") == "cpu":
         vcpus, threads = p.get("cpu_vcpus"), cfg["bench"].get("threads")
         return (devices_used(cfg) * threads if threads else vcpus), vcpus, "vCPU"
     return devices_used(cfg), p.get("device_count"), "device"
+
+
+def _model_facts(model: dict) -> dict:
+    options = model.get("options") or {}
+    return {"model": model["name"], "model_layers": options.get("layers"),
+            "model_hidden": options.get("hidden"), "model_heads": options.get("heads"),
+            "lstm_impl": options.get("lstm_impl")}
+
+
+def _data_facts(d: dict, devices: int) -> dict:
+    """The data's name and shape (an image's size, a sequence's length: for its modality only) and the
+    batch."""
+    return {"data": d["name"], "image_size": d.get("image_size") if d.get("modality") == "image" else None,
+            "seq_len": d.get("seq_len") if d.get("modality") == "tokens" else None,
+            "augment": bool(d.get("augment")), "dataset_size": d.get("dataset_size"),
+            "batch_size_per_device": d["batch_size"], "global_batch": d["batch_size"] * devices}
+
+
+def _pjrt_device(cfg: dict, env: dict) -> str | None:
+    """Where XLA runs: PJRT TPU for an XLA platform, CPU otherwise, unless PJRT_DEVICE says (None: not
+    XLA)."""
+    if not cfg["runtime"]["name"].startswith("xla"):
+        return None
+    return env.get("PJRT_DEVICE") or ("TPU" if cfg["platform"].get("device") == "xla" else "CPU")
+
+
+def _goal_facts(b: dict, g: dict) -> dict:
+    """A train-to-target run's epochs, targets (the last: where the run stops) and metric; None otherwise."""
+    if b.get("mode") != "train_to_target":
+        return {"epochs": None, "target": None, "targets": None, "metric": None}
+    targets = list(g.get("targets") or []) or ([g["target"]] if g.get("target") is not None else [])
+    return {"epochs": g.get("max_epochs"), "target": targets[-1] if targets else None,
+            "targets": ",".join(f"{t:g}" for t in targets) or None, "metric": g.get("metric")}
 
 
 def facts(cfg: dict, env: dict | None = None) -> dict:
@@ -132,28 +171,13 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
     `env` is the command's environment (PJRT_DEVICE): XLA runs on PJRT TPU for an XLA platform, on CPU
     otherwise, unless PJRT_DEVICE says (as runtimes.default_pjrt_device does on the simulated host).
     """
-    env = env or {}
-    p, d, b, g = cfg["platform"], cfg["data"], cfg["bench"], cfg.get("goal") or {}
+    p, b, g = cfg["platform"], cfg["bench"], cfg.get("goal") or {}
     used, billed, unit = usage(cfg)
     devices = devices_used(cfg)
-    xla = cfg["runtime"]["name"].startswith("xla")
-    image = d.get("modality") == "image"
-    to_target = b.get("mode") == "train_to_target"
-    targets = list(g.get("targets") or []) or ([g["target"]] if g.get("target") is not None else [])
     optim = cfg.get("optim") or {}
     return {
-        "model": cfg["model"]["name"],
-        "model_layers": (cfg["model"].get("options") or {}).get("layers"),
-        "model_hidden": (cfg["model"].get("options") or {}).get("hidden"),
-        "model_heads": (cfg["model"].get("options") or {}).get("heads"),
-        "lstm_impl": (cfg["model"].get("options") or {}).get("lstm_impl"),
-        "data": d["name"],
-        "image_size": d.get("image_size") if image else None,
-        "seq_len": d.get("seq_len") if d.get("modality") == "tokens" else None,
-        "augment": bool(d.get("augment")),
-        "dataset_size": d.get("dataset_size"),
-        "batch_size_per_device": d["batch_size"],
-        "global_batch": d["batch_size"] * devices,
+        **_model_facts(cfg["model"]),
+        **_data_facts(cfg["data"], devices),
         "devices": devices,
         "devices_used": used,
         "devices_billed": billed,
@@ -161,17 +185,14 @@ def facts(cfg: dict, env: dict | None = None) -> dict:
         "threads": b.get("threads"),
         "precision": cfg["precision"]["name"],
         "runtime": cfg["runtime"]["name"],
-        "pjrt_device": (env.get("PJRT_DEVICE") or ("TPU" if p.get("device") == "xla" else "CPU")) if xla else None,
+        "pjrt_device": _pjrt_device(cfg, env or {}),
         "parallel": cfg["parallel"]["name"],
         "platform": p["name"],
         "price_per_hour": cost.price_per_hour(p),
         "currency": cost.currency(p),
         "pricing_model": p.get("pricing_model"),
         "bench_mode": b.get("mode"),
-        "epochs": g.get("max_epochs") if to_target else None,
-        "target": (targets[-1] if targets else None) if to_target else None,  # where the run stops
-        "targets": ",".join(f"{t:g}" for t in targets) if to_target and targets else None,
-        "metric": g.get("metric") if to_target else None,
+        **_goal_facts(b, g),
         "optimizer": optim.get("name"),
         "lr_schedule": (optim.get("schedule") or {}).get("name"),
         "projection_epochs": g.get("projection_epochs"),
@@ -185,8 +206,9 @@ CONDITIONS = ("hardware", "batch", "precision", "data")
 # Measured columns by kind (the tidy frame's names; a throughput's kind is its data's: see column_kind).
 _THROUGHPUT = re.compile(r"^(throughput|step_throughput|max_batch_throughput)(_per_device)?_samples_per_s$")
 _COST = re.compile(r"(^|_)cost(_|$)|_per_(usd|eur)_per_hour$|^(usd|eur)_per_million_samples$")
-_TIME = re.compile(r"^(train_time|wall_time)_to_target(_\w+)?_s$|^(train_time|wall_s_total|projected_training|"
-                   r"projected_epoch)(_s)?$|^epochs_to_target(_\w+)?$")
+_TIME = re.compile(r"^(train_time|wall_time)_to_target(_\w+)?_s$"
+                   r"|^(train_time|wall_s_total|projected_training|projected_epoch)(_s)?$"
+                   r"|^epochs_to_target(_\w+)?$")
 _RATIO = re.compile(r"^(scaling_efficiency|speedup|efficiency)$")
 PRICE_UNIT = re.compile(r"/(hour|minute|month)$")
 
@@ -196,7 +218,9 @@ def column_kind(column: str, where: dict | None = None) -> str | None:
     (data=synthetic_* or another); None when that is not pinned or the column is of no kind."""
     if _THROUGHPUT.match(column):
         data = str((where or {}).get("data") or "")
-        return None if not data else "synthetic_throughput" if data.startswith("synthetic") else "real_throughput"
+        if not data:
+            return None
+        return "synthetic_throughput" if data.startswith("synthetic") else "real_throughput"
     if _COST.search(column):
         return "cost"
     if _TIME.match(column):
@@ -238,13 +262,53 @@ def published_rows(study_id: str | None = None) -> list[dict]:
         for f in s.get("published") or []:
             src = f.get("source")
             art = article(src["article"]) if isinstance(src, dict) else {}
-            rows.append({"study": s["id"], "study_number": s.get("study"), "figure": f["id"], "what": f.get("what"),
-                         "value": f.get("value"), "unit": f.get("unit"), "kind": f.get("kind"),
-                         "conditions": _conditions_text(f.get("conditions")), "source": _source_text(src),
-                         "article": art.get("title"), "quote": src.get("quote") if isinstance(src, dict) else None,
-                         "url": art.get("url"), "date": f.get("date"), "note": f.get("note"),
+            rows.append({"study": s["id"], "study_number": s.get("study"), "figure": f["id"],
+                         "what": f.get("what"), "value": f.get("value"), "unit": f.get("unit"),
+                         "kind": f.get("kind"), "conditions": _conditions_text(f.get("conditions")),
+                         "source": _source_text(src), "article": art.get("title"),
+                         "quote": src.get("quote") if isinstance(src, dict) else None, "url": art.get("url"),
+                         "date": f.get("date"), "note": f.get("note"),
                          "compare": f.get("compare"), "why_not": f.get("why_not")})
     return rows
+
+
+def _kind_problem(f: dict, arts: dict) -> str | None:
+    if f.get("kind") and f["kind"] not in KINDS:
+        return f"kind {f['kind']!r} is not one of {', '.join(KINDS)}"
+    return None
+
+
+def _conditions_problem(f: dict, arts: dict) -> str | None:
+    cond = f.get("conditions")
+    if not isinstance(cond, dict) or set(cond) != set(CONDITIONS) or any(not cond[k] for k in cond):
+        return f"conditions must give exactly {', '.join(CONDITIONS)} (n/a where none applies), got {cond!r}"
+    return None
+
+
+def _source_problem(f: dict, arts: dict) -> str | None:
+    src = f.get("source")
+    if not isinstance(src, dict) or src.get("article") not in arts or not src.get("quote"):
+        return f"source must be {{article: <one of {', '.join(arts)}>, quote: <the sentence>}}"
+    return None
+
+
+def _date_problem(f: dict, arts: dict) -> str | None:
+    if f.get("date") and not DATE.match(str(f["date"])):
+        return f"date {f['date']!r} is not YYYY[-MM[-DD]]"
+    return None
+
+
+def _compare_problem(f: dict, arts: dict) -> str | None:
+    spec = f.get("compare")
+    got = column_kind(spec["column"], spec.get("where")) if spec else f.get("kind")
+    if got != f.get("kind"):
+        return (f"compare column {spec['column']} (where {spec.get('where')}) is {got or 'of no kind'}, the "
+                f"figure is {f.get('kind')}")
+    return None
+
+
+# Each published entry's checks beyond its fields being there, in the order they are said.
+PUBLISHED_CHECKS = (_kind_problem, _conditions_problem, _source_problem, _date_problem, _compare_problem)
 
 
 def published_problems() -> list[str]:
@@ -257,30 +321,14 @@ def published_problems() -> list[str]:
         for f in s.get("published") or []:
             label = f"{s['id']}/{f['id']}"
             out += [f"{label}: no {k}" for k in (*PUBLISHED_FIELDS, "kind") if f.get(k) in (None, "")]
-            if f.get("kind") and f["kind"] not in KINDS:
-                out.append(f"{label}: kind {f['kind']!r} is not one of {', '.join(KINDS)}")
-            cond = f.get("conditions")
-            if not isinstance(cond, dict) or set(cond) != set(CONDITIONS) or any(not cond[k] for k in cond):
-                out.append(f"{label}: conditions must give exactly {', '.join(CONDITIONS)} (n/a where none applies), "
-                           f"got {cond!r}")
-            src = f.get("source")
-            if not isinstance(src, dict) or src.get("article") not in arts or not src.get("quote"):
-                out.append(f"{label}: source must be {{article: <one of {', '.join(arts)}>, quote: <the sentence>}}")
-            if f.get("date") and not DATE.match(str(f["date"])):
-                out.append(f"{label}: date {f['date']!r} is not YYYY[-MM[-DD]]")
-            spec = f.get("compare")
-            if spec:
-                got = column_kind(spec["column"], spec.get("where"))
-                if got != f.get("kind"):
-                    out.append(f"{label}: compare column {spec['column']} (where {spec.get('where')}) is "
-                               f"{got or 'of no kind'}, the figure is {f.get('kind')}")
+            out += [f"{label}: {said}" for check in PUBLISHED_CHECKS if (said := check(f, arts))]
     return out
 
 
 def missing_figures(study: dict, report_dir: str | Path) -> list[str]:
     """The figure kinds the study's small report must show (`small.figures`: table:<name> or plot:<name>)
-    that `report_dir` (a `python -m xbench.report` output) lacks, or draws for fewer works than it has data for
-    (plots/<name>.json, which the report writes beside each plot of works)."""
+    that `report_dir` (a `python -m xbench.report` output) lacks, or draws for fewer works than it has data
+    for (plots/<name>.json, which the report writes beside each plot of works)."""
     where = {"table": ("tables", ".csv"), "plot": ("plots", ".png")}
     out = []
     for fig in study["small"].get("figures") or []:
@@ -307,35 +355,39 @@ BASELINE_COLUMNS = {"time": "time relative to baseline [x]", "cost": "cost relat
 
 
 def missing_headlines(study: dict, report_dir: str | Path) -> list[str]:
-    """The article's headline comparisons (`report.headlines`) the full report in `report_dir` should hold and
-    does not: for each headline whose `out` folder is `report_dir`'s name, tables/baseline.csv must mark the
-    headline's baseline configuration as the baseline and give a number in the time (or cost) column of its row."""
+    """The article's headline comparisons (`report.headlines`) the full report in `report_dir` should hold
+    and does not: for each headline whose `out` folder is `report_dir`'s name, tables/baseline.csv must mark
+    the headline's baseline configuration as the baseline and give a number in the time (or cost) column of
+    its row."""
     import csv
 
-    wanted = [h for h in study["report"].get("headlines") or [] if Path(h["out"]).name == Path(report_dir).name]
+    wanted = [h for h in study["report"].get("headlines") or []
+              if Path(h["out"]).name == Path(report_dir).name]
     if not wanted:
         return []
     table = Path(report_dir) / "tables" / "baseline.csv"
     if not table.is_file() or (empty := _not_a_figure(table, "table")) is not None:
         why = "is missing" if not table.is_file() else empty
-        return [f"{h['figure']}: {h['says']} ({table} {why}: run the report with its --baseline)" for h in wanted]
+        return [f"{h['figure']}: {h['says']} ({table} {why}: run the report with its --baseline)"
+                for h in wanted]
     rows = list(csv.DictReader(table.read_text().splitlines()))
+    return [f"{h['figure']}: {h['says']} ({why})" for h in wanted
+            if (why := _headline_missing(h, rows, table))]
 
-    def matching(keys: dict) -> list[dict]:
-        return [r for r in rows if all(str(r.get(k, "")) == str(v) for k, v in keys.items())]
 
-    out = []
-    for h in wanted:
-        base, col = matching(h["baseline"]), BASELINE_COLUMNS[h["column"]]
-        if not any(r.get("baseline") for r in base):
-            out.append(f"{h['figure']}: {h['says']} (the baseline in {table} is not "
-                       f"{', '.join(f'{k}={v}' for k, v in h['baseline'].items())})")
-            continue
-        values = [_number(r.get(col)) for r in matching(h["row"])]
-        if not any(v is not None for v in values):
-            out.append(f"{h['figure']}: {h['says']} ({table} has no {col!r} for "
-                       f"{', '.join(f'{k}={v}' for k, v in h['row'].items())})")
-    return out
+def _matching(rows: list[dict], keys: dict) -> list[dict]:
+    return [r for r in rows if all(str(r.get(k, "")) == str(v) for k, v in keys.items())]
+
+
+def _headline_missing(h: dict, rows: list[dict], table: Path) -> str | None:
+    """Why the baseline table's `rows` do not hold the headline (None: they do): its baseline is not the
+    table's, or its row has no number in the headline's column."""
+    col = BASELINE_COLUMNS[h["column"]]
+    if not any(r.get("baseline") for r in _matching(rows, h["baseline"])):
+        return f"the baseline in {table} is not {_pairs(h['baseline'])}"
+    if not any(_number(r.get(col)) is not None for r in _matching(rows, h["row"])):
+        return f"{table} has no {col!r} for {_pairs(h['row'])}"
+    return None
 
 
 def _number(text) -> float | None:
@@ -380,7 +432,8 @@ def header_lines(study: dict) -> list[str]:
            f"# Axis: {study['axis']}.",
            f"# Small, here ({study['small']['what']}):",
            f"#   {study['small']['command']}",
-           *(line for e in study["small"].get("also") or [] for line in (f"#   and {e['what']}:", f"#     {e['command']}")),
+           *(line for e in study["small"].get("also") or []
+             for line in (f"#   and {e['what']}:", f"#     {e['command']}")),
            "# Full scale, one command per machine (XBENCH_DATA=/data for real data sets):"]
     for c in study["full_scale"]:
         pending = f" [pending: {c['pending']['needs']}]" if c.get("pending") else ""
@@ -395,39 +448,61 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|")
 
 
-def docs_section(study: dict) -> str:
-    title = (f"Study {study['study']} ({study['year']}): {study['title']}" if study.get("study")
-             else study["title"])
-    arts = [a["article"] for a in (f.get("source") for f in study.get("published") or []) if isinstance(a, dict)]
-    origin = []
-    if arts:
-        a = article(arts[0])
-        origin = [f"From {a['author']}, \"{a['title']}\" ({a['date']}{', ' + a['url'] if a.get('url') else ''}).", ""]
-    lines = [f"### {title}", "", *origin, f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
-             f"Small, here ({study['small']['what']}):", "", "```", study["small"]["command"], "```", "",
+def _origin(study: dict) -> list[str]:
+    """The article the study's published figures come from (the first named), as the section's first line."""
+    arts = [a["article"] for a in (f.get("source") for f in study.get("published") or [])
+            if isinstance(a, dict)]
+    if not arts:
+        return []
+    a = article(arts[0])
+    url = f", {a['url']}" if a.get("url") else ""
+    return [f"From {a['author']}, \"{a['title']}\" ({a['date']}{url}).", ""]
+
+
+def _command_lines(study: dict) -> list[str]:
+    """The small command (and its companions), each full-scale command with its platform, the reports."""
+    lines = [f"Small, here ({study['small']['what']}):", "", "```", study["small"]["command"], "```", "",
              *(line for e in study["small"].get("also") or []
                for line in (f"and {e['what']}:", "", "```", e["command"], "```", "")),
              "Full scale, one command per machine:", ""]
     for c in study["full_scale"]:
         pending = f" *Pending: {c['pending']['needs']}.*" if c.get("pending") else ""
-        lines += [f"- {c['what']} (`{c['platform']}`).{pending}", "", "  ```", f"  {c['command']}", "  ```", ""]
-    lines += ["Reports:", "", "```", study["report"]["small"], *full_reports(study), "```", ""]
-    if study["report"].get("headlines"):
-        lines += ["The full reports draw the article's headline comparisons (`--check-report DIR --full` fails "
-                  "without them):", ""]
-        lines += [f"- {h['says']}: `{h['out']}`, tables/baseline.csv, the {h['column']} of "
-                  f"{', '.join(f'{k}={v}' for k, v in h['row'].items())} against "
-                  f"{', '.join(f'{k}={v}' for k, v in h['baseline'].items())} (published figure `{h['figure']}`)"
-                  for h in study["report"]["headlines"]]
-        lines.append("")
-    rows = study.get("published") or []
-    if rows:
-        lines += ["Published figures (`xbench.studies.published_rows`; the report draws a measured figure only "
-                  "beside a published one of the same kind):", "",
-                  "| figure | value | unit | kind | conditions | source |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['what']} | {r['value']} | {r['unit']} | {r['kind']} | {_cell(r['conditions'])} | "
-                  f"{_cell(r['source'])} |" for r in published_rows(study["id"])]
-        lines.append("")
+        lines += [f"- {c['what']} (`{c['platform']}`).{pending}", "", "  ```", f"  {c['command']}", "  ```",
+                  ""]
+    return lines + ["Reports:", "", "```", study["report"]["small"], *full_reports(study), "```", ""]
+
+
+def _pairs(keys: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in keys.items())
+
+
+def _headline_lines(study: dict) -> list[str]:
+    """The article's headline comparisons the full reports draw (none: no lines)."""
+    headlines = study["report"].get("headlines")
+    if not headlines:
+        return []
+    return ["The full reports draw the article's headline comparisons (`--check-report DIR --full` fails "
+            "without them):", "",
+            *(f"- {h['says']}: `{h['out']}`, tables/baseline.csv, the {h['column']} of {_pairs(h['row'])} "
+              f"against {_pairs(h['baseline'])} (published figure `{h['figure']}`)" for h in headlines), ""]
+
+
+def _published_lines(study: dict) -> list[str]:
+    """The published figures as a table (none: no lines)."""
+    if not study.get("published"):
+        return []
+    return ["Published figures (`xbench.studies.published_rows`; the report draws a measured figure only "
+            "beside a published one of the same kind):", "",
+            "| figure | value | unit | kind | conditions | source |", "|---|---|---|---|---|---|",
+            *(f"| {r['what']} | {r['value']} | {r['unit']} | {r['kind']} | {_cell(r['conditions'])} | "
+              f"{_cell(r['source'])} |" for r in published_rows(study["id"])), ""]
+
+
+def docs_section(study: dict) -> str:
+    title = (f"Study {study['study']} ({study['year']}): {study['title']}" if study.get("study")
+             else study["title"])
+    lines = [f"### {title}", "", *_origin(study), f"Preset `{study['preset']}`. Axis: {study['axis']}.", "",
+             *_command_lines(study), *_headline_lines(study), *_published_lines(study)]
     if study.get("not_recovered"):
         lines += ["Not recovered: " + "; ".join(study["not_recovered"]) + ".", ""]
     return "\n".join(lines)
