@@ -55,3 +55,21 @@ def test_scaling_noise_unfinished_runs_and_works_left_out(tmp_path):
                                                  "the tables with their reasons, outside every median.")
     assert left == ("1 more works are in the tables (narrow the report with --filter model=... to read their "
                     "findings).")
+
+
+def test_a_local_machine_under_one_price_is_not_re_priced():
+    """Re-pricing needs one machine under two local platforms: under one, or with no currency, the rows come
+    back as they are and nothing is said."""
+    from xbench.analysis.reprice import one_machine, repriced
+    from xbench.analysis.rows import Rows
+
+    rows = Rows([{"run_id": f"r{i}", "status": "ok", "provider": "local", "hostname": "h", "platform": "m",
+                  "usd_per_hour": 1.0, "throughput_samples_per_s": 100.0 + i} for i in range(2)])
+    assert repriced(rows, "usd") == (rows, []) and repriced(rows, None) == (rows, [])
+    assert one_machine(rows) == (rows, [])
+    two = Rows([*rows, {**rows[0], "run_id": "r9", "platform": "m2", "usd_per_hour": 0.5}])
+    again, said = repriced(two, "usd")
+    assert len(again) == 6 and said == [
+        "m, m2: one machine priced 2 ways; its cost per sample is its 3 runs re-priced at each price, so the "
+        "prices alone differ (its runs under the different names differ only by when they ran)."]
+    assert {r["platform"] for r in one_machine(two)[0]} == {"m = m2 (one machine)"}

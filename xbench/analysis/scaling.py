@@ -3,8 +3,9 @@
 Runs are compared within one workload (xbench/analysis/workload.py: same model, data and shape, batch
 per device, precision, runtime and platform); only the parallel strategy and the device count vary.
 throughput(1) is the workload's `single` run when there is one (median over repeats): the run without
-any distribution, so a strategy's own 1-device run shows what distributing costs. Without one, the strategy's own 1-device run; without that, the strategy's smallest
-device count is the reference (`reference_devices`). A strategy with one point and no 1-device
+any distribution, so a strategy's own 1-device run shows what distributing costs. Without one, the
+strategy's own 1-device run; without that, the strategy's smallest device count is the reference
+(`reference_devices`). A strategy with one point and no 1-device
 reference has nothing to compare and is left out.
 
 Efficiency above 1 + SUPERLINEAR_TOL is not a result but a question: `flag` says "superlinear: noise
@@ -53,6 +54,29 @@ def efficiency_by_devices(throughput_by_devices: dict[int, float], reference: in
     }
 
 
+def _by_devices(psub: Rows, single: Rows) -> tuple[dict[int, Rows], Rows | None]:
+    """(a strategy's runs by device count, its reference: the workload's `single` run, else its own 1-device
+    run); the reference stands at 1 device when the strategy has no run there."""
+    by_n = {int(k["devices"]): s for k, s in groups(psub, ["devices"]) if k["devices"]}
+    ref = single or by_n.get(1)
+    if ref is not None and 1 not in by_n:
+        by_n[1] = ref
+    return by_n, ref
+
+
+def _point(n: int, e: dict, runs: Rows, tp: float, ref_rows: Rows) -> dict:
+    """One device count's row: its runs, throughput, ideal, speed-up and efficiency (with a CI where both
+    sides have the samples; none against itself), flagged when superlinear."""
+    _, ci = ratio(runs, ref_rows) if runs is not ref_rows else (None, None)
+    scale = e["reference_devices"] / n  # efficiency = speed-up x n0 / n
+    return {"devices": n, "runs": len(runs), "throughput_samples_per_s": tp,
+            "ideal_samples_per_s": e["ideal_samples_per_s"], "speedup": e["speedup"],
+            "scaling_efficiency": e["efficiency"],
+            "scaling_efficiency_ci95": None if ci is None else (ci[0] * scale, ci[1] * scale),
+            "flag": SUPERLINEAR if e["efficiency"] > 1 + SUPERLINEAR_TOL else None,
+            "reference_devices": e["reference_devices"]}
+
+
 def scaling_rows(rows) -> Rows:
     """One row per (workload, parallel strategy, devices) of the ok runs: runs, throughput (median),
     ideal, speed-up and scaling efficiency. A strategy without its own 1-device run gets a row at 1
@@ -61,22 +85,12 @@ def scaling_rows(rows) -> Rows:
     for wkeys, wsub in groups(Rows.of(rows).ok(), SCALING):
         single = Rows(r for r in wsub if r.get("parallel") == "single" and r.get("devices") == 1)
         for pkeys, psub in groups(wsub, ["parallel"]):
-            by_n = {int(k["devices"]): s for k, s in groups(psub, ["devices"]) if k["devices"]}
-            ref = single or by_n.get(1)
-            if ref is not None and 1 not in by_n:
-                by_n[1] = ref
+            by_n, ref = _by_devices(psub, single)
             if len(by_n) < 2:
                 continue
             tp = {n: s.median(TP) for n, s in by_n.items()}
             ref_tp = ref.median(TP) if ref is not None else None
             for n, e in efficiency_by_devices(tp, reference_samples_per_s=ref_tp).items():
                 ref_rows = ref if ref is not None else by_n[e["reference_devices"]]
-                _, ci = ratio(by_n[n], ref_rows) if by_n[n] is not ref_rows else (None, None)
-                scale = e["reference_devices"] / n  # efficiency = speed-up x n0 / n
-                out.append({**wkeys, "parallel": pkeys["parallel"], "devices": n, "runs": len(by_n[n]),
-                            "throughput_samples_per_s": tp[n], "ideal_samples_per_s": e["ideal_samples_per_s"],
-                            "speedup": e["speedup"], "scaling_efficiency": e["efficiency"],
-                            "scaling_efficiency_ci95": None if ci is None else (ci[0] * scale, ci[1] * scale),
-                            "flag": SUPERLINEAR if e["efficiency"] > 1 + SUPERLINEAR_TOL else None,
-                            "reference_devices": e["reference_devices"]})
+                out.append({**wkeys, "parallel": pkeys["parallel"], **_point(n, e, by_n[n], tp[n], ref_rows)})
     return out
