@@ -158,3 +158,28 @@ def test_bench_report_prints_one_line_per_size_with_wall_cpu_and_memory():
     for ln in lines:
         assert re.search(r"records: [\d.]+ s wall, CPU [\d.]+ s \([\d.]+ s this process \+ [\d.]+ s", ln), ln
         assert re.search(r"peak RSS [\d.]+ GiB of \d+ GiB", ln) and ln.endswith("exit 0"), ln
+
+
+def test_plot_job_keeps_the_rows_out_of_the_cyclic_gc_while_it_draws(tmp_path, monkeypatch):
+    """PlotJob freezes what is alive when it starts (the rows: a dict per run) until its result or cancel: full
+    collections no longer walk them while the figures are drawn (1.4 -> 0.7 s of GC for the 17 figures of 10,000
+    runs in one process), nor copy their pages in the forked plot processes; a freeze it did not make stays."""
+    from xbench.report import plots
+    from xbench.report.rows import Context, prepare
+
+    rows = prepare(frame.load([write_fake_store(tmp_path / "store", 60)], progress=False).frame, Context())
+    monkeypatch.setattr(plots, "PLOTS", {"throughput": plots.PLOTS["throughput"]})  # one figure is enough here
+    assert gc.get_freeze_count() == 0
+    job = plots.PlotJob(rows, Context(), tmp_path / "plots", jobs=1)
+    assert gc.get_freeze_count() >= len(rows)
+    made, _ = job.result()
+    assert made and gc.get_freeze_count() == 0
+    plots.PlotJob(rows, Context(), tmp_path / "plots2", jobs=2).cancel()
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # someone else's
+    try:
+        frozen = gc.get_freeze_count()
+        plots.PlotJob(rows, Context(), tmp_path / "plots3", jobs=1).result()
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (less what was freed meanwhile)
+    finally:
+        gc.unfreeze()
