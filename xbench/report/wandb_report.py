@@ -6,8 +6,8 @@ The report is first a plain JSON definition (title, runset filter, grouping, pan
 credentials it is published at once; without (or when publishing fails) the definition is written to
 `wandb_report.json` in the output folder and the command to publish it later is printed:
     python -m xbench.report.wandb_report publish report/wandb_report.json
-xbench's W&B runs carry the config tree with the run_id in it (their names say what ran), so the filter selects
-them by `Config('run_id')`.
+xbench's W&B runs carry the config tree with the run_id in it (their names say what ran), so the filter
+selects them by `Config('run_id')`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ SCALING_X = "devices"
 # every panel has data: sinks/wandb.py puts each record's scalar figures in its W&B summary under the same
 # names as the tidy frame's columns; the windows and the evaluation curve are its history.
 SUMMARY_PANELS = [
-    ("scatter", "Throughput vs global batch size [samples/s]", "throughput_samples_per_s", "global_batch_size"),
+    ("scatter", "Throughput vs global batch size [samples/s]", "throughput_samples_per_s",
+     "global_batch_size"),
     ("bar", "Throughput [samples/s]", "throughput_samples_per_s", None),
     ("bar", "Throughput per price [samples/s per {CUR}/hour]", "samples_per_s_per_{cur}_per_hour", None),
     ("bar", "Cost [{CUR} per 1M samples]", "{cur}_per_million_samples", None),
@@ -65,13 +66,15 @@ SUMMARY_PANELS = [
     ("bar", "Compile time [s]", "compile_time_s", None),
 ]
 HISTORY_PANELS = [  # (title, y, x): lines over each run's history
-    ("Throughput per timed window [samples/s], logged as each closed", "window_throughput_samples_per_s", "window"),
+    ("Throughput per timed window [samples/s], logged as each closed", "window_throughput_samples_per_s",
+     "window"),
     ("Loss per step", "loss", "step"),
 ]
 
 
 def _currencies(df: pd.DataFrame) -> list[str]:
-    """Every currency some record's cost figures are in (W&B keeps each record's own: a panel per currency)."""
+    """Every currency some record's cost figures are in (W&B keeps each record's own: a panel per
+    currency)."""
     found = sorted({c.split("_")[-3] for c in df.columns if c.startswith("samples_per_s_per_") and
                     c.endswith("_per_hour") and df[c].notna().any()})
     return found or [currency(df) or "usd"]
@@ -81,31 +84,41 @@ def _present(df: pd.DataFrame, col: str) -> bool:
     return col in df.columns and df[col].notna().any()
 
 
-def panels(df: pd.DataFrame) -> list[dict]:
-    """The report's panels, each with the keys it reads (`y`, `x`) and where they live (`source`)."""
+def _summary_panels(df: pd.DataFrame) -> list[dict]:
+    """SUMMARY_PANELS whose figures some record has (a panel per currency where the figure is money; the
+    panels over devices only where some workload scales)."""
     out = []
     scales = bool(scaling_rows(Rows.of(df)))  # the HTML report's scaling table has a row
-    for kind, title, y, x in SUMMARY_PANELS:
-        if x == SCALING_X and not scales:
-            continue
+    for kind, title, y, x in (p for p in SUMMARY_PANELS if p[3] != SCALING_X or scales):
         for cur in (_currencies(df) if "{cur}" in y else [None]):
             ycol = y.format(cur=cur) if cur else y
             if _present(df, ycol) and (x is None or _present(df, x)):
                 out.append({"kind": kind, "title": title.format(CUR=(cur or "").upper()), "y": ycol, "x": x,
                             "source": "summary"})
+    return out
+
+
+def _history_panels(df: pd.DataFrame) -> list[dict]:
+    """Lines over the runs' histories: each evaluation as it happened (sinks/wandb.py log_point), the timed
+    windows of throughput runs, each batch a batch search tried (records/batch_trials.py)."""
     metrics = sorted({m for m in df.get("goal_metric", pd.Series(dtype=object)).dropna().unique()})
     curve_x = [("train_time_s", "training time [s]"), ("epoch", "epoch")]
-    for m in metrics:  # each evaluation as it happened (sinks/wandb.py log_point)
-        out += [{"kind": "line", "title": f"Evaluation {goals.label(m)} vs {label}", "y": m, "x": x,
-                 "source": "history"}
-                for x, label in curve_x]
+    out = [{"kind": "line", "title": f"Evaluation {goals.label(m)} vs {label}", "y": m, "x": x,
+            "source": "history"} for m in metrics for x, label in curve_x]
     modes = set(df.get("bench_mode", pd.Series(dtype=object)).dropna())
     if "throughput" in modes:
-        out += [{"kind": "line", "title": t, "y": y, "x": x, "source": "history"} for t, y, x in HISTORY_PANELS]
-    if "find_max_batch" in modes:  # each batch tried (records/batch_trials.py)
-        out.append({"kind": "line", "title": "Batch search: samples/s over each trial's timed window, per batch per "
-                    "device tried", "y": "trial_throughput_samples_per_s", "x": "trial_batch_size", "source": "history"})
+        out += [{"kind": "line", "title": t, "y": y, "x": x, "source": "history"}
+                for t, y, x in HISTORY_PANELS]
+    if "find_max_batch" in modes:
+        title = "Batch search: samples/s over each trial's timed window, per batch per device tried"
+        out.append({"kind": "line", "title": title, "y": "trial_throughput_samples_per_s",
+                    "x": "trial_batch_size", "source": "history"})
     return out
+
+
+def panels(df: pd.DataFrame) -> list[dict]:
+    """The report's panels, each with the keys it reads (`y`, `x`) and where they live (`source`)."""
+    return _summary_panels(df) + _history_panels(df)
 
 
 def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str | None, title: str) -> dict:
@@ -122,10 +135,10 @@ def definition(df: pd.DataFrame, filters: list[str], project: str, entity: str |
         clauses.append("Config('run_id') in [" + ", ".join(repr(n) for n in names) + "]")
     return {
         "title": title[:128],
-        "description": f"{len(df)} xbench runs in {len(bars)} groups, one per configuration as the HTML report's "
-                       f"tables group them ({', '.join(CONFIGURATION)}). Filters: "
-                       f"{'; '.join(filters) or 'none'}. Costs are in each record's own currency (a panel per "
-                       "currency); batch axes are the global batch.",
+        "description": f"{len(df)} xbench runs in {len(bars)} groups, one per configuration as the HTML "
+                       f"report's tables group them ({', '.join(CONFIGURATION)}). Filters: "
+                       f"{'; '.join(filters) or 'none'}. Costs are in each record's own currency (a panel "
+                       "per currency); batch axes are the global batch.",
         "project": project,
         "entity": entity,
         "runset": {"name": "xbench runs", "filters": " and ".join(clauses), "groupby": GROUPBY},
@@ -143,10 +156,11 @@ def build(defn: dict):
     for p in defn["panels"]:
         if p["kind"] == "bar":
             panels.append(wr.BarPlot(title=p["title"], metrics=[wr.SummaryMetric(p["y"])],
-                                     groupby=wr.Config(defn.get("bar_groupby", BAR_GROUP)), groupby_aggfunc="median",
-                                     groupby_rangefunc="minmax"))
+                                     groupby=wr.Config(defn.get("bar_groupby", BAR_GROUP)),
+                                     groupby_aggfunc="median", groupby_rangefunc="minmax"))
         elif p["kind"] == "scatter":
-            panels.append(wr.ScatterPlot(title=p["title"], x=wr.SummaryMetric(p["x"]), y=wr.SummaryMetric(p["y"])))
+            panels.append(wr.ScatterPlot(title=p["title"], x=wr.SummaryMetric(p["x"]),
+                                         y=wr.SummaryMetric(p["y"])))
         else:
             panels.append(wr.LinePlot(title=p["title"], x=p["x"], y=[p["y"]]))
     rs = defn["runset"]
@@ -181,8 +195,8 @@ def publish_or_save(df: pd.DataFrame, args, out: Path) -> Path:
     try:
         print(f"W&B: published report {publish(defn)}")
     except Exception as e:  # no network, no project yet, API change: the definition is kept
-        print(f"W&B: could not publish ({type(e).__name__}: {e}); definition in {path}; retry with:\n  {later}",
-              file=sys.stderr)
+        print(f"W&B: could not publish ({type(e).__name__}: {e}); definition in {path}; retry "
+              f"with:\n  {later}", file=sys.stderr)
     return path
 
 
