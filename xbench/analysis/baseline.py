@@ -26,7 +26,8 @@ def _as_record(rows: Rows, cur: str | None) -> dict:
     """A configuration's medians in the shape metrics.derived.normalise reads."""
     cols = (TP, "train_time_to_target_s", "projected_training_s")
     if cur:
-        cols += (f"{cur}_per_million_samples", f"train_cost_to_target_{cur}", f"projected_training_cost_{cur}")
+        cols += (f"{cur}_per_million_samples", f"train_cost_to_target_{cur}",
+                 f"projected_training_cost_{cur}")
     vals = {c: rows.median(c) for c in cols}
     price = [{"currency": cur.upper()}] if cur else []
     return {"measurements": vals, "derived": {}, "config": {"platform": {"price": price}}}
@@ -39,9 +40,38 @@ def _one_configuration(base: Rows, text: str | None) -> None:
         if len(configs) > 1:
             varying = [k for k in CONFIGURATION if len({c[0].get(k) for c in configs}) > 1]
             listed = "; ".join(", ".join(f"{k}={c[0].get(k)}" for k in varying) for c in configs)
-            raise ValueError(f"--baseline {text!r} is ambiguous: at global batch {gkey['global_batch_size']} it "
-                             f"matches {len(configs)} configurations ({listed}); add the key that tells them apart, "
-                             f"e.g. --baseline '{text}&{varying[0]}=...'")
+            raise ValueError(f"--baseline {text!r} is ambiguous: at global batch "
+                             f"{gkey['global_batch_size']} it matches {len(configs)} configurations "
+                             f"({listed}); add the key that tells them apart, e.g. --baseline "
+                             f"'{text}&{varying[0]}=...'")
+
+
+def _normalised_row(keys: dict, sub: Rows, ref: Rows, cur: str | None, is_base: bool) -> dict:
+    """One configuration against its baseline `ref`: its time and cost relative to it, the time's CI (time
+    per sample only) and the verdict it allows."""
+    n = normalise(_as_record(sub, cur), _as_record(ref, cur))
+    ci = None
+    if n.get("normalised_basis") == "seconds_per_sample" and not is_base:
+        _, ci = ratio(ref, sub)  # time per sample relative to the baseline = its throughput / ours
+    return {**keys, TP: sub.median(TP), "normalised_time": n.get("normalised_time"),
+            "normalised_time_ci95": ci,
+            "verdict": None if is_base or n.get("normalised_time") is None
+            else verdict(ci, "slower than the baseline", "faster than the baseline"),
+            "normalised_cost": n.get("normalised_cost"), "normalised_basis": n.get("normalised_basis"),
+            "is_baseline": is_base}
+
+
+def _work_rows(wsub: Rows, query: dict, text: str | None, cur: str | None) -> list[dict]:
+    """A work's configurations against its baseline (none when no run of the work matches `query`): the
+    baseline at the same global batch, else its fastest run."""
+    base = Rows(r for r in wsub if matches(r, query))
+    if not base:
+        return []
+    _one_configuration(base, text)
+    by_batch = {k["global_batch_size"]: g for k, g in groups(base, ["global_batch_size"])}
+    fastest = Rows([max(base, key=lambda r: r[TP])])
+    return [_normalised_row(keys, sub, by_batch.get(keys["global_batch_size"]) or fastest, cur,
+                            all(matches(r, query) for r in sub)) for keys, sub in groups(wsub)]
 
 
 def normalised_rows(rows, query: dict[str, list[str]] | None, text: str | None = None) -> Rows:
@@ -62,28 +92,7 @@ def normalised_rows(rows, query: dict[str, list[str]] | None, text: str | None =
     if not any(matches(r, query) for r in ok):
         raise NoData(f"no ok run matches the baseline {text!r}")
     cur = currency(rows)
-    out = Rows()
-    for _, wsub in groups(ok, BASELINE):
-        base = Rows(r for r in wsub if matches(r, query))
-        if not base:
-            continue
-        _one_configuration(base, text)
-        by_batch = {k["global_batch_size"]: g for k, g in groups(base, ["global_batch_size"])}
-        fastest = Rows([max(base, key=lambda r: r[TP])])
-        for keys, sub in groups(wsub):
-            ref = by_batch.get(keys["global_batch_size"]) or fastest
-            n = normalise(_as_record(sub, cur), _as_record(ref, cur))
-            is_base = all(matches(r, query) for r in sub)
-            ci = None
-            if n.get("normalised_basis") == "seconds_per_sample" and not is_base:
-                _, tp_ci = ratio(ref, sub)  # time per sample relative to the baseline = its throughput / ours
-                ci = tp_ci
-            out.append({**keys, TP: sub.median(TP), "normalised_time": n.get("normalised_time"),
-                        "normalised_time_ci95": ci,
-                        "verdict": None if is_base or n.get("normalised_time") is None
-                        else verdict(ci, "slower than the baseline", "faster than the baseline"),
-                        "normalised_cost": n.get("normalised_cost"), "normalised_basis": n.get("normalised_basis"),
-                        "is_baseline": is_base})
+    out = Rows(row for _, wsub in groups(ok, BASELINE) for row in _work_rows(wsub, query, text, cur))
     if not out:
         raise NoData(f"no workload has both the baseline {text!r} and other runs")
     return out

@@ -29,27 +29,40 @@ def _step_s(rows) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def eager_twins(groups) -> dict[int, int]:
-    """Index of each non-eager group (a list of rows of one configuration; one run is a group of one) -> the
-    index of its eager twin (the module doc's rule); a group without one is left out."""
+def _eager_pools(groups) -> tuple[dict[tuple, list[int]], dict[int, float]]:
+    """(workload key -> the indexes of its eager groups, each eager group's median steady step, computed
+    once)."""
     eager: dict[tuple, list[int]] = {}
-    step: dict[int, float] = {}  # each eager group's median steady step, computed once
+    step: dict[int, float] = {}
     for i, g in enumerate(groups):
         if g and g[0].get("runtime") == "eager" and (s := _step_s(g)):
             step[i] = s
             eager.setdefault(key(g[0], VERSUS_EAGER), []).append(i)
+    return eager, step
+
+
+def _median_twin(pool: list[int], groups, step: dict[int, float], experiment) -> int:
+    """The eager group at the median steady step among the pool's (of the same experiment where some are)."""
+    same = [j for j in pool if groups[j][0].get("experiment") == experiment] or pool
+    mid = statistics.median_low(step[j] for j in same)
+    return next(j for j in same if step[j] == mid)
+
+
+def eager_twins(groups) -> dict[int, int]:
+    """Index of each non-eager group (a list of rows of one configuration; one run is a group of one) -> the
+    index of its eager twin (the module doc's rule); a group without one is left out."""
+    eager, step = _eager_pools(groups)
     out: dict[int, int] = {}
     chosen: dict[tuple, int] = {}  # (workload key, experiment) -> its twin: 10,000 runs share a few hundred
     for i, g in enumerate(groups):
         k = key(g[0], VERSUS_EAGER) if g and g[0].get("runtime") != "eager" else None
         pool = eager.get(k) if k is not None else None
-        if pool:
-            exp = g[0].get("experiment")
-            if (k, exp) not in chosen:
-                same = [j for j in pool if groups[j][0].get("experiment") == exp] or pool
-                mid = statistics.median_low(step[j] for j in same)
-                chosen[k, exp] = next(j for j in same if step[j] == mid)
-            out[i] = chosen[k, exp]
+        if not pool:
+            continue
+        exp = g[0].get("experiment")
+        if (k, exp) not in chosen:
+            chosen[k, exp] = _median_twin(pool, groups, step, exp)
+        out[i] = chosen[k, exp]
     return out
 
 
