@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from xbench import studies
 
-GOOD = {"id": "ok", "what": "x", "value": 2796, "unit": "images/s", "kind": "real_throughput", "date": "2018-04",
+GOOD = {"id": "ok", "what": "x", "value": 2796, "unit": "images/s", "kind": "real_throughput",
+        "date": "2018-04",
         "conditions": {"hardware": "h", "batch": "b", "precision": "p", "data": "d"},
         "source": {"article": "riseml_2018", "quote": "q"},
         "compare": {"column": "throughput_samples_per_s", "where": {"data": "imagenet"}}}
@@ -29,3 +30,25 @@ def test_every_problem_of_an_entry_is_said_in_order(monkeypatch):
         "s/bad: date 'April 2018' is not YYYY[-MM[-DD]]",
         "s/bad: compare column throughput_samples_per_s (where {}) is of no kind, the figure is speed",
     ]
+
+
+def test_a_compare_of_another_kind_that_slips_through_is_never_set_beside_a_run(monkeypatch):
+    from xbench.analysis.published import published_beside_measured
+
+    manifest = studies._manifest()
+    other = {**GOOD, "id": "bad", "compare": {"column": "throughput_samples_per_s", "where": {}}}
+    fake = {**manifest, "studies": [{"id": "s", "preset": "p",
+                                     "published": [GOOD, other, {**GOOD, "id": "none", "compare": None}]}]}
+    monkeypatch.setattr(studies, "_manifest", lambda: fake)
+    runs = [{"experiment": "p", "status": "ok", "data": "imagenet", "throughput_samples_per_s": t}
+            for t in (1.0, 3.0)]
+    got = {r["figure"]: r for r in published_beside_measured(runs)}
+    ok = got["ok"]
+    assert (ok["measured"], ok["measured_runs"], ok["measured_where"]) == (2.0, 2, "data=imagenet")
+    assert ok["why_not"] is None
+    assert got["bad"]["measured"] is None and got["bad"]["measured_runs"] == 0
+    assert got["bad"]["why_not"] == ("throughput_samples_per_s is of no kind here, the figure is "
+                                     "real_throughput: not comparable")
+    assert got["none"]["why_not"] == "no xbench run measures this figure's setting"
+    assert list(ok)[-4:] == ["measured", "measured_runs", "measured_column", "measured_where"]
+    assert "compare" not in ok

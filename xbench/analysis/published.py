@@ -21,13 +21,32 @@ def why_not_compared(fig: dict) -> str:
     if fig.get("why_not"):
         return fig["why_not"]
     if fig.get("kind") == "cost" and studies.PRICE_UNIT.search(str(fig.get("unit") or "")):
-        return "a price, not a measurement: the platform files (conf/platform) carry the prices runs are billed at"
+        return ("a price, not a measurement: the platform files (conf/platform) carry the prices runs are billed "
+                "at")
     if fig.get("kind") in ("ratio", "difference"):
-        return (f"a {fig['kind']} between two set-ups: xbench measures each side as a run of its own, and the "
-                "baseline, scaling and overhead tables give the measured ratio")
+        return (f"a {fig['kind']} between two set-ups: xbench measures each side as a run of its own, and "
+                "the baseline, scaling and overhead tables give the measured ratio")
     if fig.get("kind") == "count":
         return "a count the article states (of chips or accelerators), not a measurement"
     return "no xbench run measures this figure's setting"
+
+
+def _measured(pub: dict, spec: dict | None, mine: Rows) -> dict:
+    """What the study's runs measured for one published figure under its compare spec, or why nothing was."""
+    if not spec:
+        return {"why_not": why_not_compared(pub)}
+    where_spec = spec.get("where") or {}
+    kind = studies.column_kind(spec["column"], where_spec)
+    if kind != pub["kind"]:  # published_problems refuses this in the manifest; never drawn if it slips
+        return {"why_not": f"{spec['column']} is {kind or 'of no kind'} here, the figure is {pub['kind']}: "
+                           "not comparable"}
+    where = {k: [str(v)] for k, v in where_spec.items()}
+    hit = Rows(r for r in mine.ok(spec["column"]) if matches(r, where))
+    median = hit.median(spec["column"])
+    where_text = ", ".join(f"{k}={v}" for k, v in where_spec.items())
+    return {"measured": None if median is None else median * spec.get("scale", 1.0),
+            "measured_runs": len(hit), "measured_column": spec["column"], "measured_where": where_text,
+            "why_not": None if hit else f"no ok run here has {spec['column']} under {where_text}"}
 
 
 def published_beside_measured(rows) -> list[dict]:
@@ -37,30 +56,10 @@ def published_beside_measured(rows) -> list[dict]:
     rows = Rows.of(rows)
     present = {r.get("experiment") for r in rows}
     out = []
-    for study in studies.all_studies():
-        if study["preset"] not in present:
-            continue
+    for study in (s for s in studies.all_studies() if s["preset"] in present):
         mine = Rows(r for r in rows if r.get("experiment") == study["preset"])
         for pub in studies.published_rows(study["id"]):
             spec = pub.pop("compare")
-            row = {**pub, "measured": None, "measured_runs": 0, "measured_column": None, "measured_where": None}
-            if not spec:
-                row["why_not"] = why_not_compared(pub)
-                out.append(row)
-                continue
-            where_spec = spec.get("where") or {}
-            kind = studies.column_kind(spec["column"], where_spec)
-            if kind != pub["kind"]:  # published_problems refuses this in the manifest; never drawn if it slips
-                row["why_not"] = (f"{spec['column']} is {kind or 'of no kind'} here, the figure is {pub['kind']}: "
-                                  "not comparable")
-                out.append(row)
-                continue
-            where = {k: [str(v)] for k, v in where_spec.items()}
-            hit = Rows(r for r in mine.ok(spec["column"]) if matches(r, where))
-            median = hit.median(spec["column"])
-            where_text = ", ".join(f"{k}={v}" for k, v in where_spec.items())
-            row.update(measured=None if median is None else median * spec.get("scale", 1.0), measured_runs=len(hit),
-                       measured_column=spec["column"], measured_where=where_text,
-                       why_not=None if hit else f"no ok run here has {spec['column']} under {where_text}")
-            out.append(row)
+            out.append({**pub, "measured": None, "measured_runs": 0, "measured_column": None,
+                        "measured_where": None, **_measured(pub, spec, mine)})
     return out
