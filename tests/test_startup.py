@@ -161,13 +161,15 @@ def test_make_bench_prints_the_ratio_and_wandbs_cost_beside_their_goals(capsys):
     r = {"pairs": 2, "record_clock_skew_s": 0.0, "bare_s_median": 4.0, "xbench_s_median": 4.8, "ratios": [1.2, 1.2],
          "ratio_median": 1.2, "ratio_goal": bp.STARTUP_GOAL, "ratio_goal_met": True, "xbench_wandb_s_median": 5.5,
          "run_s_median": 5.0, "run_wandb_s_median": 5.7, "wandb_adds_s": [0.6, 0.8], "wandb_adds_s_median": 0.7,
-         "wandb_goal_s": bp.WANDB_GOAL_S, "wandb_goal_met": False, "phases_s_median": phases,
+         "wandb_goal_s": bp.WANDB_GOAL_S, "wandb_goal_met": False, "wandb_start_s_median": 0.3,
+         "wandb_end_s_median": 0.1, "wandb_parts_s_median": 0.4, "phases_s_median": phases,
          "wandb_phases_s_median": {**phases, "wandb_start": 0.4}, "bare_phases_s_median": {"torch_import": 2.0},
          "help_s": [0.9], "help_s_median": 0.9}
     bp.print_startup(r)
     out = capsys.readouterr().out
     assert "ratio 1.20" in out and "goal <= 1.25: met" in out
     assert "W&B adds +0.70 s" in out and "+0.60, +0.80" in out and "goal < 0.5 s: NOT met" in out
+    assert "W&B's own parts: start 0.30 s + end +0.10 s = 0.40 s (met)" in out
     assert "with W&B offline: imports 0.50, build 2.00, wandb_start 0.40" in out
     assert "the bare script's phases (median s): torch_import 2.00" in out
 
