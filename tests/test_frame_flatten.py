@@ -30,3 +30,18 @@ def test_measured_figures_come_first_and_never_replace_a_config_column():
     assert row["model"] == "mlp" and row["x"] == 1 and row["z"] == 3 and "y" not in row
     assert row["warnings"] == "a; b" and row["n_warnings"] == 2 and row["noisy"] is False
     assert list(row).index("x") < list(row).index("z") < list(row).index("devices")
+
+
+def test_the_curve_is_the_goal_metrics_points_with_their_time_and_epoch():
+    """The goal's metric first, else a known one, else an older key; the first time and epoch series there
+    are; a point without a value left out; no metric series: no curve."""
+    r = _rec({}, {"goal_metric": "my_metric"})
+    r.series = {"my_metric": [0.1, None, 0.3], "elapsed_s": [1, 2, 3], "time_s": [9, 9, 9],
+                "epochs": [1, 2, 3]}
+    assert flatten(r)["curve"] == [{"metric": 0.1, "time_s": 1, "epoch": 1},
+                                   {"metric": 0.3, "time_s": 3, "epoch": 3}]
+    r = _rec({}, {})
+    r.series = {"eval_accuracy": [0.5], "top1": "not a list"}
+    assert flatten(r)["curve"] == [{"metric": 0.5, "time_s": None, "epoch": None}]
+    r.series = {"loss_curve": [1.0]}
+    assert flatten(r)["curve"] is None

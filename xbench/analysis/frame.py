@@ -54,20 +54,20 @@ def _scalar(v) -> bool:
     return v is None or isinstance(v, (bool, int, float, str))
 
 
+def _first_list(s: dict, keys) -> str | None:
+    """The first of `keys` whose series is a list (None: none is)."""
+    return next((k for k in keys if k and isinstance(s.get(k), list)), None)
+
+
 def _curve(rec: RunRecord) -> list[dict] | None:
     """Evaluation points (time, epoch, metric) from the record's series, when it has any."""
     s = rec.series or {}
-    goal = (rec.measurements or {}).get("goal_metric")
-    mk = next((k for k in (goal, *GOALS, *OLDER_CURVE_METRIC_KEYS) if k and isinstance(s.get(k), list)), None)
+    mk = _first_list(s, ((rec.measurements or {}).get("goal_metric"), *GOALS, *OLDER_CURVE_METRIC_KEYS))
     if mk is None:
         return None
-    tk = next((k for k in CURVE_TIME_KEYS if isinstance(s.get(k), list)), None)
-    ek = next((k for k in CURVE_EPOCH_KEYS if isinstance(s.get(k), list)), None)
-    out = []
-    for i, v in enumerate(s[mk]):
-        if v is None:
-            continue
-        out.append({"metric": v, "time_s": s[tk][i] if tk else None, "epoch": s[ek][i] if ek else None})
+    tk, ek = _first_list(s, CURVE_TIME_KEYS), _first_list(s, CURVE_EPOCH_KEYS)
+    out = [{"metric": v, "time_s": s[tk][i] if tk else None, "epoch": s[ek][i] if ek else None}
+           for i, v in enumerate(s[mk]) if v is not None]
     return out or None
 
 
