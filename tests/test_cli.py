@@ -145,7 +145,7 @@ def test_failing_point_does_not_stop_a_sweep(runs):
     p, store = jobs["failing_point"], root / "failing_point"
     assert p.returncode == 1  # the sweep reports that a point failed ...
     by_bs = {r["config"]["data"]["batch_size"]: r for r in records(store)}
-    assert by_bs[-1]["status"] == "failed" and "batch_size must be a positive" in by_bs[-1]["reason"]
+    assert by_bs[-1]["status"] == "failed" and "data.batch_size=-1 is out of range" in by_bs[-1]["reason"]
     assert by_bs[8]["status"] == "ok"  # ... after running every point
 
 

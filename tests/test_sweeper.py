@@ -249,6 +249,6 @@ def test_a_2000_point_sweep_starts_its_first_point_at_once_and_a_sigterm_keeps_i
         assert r["status"] in ("failed", "interrupted"), r["status"]
     # the first record exists from its run's start (record first): the signal finds point 1 failed, or still in its
     # start-up, which a stop ends at once (envelope._Signals.at_once)
-    assert ((recs[0]["status"] == "failed" and "batch_size must be a positive" in recs[0]["reason"])
+    assert ((recs[0]["status"] == "failed" and "data.batch_size=-1 is out of range" in recs[0]["reason"])
             or (recs[0]["status"] == "interrupted" and recs[0]["reason"] == "SIGTERM during start-up")), recs[0]
     assert all(json.loads(p_.read_text()) for p_ in store.glob("*/record.json"))
