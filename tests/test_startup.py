@@ -188,3 +188,27 @@ def test_the_bare_scripts_first_step_is_itemised_too():
     assert list(phases) == ["torch_import", "torchvision_import", "build", "first_step"]
     assert all(v >= 0 for v in phases.values()) and phases["torch_import"] > 0.05
     assert sum(phases.values()) == pytest.approx(out["startup_to_first_step_s"], abs=1e-6)
+
+
+def test_the_flop_count_waits_for_the_record_not_the_first_step():
+    """The FLOP count (a second, meta-device build of the model and a counted step: 0.2-0.5 s) is made when
+    the record asks for it, after the timed windows, not in the build before the first step; once, and the same
+    figure as counting straight away. Before: build_workload counted first."""
+    from omegaconf import OmegaConf
+
+    from xbench.api import compose
+    from xbench.bench.flops import flops_per_sample
+    from xbench.bench.worker import build_workload
+    from xbench.plan import resolve
+    from xbench.platforms.detect import host_facts
+    from xbench.rank import RankContext
+
+    cfg = OmegaConf.to_object(compose(["model=mlp", "model.options.hidden=32", "data=synthetic_mnist",
+                                       "platform=cpu", "logger=none"]))
+    plan = resolve(cfg, host_facts())
+    w = build_workload(plan, RankContext())
+    assert "flops" not in vars(w)  # not counted yet
+    first = w.flops
+    assert w.flops is first and first == flops_per_sample("mlp", plan.spec, dict(plan.model.options))
+    # backward: the weights' gradients and the inputs' but the first layer's
+    assert 2 * first["forward"] < first["train"] <= 3 * first["forward"]

@@ -10,11 +10,13 @@ RankContext. What a loop then does with the hooks is the rank wing's other modul
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -109,8 +111,14 @@ class Workload:
     entry: object  # models.ModelEntry
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    flops: dict  # per sample: forward, train (model FLOPs), train_hardware (with recomputation, if any)
+    count_flops: Callable[[], dict]
     params_count: int
+
+    @functools.cached_property
+    def flops(self) -> dict:
+        """Per sample: forward, train (model FLOPs), train_hardware (with recomputation, if any). Counted on the
+        meta device when the record first asks (after the timed windows): 0.2-0.5 s of start-up before."""
+        return self.count_flops()
 
 
 # xla_mp's replicas on TPU v2/v3 and PJRT CPU are threads of one process: each seeded the one global RNG,
@@ -134,13 +142,16 @@ def _build_model(plan: Plan, on_meta: bool) -> torch.nn.Module:
 def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     """strategy -> runtime/device -> precision -> model (on the device, in the parameter dtype and memory
     format, wrapped by the strategy; FSDP: built on the meta device, sharded, then allocated and initialised)
-    -> optimizer. FLOPs are measured on the meta device first."""
+    -> optimizer. FLOPs are measured on the meta device when the record asks for them (Workload.flops)."""
     spec, m, optim = plan.spec, plan.model, plan.optim
     strategy = parallel.create(plan.parallel, ctx)
     runtime = runtimes.create(plan.runtime, plan.device_type, ctx.local_rank)
     precision = runtime.adapt_precision(resolve(plan.precision, runtime.device.type))
     entry = models.get(m.name)
-    flops = flops_per_sample(m.name, spec, dict(m.options), recompute_blocks=strategy.recompute_blocks)
+    options = dict(m.options)
+
+    def flops() -> dict:
+        return flops_per_sample(m.name, spec, options, recompute_blocks=strategy.recompute_blocks)
     with _BUILD_LOCK:  # seed -> weights in one go: replicas that are threads of one process share the RNG
         model = _build_model(plan, strategy.builds_on_meta)
     on_meta = any(p.is_meta for p in model.parameters())
@@ -157,7 +168,9 @@ def build_workload(plan: Plan, ctx: RankContext) -> Workload:
     # The linear scaling rule (optim.lr_reference_batch) reads the global batch of one optimizer step.
     global_batch = plan.data.batch_size * ctx.devices * optim.accumulate_steps
     traced = plan.runtime.name == "compile" and plan.runtime.target == "step"  # dynamo skips fused kernels
-    optimizer = strategy.wrap_optimizer(make_optimizer(optim, model, base_lr(optim, global_batch), traced=traced))
+    optimizer = strategy.wrap_optimizer(
+        make_optimizer(optim, model, base_lr(optim, global_batch), traced=traced)
+    )
     return Workload(runtime, precision, strategy, spec, entry, model, optimizer, flops, params_count)
 
 
@@ -177,8 +190,10 @@ def setup_rank(bench: BenchConfig, ctx: RankContext) -> tuple[dict, str, list[st
     cpu_capability = torch.backends.cpu.get_cpu_capability()
     asked = bench.cpu_capability
     if asked and asked.upper() != cpu_capability:
-        warnings.append(f"bench.cpu_capability={asked}, but ATen runs {cpu_capability} kernels (this CPU lacks "
-                        f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)")
+        warnings.append(
+            f"bench.cpu_capability={asked}, but ATen runs {cpu_capability} kernels (this CPU lacks "
+            f"{asked}, or the process was not started with ATEN_CPU_CAPABILITY)"
+        )
     return threads, cpu_capability, warnings
 
 
@@ -194,7 +209,8 @@ class PreparedRank:
     batch_size: int  # per device
     cpu_capability: str = ""  # ATen's CPU kernels in force (DEFAULT, AVX2, AVX512, ...)
     accumulate: int = 1  # micro-batches of `batch_size` per device in one step (gradient accumulation)
-    ranks_on_host: int = 1  # this run's ranks on this host (RankContext.local_world_size), each with `threads`
+    # this run's ranks on this host (RankContext.local_world_size), each with `threads`
+    ranks_on_host: int = 1
 
     @property
     def devices_per_rank(self) -> int:
@@ -217,7 +233,13 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
     batch_size = batch_size or data.batch_size
 
     work = build_workload(plan, ctx)
-    runtime, precision, spec, entry, strategy = work.runtime, work.precision, work.spec, work.entry, work.strategy
+    runtime, precision, spec, entry, strategy = (
+        work.runtime,
+        work.precision,
+        work.spec,
+        work.entry,
+        work.strategy,
+    )
     step = make_step(work, plan, ctx.rank)
     accumulate = plan.optim.accumulate_steps
     per_rank = samples_per_step(batch_size, strategy.devices_per_rank, accumulate)
@@ -242,8 +264,15 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
         # Real files: a per-rank shard through a DataLoader; the loop measures the wait (data_wait_s).
         splits = loaders.build(data, entry.task)
         info = splits.info or {}
-        data_info = {name: info[k] for k, name in (("train", "data_train_samples"), ("eval", "data_eval_samples"),
-                                                    ("vocab", "data_vocab_size")) if k in info}
+        data_info = {
+            name: info[k]
+            for k, name in (
+                ("train", "data_train_samples"),
+                ("eval", "data_eval_samples"),
+                ("vocab", "data_vocab_size"),
+            )
+            if k in info
+        }
         reader, readers, read_batch = strategy.feed_share(per_rank)  # multi-host SPMD: this host's share only
         train_loader = feed.make_loader(splits.train, data, reader, readers, bench.seed,
                                         splits.collate, batch_size=read_batch, device=runtime.device)
@@ -251,17 +280,25 @@ def prepare_rank(plan: Plan, ctx: RankContext, batch_size: int | None = None, on
             fetch = runtime.device_feed(train_loader, prepare_inputs, strategy.feed_sharding())
         else:
             fetch = feed.device_feed(train_loader, runtime.device, prepare_inputs)  # CUDA: one batch ahead
-        data_info.update(data_pinned=bool(train_loader.pin_memory), data_prefetch=getattr(fetch, "prefetch", False),
-                         data_feed=getattr(fetch, "feed", None))
+        data_info.update(
+            data_pinned=bool(train_loader.pin_memory),
+            data_prefetch=getattr(fetch, "prefetch", False),
+            data_feed=getattr(fetch, "feed", None),
+        )
 
         def next_batch():
             return strategy.place_batch(*fetch())
 
     hooks = loop.Hooks(
-        step=step, next_batch=next_batch, sync=strategy.sync(runtime.sync), compile_count=runtime.compile_count,
+        step=step,
+        next_batch=next_batch,
+        sync=strategy.sync(runtime.sync),
+        compile_count=runtime.compile_count,
         read_losses=runtime.read_losses,
         make_timer=loop.CudaEventTimer if runtime.device.type == "cuda" else None,
-        on_step=on_step, stop=stop or StopFlag(), agree=strategy.agree(runtime.device),
+        on_step=on_step,
+        stop=stop or StopFlag(),
+        agree=strategy.agree(runtime.device),
         watch=loop.LossWatch(bench.diverge_loss_factor),  # loop.py rule 9: finite blow-ups
     )
     # Memory peaks start at the first timed window (bench/meters/memory.py), not here: warm-up's
@@ -284,7 +321,9 @@ def device_gpus(device_type: str, index: int, devices_per_rank: int) -> list[int
     return list(range(devices_per_rank)) if devices_per_rank > 1 else [index]
 
 
-def rank_meters(bench: BenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None) -> list:
+def rank_meters(
+    bench: BenchConfig, p: PreparedRank, dev: str | None = None, before: dict | None = None
+) -> list:
     """The meters beside the timed windows (bench/meters/), in the order they are entered: memory after the
     others have started (their own buffers are not the step's), energy last, so its readings sit closest
     to each window's edges. `before`: the contention probe's figures."""
