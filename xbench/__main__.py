@@ -6,8 +6,10 @@ non-zero when it did not succeed; a `--multirun` sweep goes on to the next point
 the end if any point failed; a stop signal ends the sweep.
 
 Exit status: 0 ok; 1 a run did not succeed, or Hydra refused the command line (also `+key=v` with a key
-the schema lacks); 2 refused before it started (a bad `resume=`, `baseline=`, `store.root` or run name: nothing
-written; a number out of its range is a `failed` record, exit 1, before any device work); 74 the store could not take the record (it went to a fallback folder the console names);
+the schema lacks); 2 refused before it started (a bad `resume=`, `baseline=`, `store.root` or run name:
+nothing
+written; a number out of its range is a `failed` record, exit 1, before any device work); 74 the store could
+not take the record (it went to a fallback folder the console names);
 130 stopped by a signal (the record says what was measured); 128+N a second signal N (exited at once).
 """
 
@@ -61,15 +63,23 @@ def main(dcfg: DictConfig) -> None:
     redact_hydra_files()  # the sweeper has just written multirun.yaml
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if SIGNALS.flag.requested:  # a stop between two sweep points (or before the one run): no new point starts
-        say(f"xbench: {SIGNALS.flag.reason} received; " + ("the remaining points of the sweep are skipped"
-                                                           if multirun else "the run was not started (no record)"))
+        say(
+            f"xbench: {SIGNALS.flag.reason} received; "
+            + (
+                "the remaining points of the sweep are skipped"
+                if multirun
+                else "the run was not started (no record)"
+            )
+        )
         raise SystemExit(130)
     # Until the run's envelope takes over (it writes the record, then stops start-up at once itself), a stop
-    # signal ends the point from the handler: nothing is written yet, nothing to wait for (imports take seconds).
+    # signal ends the point from the handler: nothing is written yet, nothing to wait for (imports take
+    # seconds).
     SIGNALS.at_once = "start-up"
     try:
         _point(dcfg, multirun)
-    except StopAtOnce:  # the handler's, before the envelope took over (a rank's own stops are not caught here)
+    # the handler's, before the envelope took over (a rank's own stops are not caught here)
+    except StopAtOnce:
         say(f"xbench: {SIGNALS.flag.reason} received before the run's record was written; nothing was run"
             + ("; the remaining points of the sweep are skipped" if multirun else ""))
         raise SystemExit(130) from None
@@ -132,7 +142,8 @@ def cli() -> None:
     # The console is an output too: secret values never reach it (Hydra echoes overrides when it launches
     # a sweep and in compose errors).
     values = argv_secret_values(sys.argv)
-    helping = not HELP_FLAGS.isdisjoint(sys.argv[1:])  # xbench's own help: by value only, its examples as written
+    # xbench's own help: by value only, its examples as written
+    helping = not HELP_FLAGS.isdisjoint(sys.argv[1:])
     sys.stdout = RedactingStream(sys.stdout, values, by_name=not helping)
     sys.stderr = RedactingStream(sys.stderr, values, by_name=not helping)
     SIGNALS.install()  # from the start, for the whole process: a stop at start-up or between sweep points
@@ -177,7 +188,8 @@ def leave(code: int | str | None) -> None:
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
-    # Python's own order at exit: threading's exit hooks (concurrent.futures wakes its idle workers: inductor's
+    # Python's own order at exit: threading's exit hooks (concurrent.futures wakes its idle workers:
+    # inductor's
     # compile pool would otherwise be joined forever), then every non-daemon thread joined, then atexit.
     threading._shutdown()
     atexit._run_exitfuncs()

@@ -2,7 +2,8 @@
 `xbench.load(stores) -> pandas.DataFrame` (docs/api.md).
 
 `run` composes the same Hydra config the CLI composes (the same overrides, the same errors and
-hints, the same refusals: xbench.hints.refusals) and goes through the same runner, so a record made here is indistinguishable from one made by
+hints, the same refusals: xbench.hints.refusals) and goes through the same runner, so a record made here is
+indistinguishable from one made by
 `xbench OVERRIDES`. `load` is the report's tidy table (xbench/analysis/frame.py): one row per run.
 Both import what they need when called: `import xbench` stays cheap.
 """
@@ -33,7 +34,9 @@ def _as_overrides(overrides) -> list[str]:
     if isinstance(overrides, Iterable):
         out = list(overrides)
         if bad := [o for o in out if not isinstance(o, str)]:
-            raise TypeError(f"overrides must be 'key=value' strings; got {bad[0]!r} ({type(bad[0]).__name__})")
+            raise TypeError(
+                f"overrides must be 'key=value' strings; got {bad[0]!r} ({type(bad[0]).__name__})"
+            )
         return out
     raise TypeError(f"overrides must be a list of 'key=value' strings, one such string or a dict, "
                     f"not {type(overrides).__name__}")
@@ -50,7 +53,11 @@ def _dotted(d: Mapping, prefix: str = ""):
 
 def _one_line(e: Exception) -> str:
     """Hydra's refusal without its pointer to the grammar's docs and the blank lines (said once, shorter)."""
-    lines = [x for x in str(e).splitlines() if x.strip() and not x.startswith(("See https://", "Set the environment"))]
+    lines = [
+        x
+        for x in str(e).splitlines()
+        if x.strip() and not x.startswith(("See https://", "Set the environment"))
+    ]
     return " ".join(x.strip() for x in lines) + (" (the override grammar: https://hydra.cc/docs/advanced/"
                                                  "override_grammar/basic)" if "grammar" in str(e) else "")
 
@@ -74,15 +81,20 @@ def compose(overrides=(), config_dir: str | os.PathLike | None = None):
     args = _as_overrides(overrides)
     sweeps = [a for a in args if a in ("-m", "--multirun")]
     if sweeps:
-        raise ValueError("xbench.run runs one configuration; for a sweep, call it in a loop (one record each)")
+        raise ValueError(
+            "xbench.run runs one configuration; for a sweep, call it in a loop (one record each)"
+        )
     if config_dir is not None:
         if not isinstance(config_dir, (str, os.PathLike)):
-            raise TypeError(f"config_dir must be a folder path (str or os.PathLike), not {type(config_dir).__name__}")
+            raise TypeError(
+                f"config_dir must be a folder path (str or os.PathLike), not {type(config_dir).__name__}"
+            )
         where = Path(config_dir).expanduser().resolve()
         if not where.is_dir():
             raise ValueError(f"config_dir={str(config_dir)!r} is not a folder (checked from {Path.cwd()})")
         args.append(f"hydra.searchpath=[file://{where}]")
-    remember(argv_secret_values(args))  # as the CLI's console does: these values are redacted wherever they go
+    # as the CLI's console does: these values are redacted wherever they go
+    remember(argv_secret_values(args))
     if moved := moved_key_problems(args):  # an old spelling: named with its new one, before Hydra
         raise ValueError("\n".join(moved))
     register_configs()
@@ -119,7 +131,9 @@ def run(overrides=(), config_dir: str | os.PathLike | None = None) -> RunRecord:
     return record
 
 
-def load(stores: str | os.PathLike | Iterable[str | os.PathLike] = "results", progress: bool = False) -> pd.DataFrame:
+def load(
+    stores: str | os.PathLike | Iterable[str | os.PathLike] = "results", progress: bool = False
+) -> pd.DataFrame:
     """Every readable run record under the store folder(s) as the report's tidy table: one row per run,
     measurements and derived figures as unit-suffixed columns (docs/report.md). An unreadable record
     file is skipped with a warning naming it."""

@@ -3,7 +3,8 @@
 `check(cfg, facts)` returns human-readable reasons (empty list: good to go). Besides the host's `facts` it
 reads the environment (PJRT_DEVICE, the launcher's variables), the installed packages' versions and the file
 system (data paths, platform files); it writes no environment variable and imports no torch_xla
-(tests/test_import_env.py, tests/test_pure_checks.py: under simulated torchrun, srun and TPU hosts), so a simulated
+(tests/test_import_env.py, tests/test_pure_checks.py: under simulated torchrun, srun and TPU hosts), so a
+simulated
 host's check does not depend on what ran before it. Each reason says what
 was asked, what is wrong and what is allowed, so that the failed record and the console explain
 themselves. Every reason is collected, never only the first.
@@ -50,7 +51,8 @@ def check(cfg: XBenchConfig, facts: HostFacts) -> list[str]:
 
 @rule
 def knobs_in_range(cfg, facts):
-    """Every setting within the range or choices its field declares (xbench/config: `knob` beside the field)."""
+    """Every setting within the range or choices its field declares (xbench/config: `knob` beside the
+    field)."""
     return range_problems(cfg)
 
 
@@ -75,7 +77,9 @@ def process_repeats_fit(cfg, facts):
     if cfg.bench.mode != "throughput":
         return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
                 "(use bench.process_repeats=1 with train_to_target and find_max_batch)"]
-    if launched_rank():  # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank runs)
+    # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank
+    # runs)
+    if launched_rank():
         return [f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench parallel=... "
                 "without the torchrun command): processes torchrun started cannot be started again"]
     return []
@@ -89,7 +93,9 @@ def known_names(cfg, facts):
     if cfg.runtime.name not in runtimes.RUNTIMES:
         out.append(f"runtime {cfg.runtime.name!r} is unknown; allowed: {', '.join(runtimes.RUNTIMES)}")
     if cfg.parallel.name not in parallel.STRATEGIES:
-        out.append(f"parallel strategy {cfg.parallel.name!r} is unknown; allowed: {', '.join(parallel.STRATEGIES)}")
+        out.append(
+            f"parallel strategy {cfg.parallel.name!r} is unknown; allowed: {', '.join(parallel.STRATEGIES)}"
+        )
     if cfg.precision.name not in PRECISIONS:
         out.append(f"precision {cfg.precision.name!r} is unknown; allowed: {', '.join(PRECISIONS)}")
     out += faults.problems(cfg.fault)
@@ -144,7 +150,8 @@ def data_source(cfg, facts):
 
 @rule
 def optimizer_is_valid(cfg, facts):
-    """The optimizer's own options (training/optim.py): e.g. LARS/LAMB options on an optimizer that has none."""
+    """The optimizer's own options (training/optim.py): e.g. LARS/LAMB options on an optimizer that has
+    none."""
     return optim.rules(cfg.optim)
 
 
@@ -157,8 +164,12 @@ def strategy_options_need_their_strategy(cfg, facts):
         if p.name == owner:
             continue
         default = options()
-        out += [f"parallel.{k}={getattr(p, k)} is a {OPTION_OWNERS[owner]} option: it applies to parallel={owner}, "
-                f"not parallel={p.name}" for k in option_names(options) if getattr(p, k) != getattr(default, k)]
+        out += [
+            f"parallel.{k}={getattr(p, k)} is a {OPTION_OWNERS[owner]} option: it applies to parallel={owner}, "
+            f"not parallel={p.name}"
+            for k in option_names(options)
+            if getattr(p, k) != getattr(default, k)
+        ]
     return out
 
 
@@ -206,7 +217,8 @@ def platform_is_here(cfg, facts):
     return out
 
 
-XLA_CUDA_AMP_LAST = (2, 8)  # torch-xla 2.9 removed XLA:CUDA, its fp16 autocast and GradScaler (pytorch/xla#9608)
+# torch-xla 2.9 removed XLA:CUDA, its fp16 autocast and GradScaler (pytorch/xla#9608)
+XLA_CUDA_AMP_LAST = (2, 8)
 
 
 def xla_cuda_amp_problem(xla_version: str | None) -> str | None:
@@ -217,10 +229,12 @@ def xla_cuda_amp_problem(xla_version: str | None) -> str | None:
     release = tuple(int(x) for x in xla_version.split("+")[0].split(".")[:2])
     if release <= XLA_CUDA_AMP_LAST:
         return None
-    return (f"precision amp_fp16 on XLA:CUDA needs torch_xla.amp.autocast (fp16) and torch_xla.amp.GradScaler, "
-            f"which torch-xla provides up to 2.8; torch-xla {xla_version} here removed XLA:CUDA with them "
-            "(pytorch/xla#9608). Install torch 2.8 + torch-xla 2.8 + torch_xla_cuda_plugin 2.8, or run XLA "
-            "with amp_bf16 on a TPU")
+    return (
+        f"precision amp_fp16 on XLA:CUDA needs torch_xla.amp.autocast (fp16) and torch_xla.amp.GradScaler, "
+        f"which torch-xla provides up to 2.8; torch-xla {xla_version} here removed XLA:CUDA with them "
+        "(pytorch/xla#9608). Install torch 2.8 + torch-xla 2.8 + torch_xla_cuda_plugin 2.8, or run XLA "
+        "with amp_bf16 on a TPU"
+    )
 
 
 @rule
@@ -249,7 +263,9 @@ def cpu_capability_fits(cfg, facts):
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     if dev != "cpu":
         return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
-    if launched_rank():  # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank runs)
+    # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank
+    # runs)
+    if launched_rank():
         return [f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads it at start); "
                 "run python -m xbench without the torchrun command"]
     return []
@@ -282,19 +298,25 @@ def xla_pair_problem(torch_version: str, xla_version: str | None) -> str | None:
     release = ".".join(torch_version.split("+")[0].split(".")[:2])
     if release == ".".join(xla_version.split("+")[0].split(".")[:2]):
         return None
-    return (f"torch-xla {xla_version} needs torch {'.'.join(xla_version.split('.')[:2])}.x, but torch here is "
-            f"{torch_version}: install a matching pair, e.g. pip install 'xbench[xla]' (torch 2.9.0 + "
-            "torch-xla 2.9.0), or use a runtime without XLA (eager, compile)")
+    return (
+        f"torch-xla {xla_version} needs torch {'.'.join(xla_version.split('.')[:2])}.x, but torch here is "
+        f"{torch_version}: install a matching pair, e.g. pip install 'xbench[xla]' (torch 2.9.0 + "
+        "torch-xla 2.9.0), or use a runtime without XLA (eager, compile)"
+    )
 
 
 def xla_elsewhere(cfg, facts) -> str:
-    """Where PyTorch reaches XLA on this run's hardware without torch-xla (whose last release, 2.9.0, needs torch
-    2.9.0): TorchTPU on a TPU (never run by xbench: docs/runtimes.md), torchax (JAX's XLA) on TPUs, GPUs and CPUs."""
+    """Where PyTorch reaches XLA on this run's hardware without torch-xla (whose last release, 2.9.0, needs
+    torch
+    2.9.0): TorchTPU on a TPU (never run by xbench: docs/runtimes.md), torchax (JAX's XLA) on TPUs, GPUs and
+    CPUs."""
     target = runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device)
     if target == "TPU" or "tpu" in str(cfg.platform.name).lower():
-        return ("on a TPU with a newer torch, PyTorch's own path is TorchTPU (pip install torch_tpu; device 'tpu'), "
-                "which xbench does not drive (never run here: docs/runtimes.md, TorchTPU), or runtime=torchax "
-                "with jax[tpu]")
+        return (
+            "on a TPU with a newer torch, PyTorch's own path is TorchTPU (pip install torch_tpu; device 'tpu'), "
+            "which xbench does not drive (never run here: docs/runtimes.md, TorchTPU), or runtime=torchax "
+            "with jax[tpu]"
+        )
     if target == "CUDA":
         return "for XLA on NVIDIA GPUs use runtime=torchax (JAX's XLA, jax[cuda13]); torch-xla 2.9 removed XLA:CUDA"
     return "or runtime=torchax (JAX's XLA on this CPU, in xbench's default environment)"
@@ -328,13 +350,19 @@ def profile_fits(cfg, facts):
         return []  # an unknown one: knobs_in_range says so
     out = []
     if b.mode != "throughput":
-        out.append(f"bench.profile profiles steps after a throughput run's timed windows; bench.mode={b.mode} "
-                   "is not supported (use bench.mode=throughput with the same model and data)")
+        out.append(
+            f"bench.profile profiles steps after a throughput run's timed windows; bench.mode={b.mode} "
+            "is not supported (use bench.mode=throughput with the same model and data)"
+        )
     xla = device_type(cfg.platform.device, cfg.runtime.name, facts) == "xla"
     if kind == "xla" and not xla:
-        out.append(f"bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile); runtime={cfg.runtime.name} "
-                   "takes bench.profile=torch")
+        out.append(
+            f"bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile); runtime={cfg.runtime.name} "
+            "takes bench.profile=torch"
+        )
     if kind == "torch" and xla:
-        out.append("bench.profile=torch sees only the host side of an XLA step; use bench.profile=xla (metrics "
-                   "report and HLO dump)")
+        out.append(
+            "bench.profile=torch sees only the host side of an XLA step; use bench.profile=xla (metrics "
+            "report and HLO dump)"
+        )
     return out

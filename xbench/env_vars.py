@@ -1,8 +1,10 @@
 """Environment variables set for the length of a `with` block and restored after it (torch-free, any layer):
 the variables fresh processes inherit (launch/child.py), XLA's dump flags (bench/profile.py), a srun task's
-torch variables while its rank runs (launch/torchrun.py), HF's switches while transformers loads (models/zoo.py);
+torch variables while its rank runs (launch/torchrun.py), HF's switches while transformers loads
+(models/zoo.py);
 and the one "started as a rank by an external launcher" rule (`launched_rank`), which launch/torchrun.py and
-bench/meters/contention.py both read. Imports, checks and questions write no variable (tests/test_pure_checks.py):
+bench/meters/contention.py both read. Imports, checks and questions write no variable
+(tests/test_pure_checks.py):
 what a run needs in its environment is applied where it launches, for that block only."""
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from contextlib import contextmanager
 
 @contextmanager
 def temporarily(env: dict[str, str]):
-    """`env` in this process's environment inside the block; each variable back to its value (or unset) after."""
+    """`env` in this process's environment inside the block; each variable back to its value (or unset)
+    after."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -52,6 +55,11 @@ def srun_step_tasks(env=os.environ) -> int:
 
 def launched_rank(env=os.environ) -> bool:
     """True in a process an external launcher started as one rank of a world: torchrun or any elastic agent
-    (TORCHELASTIC_RUN_ID; LOCAL_RANK with WORLD_SIZE), or a task of a srun step of several tasks. Its parent is
+    (TORCHELASTIC_RUN_ID; LOCAL_RANK with WORLD_SIZE), or a task of a srun step of several tasks. Its parent
+    is
     then that launcher, and its siblings are the run's other ranks."""
-    return "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "WORLD_SIZE" in env) or srun_step_tasks(env) > 1
+    return (
+        "TORCHELASTIC_RUN_ID" in env
+        or ("LOCAL_RANK" in env and "WORLD_SIZE" in env)
+        or srun_step_tasks(env) > 1
+    )

@@ -77,8 +77,10 @@ class _Signals:
         self.on_force = None  # the current run's "write the record now" (None between runs)
         self.previous: dict = {}
         self.timer: threading.Timer | None = None
-        # A phase in which nothing is measured yet (start-up: imports, compat, the plan): a first signal stops it
-        # at once, from the handler, instead of after imports that take seconds (a sweep's point in start-up too).
+        # A phase in which nothing is measured yet (start-up: imports, compat, the plan): a first
+        # signal stops it
+        # at once, from the handler, instead of after imports that take seconds (a sweep's point in
+        # start-up too).
         self.at_once: str | None = None
 
     @property
@@ -129,10 +131,14 @@ class _Signals:
         self.flag.reason = name
         phase, self.at_once = self.at_once, None
         if phase is not None:
-            say(f"\nxbench: {name} received during {phase} (nothing measured yet); stopping now and saving the record")
+            say(
+                f"\nxbench: {name} received during {phase} (nothing measured yet); stopping now and saving the record"
+            )
         else:
-            say(f"\nxbench: {name} received; stopping after this step (or phase) and saving the record "
-                f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)")
+            say(
+                f"\nxbench: {name} received; stopping after this step (or phase) and saving the record "
+                f"(send it again to exit at once; a step still running after {self.grace_s:g} s is abandoned)"
+            )
         self.timer = threading.Timer(self.grace_s, self._force,
                                      (f"{name}: the step did not return within bench.stop_grace_s="
                                       f"{self.grace_s:g} s (hung step)", 128 + signum))
@@ -172,7 +178,9 @@ def advanced(record: RunRecord) -> bool:
 class RunEnvelope:
     """Owns one run's record from its first write to its last (see the module docstring)."""
 
-    def __init__(self, cfg, resolved: dict, run_id: str, prior: dict | None = None, lock: RunLock | None = None):
+    def __init__(
+        self, cfg, resolved: dict, run_id: str, prior: dict | None = None, lock: RunLock | None = None
+    ):
         self.cfg = cfg
         self.record = RunRecord(run_id=run_id, experiment=cfg.experiment, config=resolved)
         self.prior = prior
@@ -200,7 +208,8 @@ class RunEnvelope:
 
     def check_stop(self, phase: str) -> None:
         """Between phases: a stop asked before any step ran ends the run here, recorded. Start-up (from the
-        first record write to its check_stop) is stopped at once from the signal handler (`_Signals.at_once`)."""
+        first record write to its check_stop) is stopped at once from the signal handler
+        (`_Signals.at_once`)."""
         if phase == "start-up":
             SIGNALS.at_once = None
         if self.stop.requested:
@@ -214,16 +223,21 @@ class RunEnvelope:
         self._write()
 
     def __enter__(self) -> RunEnvelope:
-        SIGNALS.at_once = None  # the record and the lock are ours from here: a signal asks until the end of __enter__
+        # the record and the lock are ours from here: a signal asks until the end of __enter__
+        SIGNALS.at_once = None
         self.record.env = host_env()
         try:
             if self.lock is None:
                 self.lock = RunLock(self.run_dir).acquire()
-            safe_io.clean_temp(self.run_dir)  # what a killed earlier attempt's torn writes left (we own the folder)
-            self.local.write_strict(self.record)  # status "running": if the process is killed outright, the trace remains
+            # what a killed earlier attempt's torn writes left (we own the folder)
+            safe_io.clean_temp(self.run_dir)
+            # status "running": if the process is killed outright, the trace remains
+            self.local.write_strict(self.record)
         except OSError as e:
-            say(f"xbench: the store cannot take run {self.record.run_id} ({type(e).__name__}: {e}); nothing was run "
-                f"(store.root={self.cfg.store.root})")
+            say(
+                f"xbench: the store cannot take run {self.record.run_id} ({type(e).__name__}: {e}); nothing was run "
+                f"(store.root={self.cfg.store.root})"
+            )
             if self.lock is not None:
                 self.lock.release()
             raise SystemExit(EXIT_UNSAVED) from None
@@ -234,7 +248,8 @@ class RunEnvelope:
         self.stop = SIGNALS.flag
         SIGNALS.grace_s = self.cfg.bench.stop_grace_s
         SIGNALS.on_force = self._forced
-        # Until check_stop("start-up"): nothing measured, nothing to finish first. Set last, on the main thread
+        # Until check_stop("start-up"): nothing measured, nothing to finish first. Set last, on the
+        # main thread
         # (where the handler raises): no call follows before the `with` body, so no signal lands outside it.
         if threading.current_thread() is threading.main_thread():
             SIGNALS.at_once = "start-up"
@@ -250,8 +265,11 @@ class RunEnvelope:
             if isinstance(exc, KeyboardInterrupt):  # someone else's SIGINT handler: still a stop
                 exc = StopRequested({"phase": "unknown"})
                 self.stop.reason = self.stop.reason or "SIGINT"
-            if exc is not None and not isinstance(exc, Exception):  # SystemExit and the like: recorded, re-raised
-                self.record.finish("failed", f"the run exited ({type(exc).__name__} {exc}) before it finished")
+            # SystemExit and the like: recorded, re-raised
+            if exc is not None and not isinstance(exc, Exception):
+                self.record.finish(
+                    "failed", f"the run exited ({type(exc).__name__} {exc}) before it finished"
+                )
             elif exc is not None:
                 self._status_of(exc)
             elif self.record.status == "running":  # a mode that forgot to say: a bug, not a result
@@ -270,10 +288,13 @@ class RunEnvelope:
         if isinstance(exc, ConfigError):
             rec.finish("failed", "config: " + "; ".join(exc.reasons))
         elif isinstance(exc, StopRequested):
-            # Every rank's partial figures of a signalled multi-rank run (launch/torchrun.py), rank 0's at the top.
+            # Every rank's partial figures of a signalled multi-rank run (launch/torchrun.py),
+            # rank 0's at the top.
             partials = exc.partial.pop("rank_partials", None)
             if partials and len(partials) > 1:
-                rec.ranks = [p if p is not None else {"rank": i, "figures": None} for i, p in enumerate(partials)]
+                rec.ranks = [
+                    p if p is not None else {"rank": i, "figures": None} for i, p in enumerate(partials)
+                ]
             # A stop after a phase had finished keeps that phase's figures.
             if rec.measurements:
                 rec.measurements["interrupted"] = exc.partial
@@ -321,8 +342,10 @@ class RunEnvelope:
         if self.local.unsaved is None:
             return
         if path is not None:
-            say(f"xbench: the store could not take the record ({self.local.unsaved}); it was written to {path} "
-                f"instead: move {path.parent} into {self.cfg.store.root} once the store is fixed")
+            say(
+                f"xbench: the store could not take the record ({self.local.unsaved}); it was written to {path} "
+                f"instead: move {path.parent} into {self.cfg.store.root} once the store is fixed"
+            )
         else:  # no folder at all: the console is the last place the result can go
             say(f"xbench: the record could not be written anywhere ({self.local.unsaved}); here it is:")
             with contextlib.suppress(Exception):

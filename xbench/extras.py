@@ -10,7 +10,8 @@ that make a fork unsafe, and costs ~10 s. So:
 - whether it is there is asked here (`installed("torch_xla")`, `torch_xla_loaded()`), never by importing it;
 - the one door in is `xbench.runtimes.xla_module()` (PJRT_DEVICE set first, then runtimes/xla.py, the only
   module importing torch_xla: an import-linter contract); `runtimes.xla_lazy` is that door behind an attribute
-  read, for the XLA strategies' module-level name; compat asks the XLA runtimes' rules of runtimes/xla_rules.py;
+  read, for the XLA strategies' module-level name; compat asks the XLA runtimes' rules of
+  runtimes/xla_rules.py;
 - libraries that import it whenever it is installed (accelerate, transformers through it) are told not to by
   `keep_torch_xla_out()`, the one writer of USE_TORCH_XLA (tests/test_import_env.py checks all of it).
 """

@@ -32,5 +32,7 @@ def problems(fault) -> list[str]:
     if fault.signal not in SIGNAL_NAMES:
         out.append(f"fault.signal={fault.signal!r} is not a stop signal; allowed: {', '.join(SIGNAL_NAMES)}")
     if fault.phase is not None and fault.phase not in PHASES:
-        out.append(f"fault.phase={fault.phase!r} is unknown; allowed: null (at fault.at_step), {', '.join(PHASES)}")
+        out.append(
+            f"fault.phase={fault.phase!r} is unknown; allowed: null (at fault.at_step), {', '.join(PHASES)}"
+        )
     return out

@@ -64,7 +64,8 @@ def moved_key(override: str) -> str | None:
 
 
 def moved_key_problems(argv: list[str]) -> list[str]:
-    """Every override that uses a key's old spelling (MOVED), each with its new one; asked before Hydra runs."""
+    """Every override that uses a key's old spelling (MOVED), each with its new one; asked before Hydra
+    runs."""
     return [m for m in (moved_key(a) for a in argv) if m]
 
 
@@ -98,7 +99,11 @@ def hint_for(override: str, added: bool = False) -> str | None:
             continue
         scalar = _scalar(tp)
         if i < len(parts) - 1:
-            return None if scalar is None else f"{'.'.join(path)!r} is a value, it has no sub-key {parts[i + 1]!r}"
+            return (
+                None
+                if scalar is None
+                else f"{'.'.join(path)!r} is a value, it has no sub-key {parts[i + 1]!r}"
+            )
         sweep = "," in value or "(" in value  # a multirun sweep (a,b / range(...)): Hydra parses it
         if scalar is not None and not sweep and not _parses(value, scalar):
             return f"{key} takes {_SCALARS[scalar]}, got {value!r}"
@@ -117,7 +122,9 @@ def _selects_workload(experiment: str) -> bool:
         defaults = OmegaConf.to_container(OmegaConf.load(path)).get("defaults") or []
     except (OSError, ValueError):
         return False
-    return any(isinstance(d, dict) and any(str(k).lstrip("/").startswith("workload") for k in d) for d in defaults)
+    return any(
+        isinstance(d, dict) and any(str(k).lstrip("/").startswith("workload") for k in d) for d in defaults
+    )
 
 
 def preset_hints(argv: list[str]) -> list[str]:
@@ -131,11 +138,15 @@ def preset_hints(argv: list[str]) -> list[str]:
         if key == "experiment":
             out.append(f"presets are added, not replaced: +experiment={value}")
         elif key == "workload" and not selected:
-            out.append(f"this run selects no workload to replace: +workload={value} adds one (workload={value} "
-                       "without + replaces the workload a preset selects, e.g. +experiment=resnet50_tpu)")
+            out.append(
+                f"this run selects no workload to replace: +workload={value} adds one (workload={value} "
+                "without + replaces the workload a preset selects, e.g. +experiment=resnet50_tpu)"
+            )
         elif key == "+workload" and selected:
-            out.append(f"+experiment={given['experiment']} already selects a workload: workload={value} (without +) "
-                       "replaces it")
+            out.append(
+                f"+experiment={given['experiment']} already selects a workload: workload={value} (without +) "
+                "replaces it"
+            )
     return out
 
 
@@ -168,7 +179,12 @@ def group_hints(argv: list[str]) -> list[str]:
             continue
         options = group_options(key)
         for choice in (c.strip().strip("'\"") for c in value.split(",")):
-            if not choice or choice in options or "/" in choice and choice.split("/")[0] in ("torchvision", "timm", "hf"):
+            if (
+                not choice
+                or choice in options
+                or "/" in choice
+                and choice.split("/")[0] in ("torchvision", "timm", "hf")
+            ):
                 continue
             near = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
             if near:
@@ -191,11 +207,17 @@ def resume_ignored(overrides: list[str]) -> list[str]:
     without a word (a warning, not a refusal: `resume=ID goal.max_epochs=1` resumes as stored)."""
     if not any(o.lstrip("+~").partition("=")[0] == "resume" for o in overrides):
         return []
-    ignored = [o for o in overrides if o.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0] not in RESUME_KEEPS]
+    ignored = [
+        o
+        for o in overrides
+        if o.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0] not in RESUME_KEEPS
+    ]
     if not ignored:
         return []
-    return [f"resume= continues a stored run with its own config; these overrides are ignored: {' '.join(ignored)} "
-            f"(with resume= only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])} apply; start a new run to change them)"]
+    return [
+        f"resume= continues a stored run with its own config; these overrides are ignored: {' '.join(ignored)} "
+        f"(with resume= only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])} apply; start a new run to change them)"
+    ]
 
 
 def refusals(dcfg, overrides: list[str]) -> list[str]:
@@ -220,8 +242,10 @@ def unresolved(dcfg) -> list[str]:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         what = (getattr(e, "msg", None) or str(e)).splitlines()[0]
-        return [f"{key}: {what} (an interpolation ${{...}} names a key of the config, e.g. ${{data.batch_size}}; "
-                "write a literal $ as \\$)"]
+        return [
+            f"{key}: {what} (an interpolation ${{...}} names a key of the config, e.g. ${{data.batch_size}}; "
+            "write a literal $ as \\$)"
+        ]
     return []
 
 

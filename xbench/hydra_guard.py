@@ -1,6 +1,7 @@
 """Hydra's own files and folders, kept bounded, secret-free and out of the way (a Hydra callback).
 
-Wired in conf/config.yaml as `hydra.callbacks.guard`; it runs before the sweeper (hydra_plugins/xbench_sweeper,
+Wired in conf/config.yaml as `hydra.callbacks.guard`; it runs before the sweeper
+(hydra_plugins/xbench_sweeper,
 which checks that the points are distinct) is built:
 
 - **A sweep too big is refused before anything is composed**: the points are counted from the override
@@ -11,14 +12,16 @@ which checks that the points are distinct) is built:
   nothing has been measured, so there is nothing to save and no reason to wait for composition.
 - **Hydra's basic sweeper is bounded like xbench's**: `hydra/sweeper=basic` composes every point of a batch
   before it runs one, and its batch is the whole sweep unless `hydra.sweeper.max_batch_size` is set: on the
-  local launcher it is set to 1 (each point composed just before it runs, as xbench's sweeper does), said once.
+  local launcher it is set to 1 (each point composed just before it runs, as xbench's sweeper does), said
+  once.
 - **No plain-text sweep file**: the sweeper writes `multirun.yaml` (the whole config and the command line)
   before the first point. xbench's sweeper (hydra_plugins/xbench_sweeper, the default) writes it through
   `save_sweep_file`; for Hydra's basic sweeper (`hydra/sweeper=basic`) its `OmegaConf.save` is replaced,
   for that module only, by one that redacts first. Either way the file is born redacted
   (xbench/records/redact.py) and a SIGKILL at any moment leaves no secret on disk.
 - **Hydra's per-run files too** (`hydra.output_subdir=.hydra` brings back `config.yaml`, `hydra.yaml` and
-  `overrides.yaml`: the config, Hydra's node and the command line): Hydra's writer of them is replaced, in every
+  `overrides.yaml`: the config, Hydra's node and the command line): Hydra's writer of them is replaced, in
+  every
   process that builds this callback, by one that redacts first and writes atomically, never through a link.
 - **A store that cannot hold Hydra's folder** (read-only, full, a file in the way) is exit 74 with the
   folder and the reason, before Hydra's own traceback; and Hydra's per-run and per-point folders, empty
@@ -43,9 +46,11 @@ module's imports). Each private thing, and why (Hydra 1.3; each is left as Hydra
   writes multirun.yaml through `OmegaConf.save` with no hook; patching OmegaConf itself would change every
   caller's.
 - `hydra._internal.core_plugins.basic_sweeper.BasicSweeper` and `basic_launcher.BasicLauncher`, named by their
-  `_target_` paths (`bound_basic_sweeper`: Hydra's basic sweeper on the local launcher composes the whole sweep
+  `_target_` paths (`bound_basic_sweeper`: Hydra's basic sweeper on the local launcher composes the whole
+  sweep
   before a point, so it gets one point per batch), and the launcher's class and logger for xbench's sweeper
-  (`is_local_launcher`: points run in this process one at a time; `quiet_local_launches`: its two log lines per
+  (`is_local_launcher`: points run in this process one at a time; `quiet_local_launches`: its two log lines
+  per
   launch, said once by the sweeper's `point i/N`); `hydra.core.utils.JobReturn._return_value` (`job_raised`):
   the exception of a point the sweeper did not run, without `return_value`'s line on stderr.
 """
@@ -124,7 +129,8 @@ def save_sweep_file(config: DictConfig, path: Path) -> None:
 
 
 def _redacting_save():
-    """OmegaConf.save, redacted first: what Hydra's basic sweeper (hydra/sweeper=basic) writes as multirun.yaml."""
+    """OmegaConf.save, redacted first: what Hydra's basic sweeper (hydra/sweeper=basic) writes as
+    multirun.yaml."""
 
     def save(config, f, resolve: bool = False) -> None:
         OmegaConf.save(_redacted(config), f, resolve=resolve)
@@ -139,7 +145,8 @@ def _redacting_save():
 
 
 def _redacting_save_config(cfg, filename: str, output_dir: Path) -> None:
-    """hydra.core.utils._save_config (config.yaml, hydra.yaml, overrides.yaml), redacted first, written atomically
+    """hydra.core.utils._save_config (config.yaml, hydra.yaml, overrides.yaml), redacted first, written
+    atomically
     and never through a planted link."""
     from xbench.records.safe_io import atomic_write
 
@@ -246,7 +253,8 @@ def redact_sweep_file_at_write() -> None:
 # ---------- Hydra's folders, the stop signals while preparing, the callback ----------
 
 def make_folder(folder: str, what: str) -> bool:
-    """Create Hydra's folder; exit 74 with the reason when the store cannot hold it. True if it was created."""
+    """Create Hydra's folder; exit 74 with the reason when the store cannot hold it. True if it was
+    created."""
     path = Path(folder)
     existed = path.is_dir()
     try:
@@ -298,7 +306,9 @@ class _PreparingSignals:
 
     @staticmethod
     def _exit(signum, frame):
-        say(f"{signal.Signals(signum).name} received before this process started a point of the sweep; exited at once")
+        say(
+            f"{signal.Signals(signum).name} received before this process started a point of the sweep; exited at once"
+        )
         raise SystemExit(130)
 
 
@@ -329,7 +339,8 @@ class HydraGuard(Callback):
         params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
         try:
             n = sweep_size(params, overrides)
-        except (ValueError, TypeError) as e:  # range(0,3,0), range('a','b'): one line, nothing composed or run
+        # range(0,3,0), range('a','b'): one line, nothing composed or run
+        except (ValueError, TypeError) as e:
             self.preparing.restore()
             say(f"this sweep cannot be counted: {e}; nothing was composed or run "
                 "(https://hydra.cc/docs/advanced/override_grammar/extended)")
@@ -337,13 +348,17 @@ class HydraGuard(Callback):
         limit = int(config.get("sweep_max_points", 1000))
         if n > limit:
             self.preparing.restore()
-            say(f"this sweep has {n:,} points, more than sweep_max_points={limit:,}; nothing was composed or run "
-                f"(to run it, add sweep_max_points={n})")
+            say(
+                f"this sweep has {n:,} points, more than sweep_max_points={limit:,}; nothing was composed or run "
+                f"(to run it, add sweep_max_points={n})"
+            )
             raise SystemExit(2)
         say(f"sweep: {n:,} point{'s' if n != 1 else ''}")
         if n > 1 and bound_basic_sweeper(config):
-            say("hydra/sweeper=basic composes a whole batch before it runs a point; each point is its own batch "
-                "here (hydra.sweeper.max_batch_size=1): composed just before it runs")
+            say(
+                "hydra/sweeper=basic composes a whole batch before it runs a point; each point is its own batch "
+                "here (hydra.sweeper.max_batch_size=1): composed just before it runs"
+            )
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if make_folder(str(sweep_dir), "Hydra's sweep folder (hydra.sweep.dir)"):
             atexit.register(remove_empty, sweep_dir, sweep_dir)  # the per-point folders, empty

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         ap.error("--steps must be >= 1")
 
-    # Windows of exactly --steps steps (not sized by time), one more than the stalled windows a run may measure
+    # Windows of exactly --steps steps (not sized by time), one more than the stalled windows a run may
+    # measure
     # again: each run keeps every step of its warm-up, then R windows out of at most R + r slots of N steps
     # (r re-measured); with R = r + 1 the steps both runs kept are at least N, whatever was re-measured.
     common = [*args.overrides, f"bench.steps={args.steps}", "bench.min_window_s=0", "bench.repeats=1"]
@@ -67,10 +68,20 @@ def main(argv: list[str] | None = None) -> int:
 
     precisions = [c.precision.name for c in cfgs.values()]
     rtol = args.rtol if args.rtol is not None else tolerance(*precisions)
-    rec = RunRecord(run_id=new_run_id("parity"), experiment="parity", config={
-        "bench": {"mode": "parity"},
-        "parity": {"a": _split(args.a), "b": _split(args.b), "common": common, "steps": args.steps, "rtol": rtol},
-    })
+    rec = RunRecord(
+        run_id=new_run_id("parity"),
+        experiment="parity",
+        config={
+            "bench": {"mode": "parity"},
+            "parity": {
+                "a": _split(args.a),
+                "b": _split(args.b),
+                "common": common,
+                "steps": args.steps,
+                "rtol": rtol,
+            },
+        },
+    )
     rec.measurements = {"run_a": recs["a"].run_id, "run_b": recs["b"].run_id,
                         "precision_a": precisions[0], "precision_b": precisions[1]}
     bad = [f"run {k} ({r.run_id}) ended {r.status}: {r.reason}" for k, r in recs.items() if r.status != "ok"]
@@ -105,9 +116,12 @@ def _verdict(rec: RunRecord, recs: dict[str, RunRecord], steps: int, rtol: float
     if verdict["parity_passed"]:
         rec.finish("ok")
     else:
-        rec.finish("failed", f"parity: losses differ by {verdict['parity_max_rel_dev']:.3g} (relative) at step "
-                             f"{verdict['parity_worst_step']}, tolerance {rtol:g} ({len(compared)} steps compared, "
-                             f"{compared[0]}-{compared[-1]})")
+        rec.finish(
+            "failed",
+            f"parity: losses differ by {verdict['parity_max_rel_dev']:.3g} (relative) at step "
+            f"{verdict['parity_worst_step']}, tolerance {rtol:g} ({len(compared)} steps compared, "
+            f"{compared[0]}-{compared[-1]})",
+        )
 
 
 if __name__ == "__main__":

@@ -68,7 +68,13 @@ SECTIONS = ("model", "data", "optim", "bench", "parallel", "runtime", "goal", "f
 
 def resolve(cfg: XBenchConfig, facts: HostFacts) -> Plan:
     """The plan of `cfg` on this host (after compat.check: the names are known and fit)."""
-    return Plan(device_type=device_type(cfg.platform.device, cfg.runtime.name, facts), strategy=cfg.parallel.name,
-                launcher=parallel.get(cfg.parallel.name).launcher, precision=cfg.precision.name,
-                spec=InputSpec.from_data(cfg.data), platform=PlatformName(cfg.platform.name, cfg.platform.device),
-                progress=cfg.logger.progress, **{name: getattr(cfg, name) for name in SECTIONS})
+    return Plan(
+        device_type=device_type(cfg.platform.device, cfg.runtime.name, facts),
+        strategy=cfg.parallel.name,
+        launcher=parallel.get(cfg.parallel.name).launcher,
+        precision=cfg.precision.name,
+        spec=InputSpec.from_data(cfg.data),
+        platform=PlatformName(cfg.platform.name, cfg.platform.device),
+        progress=cfg.logger.progress,
+        **{name: getattr(cfg, name) for name in SECTIONS},
+    )

@@ -18,23 +18,29 @@ from dataclasses import dataclass, field
 
 # Every signal that asks a run to stop: a terminal (Ctrl-C, Ctrl-\, a closed window), a user (kill), a
 # batch system (SIGTERM before SIGKILL on preemption, Slurm's --signal=USR1/USR2@T, a CPU-time limit).
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
-                                                  "SIGXCPU") if hasattr(signal, n))
+STOP_SIGNALS = tuple(
+    getattr(signal, n)
+    for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+    if hasattr(signal, n)
+)
 
 POINT_ENV = "XBENCH_POINT"  # "<pid of the runner's process>:<wall time the point started>"
 # This run's start-up phases so far, "name@wall time;..." in the order they began: in the environment, so the
 # ranks a launcher starts carry on the runner's (a rank in a fresh process adds its own to its copy).
 STARTUP_ENV = "XBENCH_STARTUP"
-FIRST_PHASE = "imports"  # from the process's start to the first mark: the interpreter, xbench's and Hydra's imports
+# from the process's start to the first mark: the interpreter, xbench's and Hydra's imports
+FIRST_PHASE = "imports"
 
 
 def process_started_at() -> float:
     """Wall time this process started, to the clock tick: /proc's start time (ticks since boot) against
-    CLOCK_BOOTTIME. psutil's create_time adds the boot time /proc/stat rounds down to whole seconds, so it reads
+    CLOCK_BOOTTIME. psutil's create_time adds the boot time /proc/stat rounds down to whole seconds, so it
+    reads
     up to 1 s early (0.98 s on the VM this was written on); elsewhere (no /proc) it is the fallback."""
     try:
         with open("/proc/self/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime (the name may hold spaces)
+            # field 22, starttime (the name may hold spaces)
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
         return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError, AttributeError):
         import psutil
@@ -43,7 +49,8 @@ def process_started_at() -> float:
 
 
 def point_started_at() -> float:
-    """Wall time this run started: the runner's mark (launch/isolation.begin_point), else this process's start."""
+    """Wall time this run started: the runner's mark (launch/isolation.begin_point), else this process's
+    start."""
     try:
         return float(os.environ[POINT_ENV].split(":", 1)[1])
     except (KeyError, IndexError, ValueError):
@@ -102,9 +109,14 @@ class RankContext:
 
     def figures(self) -> dict:
         """This rank's facts for its measurements."""
-        return {"local_rank": self.local_rank, "local_world_size": self.local_world_size,
-                "threads_policy": self.threads_policy, "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-                "hostname": socket.gethostname(), "pid": os.getpid()}
+        return {
+            "local_rank": self.local_rank,
+            "local_world_size": self.local_world_size,
+            "threads_policy": self.threads_policy,
+            "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+        }
 
 
 @dataclass

@@ -60,20 +60,27 @@ def check_resume(dcfg: DictConfig) -> tuple[dict, Path]:
     except (OSError, ValueError) as e:
         raise Refused(f"resume={ref!r}: {e}") from None
     if name_problem(prior["run_id"], "run_id") or path.parent.name != prior["run_id"]:
-        raise Refused(f"resume={ref!r}: {path.parent} holds the record of run {prior['run_id']!r} (a renamed or "
-                      "copied folder?); a resumed run writes to the folder its id names, so it is not resumed")
+        raise Refused(
+            f"resume={ref!r}: {path.parent} holds the record of run {prior['run_id']!r} (a renamed or "
+            "copied folder?); a resumed run writes to the folder its id names, so it is not resumed"
+        )
     mode = (prior.get("config", {}).get("bench") or {}).get("mode")
     if mode != "train_to_target":
-        raise Refused(f"resume={ref!r}: that run is bench.mode={mode}; resume continues train_to_target runs only "
-                      "(its record is left as it is)")
+        raise Refused(
+            f"resume={ref!r}: that run is bench.mode={mode}; resume continues train_to_target runs only "
+            "(its record is left as it is)"
+        )
     return prior, path
 
 
 def interpolations(tree, where: str = "") -> list[str]:
-    """Keys of a stored config whose string value OmegaConf would resolve (`${...}`: `${oc.env:NAME}` reads the
+    """Keys of a stored config whose string value OmegaConf would resolve (`${...}`: `${oc.env:NAME}` reads
+    the
     environment of whoever resumes, a resolver runs): a stored record is data, never resolved again."""
     if isinstance(tree, dict):
-        return [k for key, v in tree.items() for k in interpolations(v, f"{where}.{key}" if where else str(key))]
+        return [
+            k for key, v in tree.items() for k in interpolations(v, f"{where}.{key}" if where else str(key))
+        ]
     if isinstance(tree, list):
         return [k for i, v in enumerate(tree) for k in interpolations(v, f"{where}[{i}]")]
     return [where] if isinstance(tree, str) and "${" in tree else []
@@ -84,14 +91,18 @@ def resume_config(dcfg: DictConfig, prior: dict, path: Path) -> DictConfig:
     and seed must be the ones the checkpoint was made with); only `resume`, `store`, `logger` and
     `fault` come from this command line."""
     if not (path.parent / CHECKPOINT_FILE).is_file():
-        raise Refused(f"resume={dcfg.resume!r}: no {CHECKPOINT_FILE} in {path.parent} (set goal.checkpoint_every_evals, "
-                      "or stop a run with SIGTERM, to leave one); its record is left as it is")
+        raise Refused(
+            f"resume={dcfg.resume!r}: no {CHECKPOINT_FILE} in {path.parent} (set goal.checkpoint_every_evals, "
+            "or stop a run with SIGTERM, to leave one); its record is left as it is"
+        )
     config = copy.deepcopy(prior["config"])
     if planted := interpolations(config):  # xbench stores configs resolved: none of its records holds one
-        raise Refused(f"resume={dcfg.resume!r}: the stored config holds an interpolation at {', '.join(planted[:5])}"
-                      f"{' ...' if len(planted) > 5 else ''} (`${{...}}`, which would be resolved here: "
-                      "`${oc.env:NAME}` reads this machine's environment into the shared record); a stored config is "
-                      "data, so the run is not resumed and its record is left as it is")
+        raise Refused(
+            f"resume={dcfg.resume!r}: the stored config holds an interpolation at {', '.join(planted[:5])}"
+            f"{' ...' if len(planted) > 5 else ''} (`${{...}}`, which would be resolved here: "
+            "`${oc.env:NAME}` reads this machine's environment into the shared record); a stored config is "
+            "data, so the run is not resumed and its record is left as it is"
+        )
     unknown = unknown_keys(config)
     for keys in unknown:  # an older xbench let `+bench.step=5` through; it had no effect on the run
         node = config
@@ -136,8 +147,12 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         prior, path = check_resume(dcfg)
         m = prior.get("measurements") or {}
         if prior.get("status") == "ok" and m.get("target_reached"):
-            print(f"xbench: run {prior['run_id']} already reached its target; nothing to resume (its record is "
-                  "unchanged)", file=sys.stderr, flush=True)
+            print(
+                f"xbench: run {prior['run_id']} already reached its target; nothing to resume (its record is "
+                "unchanged)",
+                file=sys.stderr,
+                flush=True,
+            )
             return RunRecord.from_dict(prior)
         dcfg = resume_config(dcfg, prior, path)
     cfg: XBenchConfig = OmegaConf.to_object(dcfg)
@@ -176,8 +191,20 @@ def run(dcfg: DictConfig) -> RunRecord | None:
         env.check_stop("start-up")
         mode = modes.get(cfg.bench.mode)
         env.progress = mode.progress(cfg)
-        mode.execute(Run(cfg, facts, plan, env.record, env.run_dir, resolved, env.stop, env.progress, baseline,
-                         env.wandb))
+        mode.execute(
+            Run(
+                cfg,
+                facts,
+                plan,
+                env.record,
+                env.run_dir,
+                resolved,
+                env.stop,
+                env.progress,
+                baseline,
+                env.wandb,
+            )
+        )
     if env.unsaved:
         raise SystemExit(EXIT_UNSAVED)
     return env.record
@@ -187,7 +214,9 @@ def _xla_device_first(cfg, facts) -> None:
     """An XLA runtime picks its PJRT device when torch_xla is imported (compat imports it): name the
     platform's device first, unless the user did (PJRT_DEVICE)."""
     if cfg.runtime.name in runtimes.RUNTIMES and "torch_xla" in runtimes.requires(cfg.runtime.name):
-        os.environ.setdefault("PJRT_DEVICE", runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device))
+        os.environ.setdefault(
+            "PJRT_DEVICE", runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device)
+        )
 
 
 def join(cfg: XBenchConfig) -> None:

@@ -18,6 +18,7 @@ SCRIPTS = {
 
 
 def prog(module: str) -> str:
-    """The tool's name as the user called it: its console script (`xbench-report`), else `python -m MODULE`."""
+    """The tool's name as the user called it: its console script (`xbench-report`), else `python -m
+    MODULE`."""
     script = Path(sys.argv[0]).name
     return script if SCRIPTS.get(script) == module else f"python -m {module}"

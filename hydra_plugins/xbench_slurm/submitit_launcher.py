@@ -71,16 +71,22 @@ def partition(name: str | None) -> Partition:
         raise RuntimeError(f"sinfo did not answer within {SINFO_TIMEOUT_S:g} s: is SLURM's controller up "
                            "(scontrol ping)?") from None
     except OSError as e:
-        raise RuntimeError(f"sinfo could not be run ({e.strerror or e}): is this a SLURM login node?") from None
+        raise RuntimeError(
+            f"sinfo could not be run ({e.strerror or e}): is this a SLURM login node?"
+        ) from None
     if out.returncode != 0:
-        raise RuntimeError(f"sinfo failed ({out.stderr.strip() or out.returncode}): is this a SLURM login node?")
+        raise RuntimeError(
+            f"sinfo failed ({out.stderr.strip() or out.returncode}): is this a SLURM login node?"
+        )
     rows = [line.split("|") for line in out.stdout.splitlines() if line.count("|") == 3]
     mine = [r for r in rows if (r[0].rstrip("*") == name if name else r[0].endswith("*"))]
     if not mine:
         names = sorted({r[0].rstrip("*") for r in rows})
-        raise ValueError(f"SLURM has no partition {name!r} (partitions: {', '.join(names)}; "
-                         "hydra.launcher.partition=NAME)" if name else
-                         f"SLURM has no default partition: set hydra.launcher.partition (one of {', '.join(names)})")
+        raise ValueError(
+            f"SLURM has no partition {name!r} (partitions: {', '.join(names)}; hydra.launcher.partition=NAME)"
+            if name
+            else f"SLURM has no default partition: set hydra.launcher.partition (one of {', '.join(names)})"
+        )
     cpus = [int(re.sub(r"\D", "", r[1]) or 0) for r in mine]
     mem = [int(re.sub(r"\D", "", r[2]) or 0) for r in mine]
     return Partition(mine[0][0].rstrip("*"), min(cpus), max(cpus), max(mem), minutes(mine[0][3]))
@@ -99,9 +105,11 @@ def fit_request(params: dict, part: Partition) -> tuple[dict, list[str]]:
                         f"{part.max_cpus} (set hydra.launcher.cpus_per_task<={part.max_cpus // tasks}, or null "
                         f"for a whole node)")
     if p.get("mem_gb") is not None and p["mem_gb"] * 1024 > part.mem_mb:
-        problems.append(f"hydra.launcher.mem_gb={p['mem_gb']} is more than partition {part.name}'s largest node "
-                        f"has ({part.mem_mb / 1024:.1f} GB; set hydra.launcher.mem_gb<={part.mem_mb // 1024}, "
-                        "or null for SLURM's default)")
+        problems.append(
+            f"hydra.launcher.mem_gb={p['mem_gb']} is more than partition {part.name}'s largest node "
+            f"has ({part.mem_mb / 1024:.1f} GB; set hydra.launcher.mem_gb<={part.mem_mb // 1024}, "
+            "or null for SLURM's default)"
+        )
     if part.time_limit_min is not None and p.get("timeout_min", 0) > part.time_limit_min:
         problems.append(f"hydra.launcher.timeout_min={p['timeout_min']} is over partition {part.name}'s time "
                         f"limit ({part.time_limit_min:g} min; set hydra.launcher.timeout_min<="
@@ -158,7 +166,9 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
         """In the job: run the point, then name the record it left (the submitter prints it)."""
         started = time.time()
         ret = super().__call__(*args, **kwargs)
-        store = Path(str(ret.cfg.store.root)).resolve() if ret.cfg is not None and "store" in ret.cfg else None
+        store = (
+            Path(str(ret.cfg.store.root)).resolve() if ret.cfg is not None and "store" in ret.cfg else None
+        )
         job = os.environ.get("SLURM_JOB_ID", "")
         found = find_record(store, job, started) if store and job else None
         ret.xbench_record = str(found) if found else None  # type: ignore[attr-defined]  # pickled back with ret
@@ -177,8 +187,10 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
                 say(f"  {line}")
             raise SystemExit(1)
         if fitted.get("cpus_per_task") != self.params.get("cpus_per_task"):
-            say(f"cpus_per_task={fitted['cpus_per_task']} (a whole node of partition {part.name}: "
-                f"{part.cpus} CPUs / {fitted.get('tasks_per_node') or 1} task(s); hydra.launcher.cpus_per_task=N to ask less)")
+            say(
+                f"cpus_per_task={fitted['cpus_per_task']} (a whole node of partition {part.name}: "
+                f"{part.cpus} CPUs / {fitted.get('tasks_per_node') or 1} task(s); hydra.launcher.cpus_per_task=N to ask less)"
+            )
         self.params = fitted
         try:
             jobs = self._submit(job_overrides, initial_job_idx)
@@ -189,8 +201,10 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
         try:
             return self._wait(jobs, initial_job_idx)
         except BaseException:  # Ctrl-C twice, a kill: this process stops waiting, SLURM keeps the jobs
-            say(f"stopped waiting; the jobs go on (scancel {' '.join(sorted({j.job_id.split('_')[0] for j in jobs}))} "
-                "stops them)")
+            say(
+                f"stopped waiting; the jobs go on (scancel {' '.join(sorted({j.job_id.split('_')[0] for j in jobs}))} "
+                "stops them)"
+            )
             raise
 
     def _submit(self, job_overrides, initial_job_idx):
@@ -266,7 +280,9 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
             line = f"point #{point} {status}: {headline(rec)}; record {record_path}"
             if status != "ok":
                 line += f" ({rec.get('reason')}); log {log}"
-                error = f"point #{point} (SLURM job {job.job_id}) did not succeed: {status} ({rec.get('reason')})"
+                error = (
+                    f"point #{point} (SLURM job {job.job_id}) did not succeed: {status} ({rec.get('reason')})"
+                )
             say(line)
         elif error is None:
             say(f"point #{point}: no record found for job {job.job_id}; log {log}")

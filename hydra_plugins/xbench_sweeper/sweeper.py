@@ -7,7 +7,8 @@ sweeper makes the same points in the same order, and:
 
 - **Up front, from the parsed overrides only** (nothing composed): a swept key that lists one value twice, as
   Hydra's grammar reads the values (`1`, `1.0` and `1e0` are one number, `'x'` and `x` one string,
-  `range(0,3)` is `0,1,2`), is refused with exit 2 and nothing run (one line a key): every point with one of them would repeat
+  `range(0,3)` is `0,1,2`), is refused with exit 2 and nothing run (one line a key): every point with one of
+  them would repeat
   a point with the other. The point count and the `sweep_max_points` refusal are the Hydra callback's
   (xbench/hydra_guard.py), which runs before this sweeper is built.
 - **The local launcher** (Hydra's basic launcher) is handed one point at a time: point 1 starts after
@@ -68,7 +69,8 @@ def grid_axes(overrides: list) -> dict[str, list]:
         elif o.is_discrete_sweep():
             try:
                 axes[key] = [(f"{key}={Transformer.str(v)}", v) for v in o.sweep_iterator()]
-            except (ValueError, TypeError) as e:  # range(0,3,0), a range of strings: one line, not a traceback
+            # range(0,3,0), a range of strings: one line, not a traceback
+            except (ValueError, TypeError) as e:
                 raise HydraException(f"the sweep over {key}: {e}") from None
         else:
             raise HydraException(f"the xbench sweeper takes lists, range() and choice(), not "
@@ -109,8 +111,10 @@ def repeated_values(axes: dict[str, list]) -> list[str]:
             if first is not text:
                 what = (f"{text.split('=', 1)[1]} twice" if first == text else
                         f"{first.split('=', 1)[1]} and {text.split('=', 1)[1]}, one value")
-                problems.append(f"{key} lists {what}: the points with one and those with the other compose to the "
-                                "same config; the sweep would measure one config twice under two names")
+                problems.append(
+                    f"{key} lists {what}: the points with one and those with the other compose to the "
+                    "same config; the sweep would measure one config twice under two names"
+                )
                 break
     return problems
 
@@ -144,11 +148,16 @@ class Seen:
         if first_num == num:
             return None
         idle = [o for o in job if o not in first_job]
-        why = (f"{', '.join(idle)} changes nothing (a preset or a later override sets the same keys, or the field's "
-               "type makes the values equal)" if idle
-               else "the sweep lists the same values twice")
-        line = (f"point {num + 1}/{self.total:,} (#{num}) [{self.shown(job)}] and point {first_num + 1} (#{first_num}) "
-                f"[{self.shown(first_job)}] compose to the same config: {why}; point {num + 1} is not run")
+        why = (
+            f"{', '.join(idle)} changes nothing (a preset or a later override sets the same keys, or the field's "
+            "type makes the values equal)"
+            if idle
+            else "the sweep lists the same values twice"
+        )
+        line = (
+            f"point {num + 1}/{self.total:,} (#{num}) [{self.shown(job)}] and point {first_num + 1} (#{first_num}) "
+            f"[{self.shown(first_job)}] compose to the same config: {why}; point {num + 1} is not run"
+        )
         self.repeats.append(line)
         return line
 
@@ -186,8 +195,10 @@ class XbenchSweeper(Sweeper):
     def __init__(self, max_batch_size: int | None = None, params: dict | None = None):
         super().__init__()
         if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(f"hydra.sweeper.max_batch_size={max_batch_size}: allowed: null (the whole sweep) "
-                             "or a whole number >= 1")
+            raise ValueError(
+                f"hydra.sweeper.max_batch_size={max_batch_size}: allowed: null (the whole sweep) "
+                "or a whole number >= 1"
+            )
         self.max_batch_size = max_batch_size
         self.params = dict(params or {})
         self.hydra_context = None

@@ -95,7 +95,8 @@ def _money_columns(columns, cur: str) -> dict[str, tuple[str, bool]]:
 
 def in_currency(rows, to: str | None, given: dict[str, float] | None = None) -> tuple[list[dict], list[Rate]]:
     """(rows with every cost figure in `to`, the rates used). Rows already in `to`, or unpriced, are returned
-    as they are; a converted row is a copy with its cost columns renamed (the frame keeps the recorded ones)."""
+    as they are; a converted row is a copy with its cost columns renamed (the frame keeps the recorded
+    ones)."""
     if to is None:
         return list(rows), []
     to = to.lower()

@@ -21,8 +21,10 @@ def why_not_compared(fig: dict) -> str:
     if fig.get("why_not"):
         return fig["why_not"]
     if fig.get("kind") == "cost" and studies.PRICE_UNIT.search(str(fig.get("unit") or "")):
-        return ("a price, not a measurement: the platform files (conf/platform) carry the prices runs are billed "
-                "at")
+        return (
+            "a price, not a measurement: the platform files (conf/platform) carry the prices runs are billed "
+            "at"
+        )
     if fig.get("kind") in ("ratio", "difference"):
         return (f"a {fig['kind']} between two set-ups: xbench measures each side as a run of its own, and "
                 "the baseline, scaling and overhead tables give the measured ratio")

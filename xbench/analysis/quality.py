@@ -22,7 +22,8 @@ def quality_parity(rows, tolerance: float = TOLERANCE) -> Rows:
         configs = groups(sub)  # per configuration: repeated runs give their median
         if len(configs) < 2:
             continue
-        differ = [k for k in CONFIGURATION if len({c.get(k) for c, _ in configs}) > 1]  # what tells them apart
+        # what tells them apart
+        differ = [k for k in CONFIGURATION if len({c.get(k) for c, _ in configs}) > 1]
         finals = {", ".join(f"{k}={c.get(k)}" for k in differ): g.median("metric_final") for c, g in configs}
         spread = max(finals.values()) - min(finals.values())
         out.append({**keys, "configurations": len(finals), "final_min": min(finals.values()),

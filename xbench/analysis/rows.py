@@ -114,5 +114,9 @@ def currency(rows: Iterable[dict]) -> str | None:
 
     metrics.derived names every cost figure after its record's currency (`*_eur`, `*_usd`).
     """
-    found = {m.group(1) for c in Rows.of(rows).columns() if (m := re.fullmatch(r"samples_per_s_per_([a-z]+)_per_hour", c))}
+    found = {
+        m.group(1)
+        for c in Rows.of(rows).columns()
+        if (m := re.fullmatch(r"samples_per_s_per_([a-z]+)_per_hour", c))
+    }
     return "usd" if "usd" in found else (sorted(found)[0] if found else None)

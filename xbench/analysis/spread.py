@@ -37,11 +37,17 @@ def spread(rows: Rows) -> tuple[float | None, float | None, float | None, str]:
         return min(tps), max(tps), cv_of(tps), f"{len(tps)} runs min-max"
     if len(tps) == 1:
         r = ok[0]
-        lo, hi = r.get("throughput_process_ci95_low_samples_per_s"), r.get("throughput_process_ci95_high_samples_per_s")
+        lo, hi = (
+            r.get("throughput_process_ci95_low_samples_per_s"),
+            r.get("throughput_process_ci95_high_samples_per_s"),
+        )
         if lo is not None and hi is not None:  # whole-process repeats: the wider, run-to-run spread
             return lo, hi, r.get("throughput_process_cv"), f"{r.get('process_repeats')} processes ci95"
-        lo, hi, cv = r.get("throughput_ci95_low_samples_per_s"), r.get("throughput_ci95_high_samples_per_s"), \
-            r.get("throughput_cv")
+        lo, hi, cv = (
+            r.get("throughput_ci95_low_samples_per_s"),
+            r.get("throughput_ci95_high_samples_per_s"),
+            r.get("throughput_cv"),
+        )
         if lo is not None and hi is not None:
             return lo, hi, cv, "windows ci95"
         gb, p10, p90 = r.get("global_batch_size"), r.get("step_time_s_p10"), r.get("step_time_s_p90")

@@ -25,13 +25,11 @@ from xbench.metrics.numbers import whole
 
 WORK = ("model", "model_options", "data", "data_shape")
 RUNTIME = ("runtime", "runtime_options")
-WORKLOAD = ("model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision", "cpu_capability",
-            "batch_size_per_device")
+WORKLOAD = (*WORK, "platform", *RUNTIME, "precision", "cpu_capability", "batch_size_per_device")
 PLACEMENT = ("parallel", "devices", "threads")
 # In the order tables show them (and sort rows by).
-CONFIGURATION = ("experiment", "model", "model_options", "data", "data_shape", "platform", *RUNTIME, "precision",
-                 "cpu_capability", "parallel", "pricing_model", "batch_size_per_device", "global_batch_size", "devices",
-                 "threads")
+CONFIGURATION = ("experiment", *WORK, "platform", *RUNTIME, "precision", "cpu_capability", "parallel",
+                 "pricing_model", "batch_size_per_device", "global_batch_size", "devices", "threads")
 # Detail columns: implied by the name in the usual case, so a caption leaves them out when constant.
 DETAILS = ("model_options", "data_shape", "runtime_options")
 
@@ -45,9 +43,13 @@ BASELINE = WORK
 DATA_SHAPE = ("image_size", "channels", "seq_len", "vocab_size", "num_features", "num_classes")
 # The shape fields that apply to each data modality (config.DataConfig): an image has no seq_len; a record
 # without a modality (an older one) keeps every field it has.
-MODALITY_SHAPE = {"image": ("image_size", "channels", "num_classes"), "tokens": ("seq_len", "vocab_size", "num_classes"),
-                  "features": ("num_features", "num_classes")}
-# The runtime section's options each runtime reads (runtimes/compiled.py, runtimes/xla.py): the schema gives every
+MODALITY_SHAPE = {
+    "image": ("image_size", "channels", "num_classes"),
+    "tokens": ("seq_len", "vocab_size", "num_classes"),
+    "features": ("num_features", "num_classes"),
+}
+# The runtime section's options each runtime reads (runtimes/compiled.py, runtimes/xla.py): the schema gives
+# every
 # runtime all of them, so an eager row would otherwise carry compile's unused `backend=inductor target=model`.
 RUNTIME_OPTIONS = {"compile": ("backend", "mode", "target", "fullgraph", "dynamic"),
                    "xla_compile": ("backend", "fullgraph", "dynamic")}
@@ -65,9 +67,15 @@ def detail_columns(config: dict) -> dict:
     options = dict(model.get("options") or {})
     if model.get("channels_last"):
         options["channels_last"] = True
-    return {"model_options": _text(options),
-            "data_shape": _text({k: data[k] for k in MODALITY_SHAPE.get(data.get("modality"), DATA_SHAPE) if k in data}),
-            "runtime_options": _text({k: runtime[k] for k in RUNTIME_OPTIONS.get(runtime.get("name"), ()) if k in runtime})}
+    return {
+        "model_options": _text(options),
+        "data_shape": _text(
+            {k: data[k] for k in MODALITY_SHAPE.get(data.get("modality"), DATA_SHAPE) if k in data}
+        ),
+        "runtime_options": _text(
+            {k: runtime[k] for k in RUNTIME_OPTIONS.get(runtime.get("name"), ()) if k in runtime}
+        ),
+    }
 
 
 def device_kind(platform: dict, cpu_model: str | None = None) -> str | None:

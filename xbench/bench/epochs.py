@@ -8,11 +8,13 @@ batch i is perm[(i*B + j)*W + r], j < B: together perm[i*G:(i+1)*G]), so curves 
 resumed run starts the same epoch's order at the batch it stopped at (`start`). Data sets held as tensors
 (TensorDataset) are indexed on the host; others go through a DataLoader with workers.
 
-Evaluation: rank r scores eval samples r::world in fixed-shape batches (`goal.eval_batch_size` per device); the
+Evaluation: rank r scores eval samples r::world in fixed-shape batches (`goal.eval_batch_size` per device);
+the
 last batch is padded with targets that count nowhere (-1 for labels, -100 for tokens), so no sample counts
 twice and XLA compiles one evaluation graph. Every rank scores the same number of batches, the largest share's
 (`ceil(ceil(N / world) / batch)`): a rank with fewer samples ends with batches that are all padding. A sharded
-model's forward is a collective (FSDP all-gathers each block's parameters), so a rank with one batch fewer would
+model's forward is a collective (FSDP all-gathers each block's parameters), so a rank with one batch fewer
+would
 leave its peers waiting in that all-gather for good (an eval set of 17 on 2 ranks at batch 8: 9 and 8 samples,
 2 and 1 batches). Sums (hits, scored targets, loss) are summed over the ranks by the strategy.
 """
@@ -48,18 +50,23 @@ class EpochSampler(DistributedSampler):
 class TrainFeed:
     """This rank's training batches (host tensors), epoch by epoch."""
 
-    def __init__(self, dataset, rank: int, world: int, batch: int, seed: int, data_cfg, collate=None, device=None):
+    def __init__(
+        self, dataset, rank: int, world: int, batch: int, seed: int, data_cfg, collate=None, device=None
+    ):
         self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
         self.pin = pinned(data_cfg, device)  # CUDA: pinned host batches, so their copies can be asynchronous
         self.sampler = EpochSampler(len(dataset), world, rank, seed)
         self.steps_per_epoch = self.sampler.num_samples // batch
         if self.steps_per_epoch < 1:
-            raise ValueError(f"one step takes {batch} samples per rank over {world} rank(s), but the training set "
-                             f"has {len(dataset)} samples: lower data.batch_size (per device)")
+            raise ValueError(
+                f"one step takes {batch} samples per rank over {world} rank(s), but the training set "
+                f"has {len(dataset)} samples: lower data.batch_size (per device)"
+            )
         self.in_memory = isinstance(dataset, TensorDataset)
 
     def batches(self, epoch: int, start: int):
-        """(inputs, targets) of `epoch` from batch `start` on (the last partial batch is dropped: one shape)."""
+        """(inputs, targets) of `epoch` from batch `start` on (the last partial batch is dropped: one
+        shape)."""
         self.sampler.set_epoch(epoch)
         self.sampler.start = 0
         if self.in_memory:
@@ -91,15 +98,18 @@ def _pad(x: torch.Tensor, y: torch.Tensor, size: int):
 
 
 class EvalShard:
-    """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded; then
-    batches of padding alone up to `batches_per_eval`, the same count on every rank (see the module docstring)."""
+    """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded;
+    then
+    batches of padding alone up to `batches_per_eval`, the same count on every rank (see the module
+    docstring)."""
 
     def __init__(self, dataset, rank: int, world: int, batch: int, data_cfg, collate=None, device=None):
         self.dataset, self.batch, self.data_cfg, self.collate = dataset, batch, data_cfg, collate
         self.pin = pinned(data_cfg, device)
         self.indices = list(range(rank, len(dataset), world))
         self.size = len(dataset)
-        self.batches_per_eval = math.ceil(math.ceil(len(dataset) / world) / batch)  # rank 0's share: the largest
+        # rank 0's share: the largest
+        self.batches_per_eval = math.ceil(math.ceil(len(dataset) / world) / batch)
 
     def __iter__(self):
         n, last = 0, None
@@ -125,7 +135,8 @@ class EvalShard:
         yield from loader
 
     def _sample(self):
-        """One sample of the eval set as a batch: the shapes of a rank that holds no sample (eval set < world)."""
+        """One sample of the eval set as a batch: the shapes of a rank that holds no sample (eval set <
+        world)."""
         if isinstance(self.dataset, TensorDataset):
             return tuple(t[:1] for t in self.dataset.tensors)
         return next(iter(DataLoader(Subset(self.dataset, [0]), batch_size=1, collate_fn=self.collate)))
@@ -148,8 +159,13 @@ def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> li
             k = min(g.top_k or 1, logits.shape[-1])
             top = logits.topk(k, dim=-1).indices
             valid = yb >= 0
-            part = torch.stack([((top == yb.unsqueeze(-1)).any(-1) & valid).sum().float(), valid.sum().float(),
-                                torch.zeros((), device=logits.device)])
+            part = torch.stack(
+                [
+                    ((top == yb.unsqueeze(-1)).any(-1) & valid).sum().float(),
+                    valid.sum().float(),
+                    torch.zeros((), device=logits.device),
+                ]
+            )
         else:
             flat, tgt = logits.flatten(0, -2), yb.flatten()
             valid = tgt != IGNORE_TOKEN
@@ -165,7 +181,8 @@ def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> li
 
 
 def metric_value(metric: str, hits: float, count: float, loss_sum: float) -> float:
-    """The goal metric from the summed counts (metrics/goals.py says how): an accuracy as a fraction, perplexity,
+    """The goal metric from the summed counts (metrics/goals.py says how): an accuracy as a fraction,
+    perplexity,
     or log-perplexity (the mean held-out cross-entropy in nats: MLPerf's Llama 3.1 8B target is 3.3)."""
     if count <= 0:
         raise ValueError("the eval set has no scored target")

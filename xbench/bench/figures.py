@@ -14,12 +14,15 @@ from xbench.training.optim import optimizer_figures
 
 
 def samples_per_step(batch_size: int, devices_per_rank: int, accumulate: int = 1) -> int:
-    """Samples one optimizer step of one rank trains (DataParallel, SPMD: one batch for all the rank's devices;
+    """Samples one optimizer step of one rank trains (DataParallel, SPMD: one batch for all the rank's
+    devices;
     gradient accumulation: the step's micro-batches too)."""
     return batch_size * devices_per_rank * accumulate
 
 
-def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: dict, cpu_capability: str) -> dict:
+def build_figures(
+    rank: int, work, batch_size: int, accumulate: int, threads: dict, cpu_capability: str
+) -> dict:
     """What the rank built and runs: device, batch, model size and FLOPs, the dtype, the threads and ATen's
     CPU kernels in force (bench/worker.setup_rank)."""
     precision, devices = work.precision, work.strategy.devices_per_rank
@@ -34,7 +37,8 @@ def build_figures(rank: int, work, batch_size: int, accumulate: int, threads: di
         "flops_per_sample_train": work.flops["train"],  # model FLOPs: recomputation not counted
         **({"flops_per_sample_train_hardware": work.flops["train_hardware"]} if "train_hardware" in work.flops
            else {}),  # with the recomputed forward (activation checkpointing): HFU's numerator
-        **precision.executed(),  # compute_dtype, and what ran: autocast/parameter dtypes, TF32, XLA's matmul precision
+        # compute_dtype, and what ran: autocast/parameter dtypes, TF32, XLA's matmul precision
+        **precision.executed(),
         **threads,
         "cpu_capability_in_force": cpu_capability,
     }

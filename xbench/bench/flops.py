@@ -29,7 +29,18 @@ def _conv_backward_flop(grad_out_shape, x_shape, w_shape, bias, stride, padding,
     """torch's formula (2.9) counts a grouped convolution's weight gradient once per group too many
     (it convolves every input channel with every output channel): a depthwise 3x3 backward read 33x its
     forward. Each output channel sees only its group's input channels, so that term is divided by groups."""
-    args = (grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed, output_padding, groups)
+    args = (
+        grad_out_shape,
+        x_shape,
+        w_shape,
+        bias,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+    )
     total = conv_backward_flop(*args, output_mask, out_val=out_shape)
     if groups > 1 and output_mask[1]:
         weight_grad = conv_backward_flop(*args, [False, True, False], out_val=out_shape)

@@ -117,7 +117,8 @@ def check_blowup(h: Hooks, losses: list[float], phase: str) -> None:
 
 
 def chance_level(metric: str, num_classes: int) -> float | None:
-    """What guessing scores on `metric` over `num_classes` classes (metrics/goals.py); None for a metric that is
+    """What guessing scores on `metric` over `num_classes` classes (metrics/goals.py); None for a metric that
+    is
     not an accuracy."""
     g = goals.GOALS.get(metric)
     return g.chance(num_classes) if g else None
@@ -127,8 +128,11 @@ class BelowChance(Diverged):
     """Rule 9 for train_to_target: an accuracy below half of chance after a full epoch."""
 
     def __init__(self, step: int, value: float, chance: float, metric: str = "top1"):
-        Exception.__init__(self, f"{metric} {value:.4g} is below half of chance ({chance:.4g}) after a full epoch, "
-                                 f"at step {step}: the training diverged")
+        Exception.__init__(
+            self,
+            f"{metric} {value:.4g} is below half of chance ({chance:.4g}) after a full epoch, "
+            f"at step {step}: the training diverged",
+        )
         self.step, self.loss, self.phase, self.chance, self.metric = step, value, "train", chance, metric
 
     def __reduce__(self):  # picklable: it crosses from a launched process to the parent
@@ -155,9 +159,11 @@ class WindowResult:
     losses: list[float]
     compiles_during: int | None
     data_wait_s: float
-    stop_seen_at_step: int | None = None  # rule 10: the steps done when this rank saw a stop (it ran on to the end)
+    # rule 10: the steps done when this rank saw a stop (it ran on to the end)
+    stop_seen_at_step: int | None = None
     # The optimizer step of its first step, counted from the run's first (warm-up and re-measured windows
-    # included): what a loss is compared at (xbench.parity). Set by the caller, which knows the steps before it.
+    # included): what a loss is compared at (xbench.parity). Set by the caller, which knows the steps
+    # before it.
     first_step: int | None = None
 
 
@@ -306,7 +312,8 @@ def _stop_now(h: Hooks, done: int, steps: int, left_s: float, stamps: list[float
     raise StopRequested(partial)
 
 
-FINISH_WINDOW_SHARE = 0.5  # of bench.stop_grace_s; the rest: the edge agreement, the gather, leaving the figures
+# of bench.stop_grace_s; the rest: the edge agreement, the gather, leaving the figures
+FINISH_WINDOW_SHARE = 0.5
 
 
 def finish_window_s(stop_grace_s: float, world_size: int) -> float:

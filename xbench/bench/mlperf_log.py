@@ -15,10 +15,14 @@ false: xbench drops no OS caches), and `submission_benchmark` is the MLPerf benc
 
 Every way a run ends leaves a log the checker passes: `run_stop` closes an epoch left open (a target met at an
 evaluation inside an epoch or at its last step, a time limit), and `close()` of a run that never reached
-`run_stop` (a stop by signal) closes it with status aborted, those lines marked `xbench_stop`; a resume drops the
-marked lines before it appends, so a stopped-and-resumed log still holds exactly one `run_stop`. Epoch numbers are
-one meaning throughout: `epoch_num` of `epoch_start`/`epoch_stop` is the epoch's 1-based number (MLPerf's), and an
-evaluation's is the epochs done when it ran, so it lies in (n - 1, n] inside epoch n. `metadata.file` is relative to
+`run_stop` (a stop by signal) closes it with status aborted, those lines marked `xbench_stop`; a resume drops
+the
+marked lines before it appends, so a stopped-and-resumed log still holds exactly one `run_stop`. Epoch numbers
+are
+one meaning throughout: `epoch_num` of `epoch_start`/`epoch_stop` is the epoch's 1-based number (MLPerf's),
+and an
+evaluation's is the epochs done when it ran, so it lies in (n - 1, n] inside epoch n. `metadata.file` is
+relative to
 the directory that holds the xbench package (`xbench/bench/...`), never this machine's absolute path.
 """
 
@@ -46,8 +50,10 @@ if TYPE_CHECKING:
 LOG_FILE = "mlperf.log"
 RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are written for (see above)
 # MLPerf's benchmark for each goal metric (metrics/goals.py's `mlperf`): classification is MLPerf's ResNet
-# benchmark, masked-LM accuracy its BERT one (conf/recipe/mlperf_resnet50.yaml, mlperf_bert.yaml), language-model
-# perplexity its GPT-3 one (whose open rules also fix GPT-3's hyperparameters and log perplexity as eval_accuracy,
+# benchmark, masked-LM accuracy its BERT one (conf/recipe/mlperf_resnet50.yaml, mlperf_bert.yaml),
+# language-model
+# perplexity its GPT-3 one (whose open rules also fix GPT-3's hyperparameters and log perplexity as
+# eval_accuracy,
 # so an xbench LM log passes the common checks, not those).
 STOP_MARK = "xbench_stop"  # metadata on the lines a stop writes and a resume removes
 _SOURCE_ROOT = re.escape(str(Path(__file__).resolve().parents[2]))  # the folder holding the xbench package
@@ -58,7 +64,8 @@ def mlperf_benchmark(metric: str) -> str:
 
 
 class _StopOnErrorHandler(logging.StreamHandler):
-    """mllog's lines into the file. A write that fails (a full or read-only store: ENOSPC, EFBIG, EROFS) is said
+    """mllog's lines into the file. A write that fails (a full or read-only store: ENOSPC, EFBIG, EROFS) is
+    said
     once, on stderr, and the log stops there: the run goes on and its record keeps every figure (logging's
     default printed a traceback per line: 905 in 5 minutes of a full store)."""
 
@@ -75,8 +82,12 @@ class _StopOnErrorHandler(logging.StreamHandler):
             e = sys.exc_info()[1]
             self.problem = f"{type(e).__name__}: {e}"
             with contextlib.suppress(Exception):
-                print(f"xbench: {self.path} stopped ({self.problem}); the run goes on, its record keeps every "
-                      "figure and says the log is incomplete", file=sys.stderr, flush=True)
+                print(
+                    f"xbench: {self.path} stopped ({self.problem}); the run goes on, its record keeps every "
+                    "figure and says the log is incomplete",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
 
 class MLPerfLog:
@@ -109,7 +120,9 @@ class MLPerfLog:
         e(key=C.SUBMISSION_PLATFORM, value=plan.platform.name)
         e(key=C.SEED, value=plan.bench.seed)
         e(key=C.GLOBAL_BATCH_SIZE, value=global_batch)
-        for key, value in recipe_events(plan.optim, hyper or {"lr_base": plan.optim.lr, "lr_schedule": "constant"}):
+        for key, value in recipe_events(
+            plan.optim, hyper or {"lr_base": plan.optim.lr, "lr_schedule": "constant"}
+        ):
             e(key=key, value=value)
         e(key=C.TRAIN_SAMPLES, value=train_samples)
         e(key=C.EVAL_SAMPLES, value=eval_samples)
@@ -118,14 +131,18 @@ class MLPerfLog:
         self._run_open = True
 
     def resumed(self, count: int, epoch: float, samples: int, open_epoch: int | None = None) -> None:
-        """`open_epoch`: the 0-based index of the epoch the checkpoint stopped inside (None at an epoch's edge)."""
+        """`open_epoch`: the 0-based index of the epoch the checkpoint stopped inside (None at an epoch's
+        edge)."""
         self._drop_stop_lines()
-        self.ml.event(key="xbench_resume", value=count, metadata={C.EPOCH_NUM: epoch, C.SAMPLES_COUNT: samples})
+        self.ml.event(
+            key="xbench_resume", value=count, metadata={C.EPOCH_NUM: epoch, C.SAMPLES_COUNT: samples}
+        )
         self._open_epoch = None if open_epoch is None else open_epoch + 1
         self._run_open = True
 
     def _drop_stop_lines(self) -> None:
-        """Remove what a stop wrote to close the log (its epoch_stop and aborted run_stop): the run goes on."""
+        """Remove what a stop wrote to close the log (its epoch_stop and aborted run_stop): the run goes
+        on."""
         self._stream.flush()
         with os.fdopen(safe_io.open_fd(self._path, os.O_RDONLY), "rb") as f:
             text = f.read().decode("utf-8", "replace")
@@ -163,7 +180,8 @@ class MLPerfLog:
         self.ml.end(key=C.RUN_STOP, metadata={C.STATUS: C.SUCCESS if reached else C.ABORTED, **meta})
 
     def close(self) -> None:
-        if self._run_open:  # stopped (a signal) before run_stop: closed as aborted, marked for a resume to drop
+        # stopped (a signal) before run_stop: closed as aborted, marked for a resume to drop
+        if self._run_open:
             self.run_stop(False, **{STOP_MARK: True})
         self._logger.removeHandler(self._handler)
         self._handler.close()
@@ -199,7 +217,10 @@ def recipe_events(optim, hyper: dict) -> list[tuple[str, object]]:
                 (C.LARS_OPT_WEIGHT_DECAY, optim.weight_decay), (C.LARS_EPSILON, optim.eps),
                 (C.LARS_OPT_LEARNING_RATE_WARMUP_EPOCHS, warm)]
         if "lr_decay_steps" in hyper:
-            out += [(C.LARS_OPT_END_LR, hyper["lr_end"]), (C.LARS_OPT_LR_DECAY_STEPS, hyper["lr_decay_steps"])]
+            out += [
+                (C.LARS_OPT_END_LR, hyper["lr_end"]),
+                (C.LARS_OPT_LR_DECAY_STEPS, hyper["lr_decay_steps"]),
+            ]
         if "lr_poly_power" in hyper:
             out.append((C.LARS_OPT_LR_DECAY_POLY_POWER, hyper["lr_poly_power"]))
     elif name == "lamb":  # MLPerf's BERT keys

@@ -88,7 +88,10 @@ def _torch(h, steps: int, device_type: str, out: Path | None, rank: int, run_dir
     if not trace.exists():
         return {}, ["bench.profile=torch: torch.profiler could not start (another profiler is active?); the "
                     "profiled steps ran without it and wrote no trace"]
-    return {"profile_trace": str(trace.relative_to(run_dir)), "profile_ops": str(ops.relative_to(run_dir))}, []
+    return {
+        "profile_trace": str(trace.relative_to(run_dir)),
+        "profile_ops": str(ops.relative_to(run_dir)),
+    }, []
 
 
 def _xla(h, steps: int, runtime, out: Path | None, rank: int, run_dir):

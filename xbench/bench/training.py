@@ -38,7 +38,17 @@ from xbench.records import safe_io
 from xbench.records.run_files import CHECKPOINT_FILE, CURVE_FILE, CurveWriter
 from xbench.training import schedule as schedules
 
-CURVE_KEYS = ("eval", "attempt", "epoch", "step", "samples_seen", "train_time_s", "wall_s", "train_loss", "lr")
+CURVE_KEYS = (
+    "eval",
+    "attempt",
+    "epoch",
+    "step",
+    "samples_seen",
+    "train_time_s",
+    "wall_s",
+    "train_loss",
+    "lr",
+)
 CONTROL_EVERY_STEPS = 8  # several processes: how often they agree on a stop (one tiny all-reduce)
 
 
@@ -106,22 +116,29 @@ def load_checkpoint(run_dir: Path) -> dict | None:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         why = next((ln for ln in lines if "Unsupported" in ln), lines[0] if lines else type(e).__name__)
         why = why.split(". Please")[0]  # torch goes on to say how to allow it: not advice for a planted file
-        raise CheckpointError(f"refused to load {path}: it holds objects other than tensors and plain data, which "
-                              f"xbench never writes ({why}); nothing in it was run (planted or foreign file?)") from None
+        raise CheckpointError(
+            f"refused to load {path}: it holds objects other than tensors and plain data, which "
+            f"xbench never writes ({why}); nothing in it was run (planted or foreign file?)"
+        ) from None
     except (RuntimeError, EOFError, ValueError, OSError) as e:
         text = str(e)
         if isinstance(e, OSError) or not any(k in text for k in ("central directory", "inline_container",
                                                                    "PytorchStreamReader", "magic number",
                                                                    "Ran out of input", "zip archive")):
             raise
-        raise CheckpointError(f"{path} is not a complete checkpoint (torn write, truncated copy, or not a torch "
-                              f"checkpoint): {text.splitlines()[0] if text else type(e).__name__}") from None
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (torn write, truncated copy, or not a torch "
+            f"checkpoint): {text.splitlines()[0] if text else type(e).__name__}"
+        ) from None
 
 
 def progress_problems(progress: dict, max_epochs: int, steps_per_epoch: int, global_batch: int) -> list[str]:
-    """What a checkpoint's progress cannot be for this run (empty: none): a count that is not a whole number >= 0,
-    a time or loss sum that is not finite (times >= 0), an epoch beyond goal.max_epochs, a batch beyond an epoch's,
-    or steps and samples other than the epochs and batches done imply (one step per batch, global_batch samples
+    """What a checkpoint's progress cannot be for this run (empty: none): a count that is not a whole number
+    >= 0,
+    a time or loss sum that is not finite (times >= 0), an epoch beyond goal.max_epochs, a batch beyond an
+    epoch's,
+    or steps and samples other than the epochs and batches done imply (one step per batch, global_batch
+    samples
     each). A planted `epoch: 1e12` made a resume report an ok run of a trillion epochs."""
     out = []
     counts = ("epoch", "batch", "step", "samples", "evals", "resumes", "pending_loss_steps")
@@ -151,28 +168,37 @@ def progress_problems(progress: dict, max_epochs: int, steps_per_epoch: int, glo
 
 
 class TargetTraining:
-    """One rank's training to the target(s): built once, then `run()` until the last target, a limit or a stop.
+    """One rank's training to the target(s): built once, then `run()` until the last target, a limit or a
+    stop.
 
     `p` (TrainingState) is everything a checkpoint needs to continue; the clocks are described above.
     """
 
     def __init__(self, plan: Plan, ctx: RankContext, run_dir: Path, started_at: float | None = None,
                  on_step=None, stop=None):
-        self.created = started_at or point_started_at()  # this run's start (a sweep point's own: launch/isolation.py)
+        # this run's start (a sweep point's own: launch/isolation.py)
+        self.created = started_at or point_started_at()
         self.plan, self.goal, self.ctx = plan, plan.goal, ctx
         self.targets = tg.effective_targets(plan.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
-        # Other processes' use before this rank builds (bench/meters/contention.py), as the throughput rank probes.
+        # Other processes' use before this rank builds (bench/meters/contention.py), as the
+        # throughput rank probes.
         probe_s = plan.bench.contention_probe_s
-        self.before = (contention.probe(probe_s, device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank))
-                       if probe_s > 0 else None)
-        self.threads, self.cpu_capability, setup_warnings = setup_rank(plan.bench, ctx)  # as the throughput rank does
+        self.before = (
+            contention.probe(probe_s, device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank))
+            if probe_s > 0
+            else None
+        )
+        # as the throughput rank does
+        self.threads, self.cpu_capability, setup_warnings = setup_rank(plan.bench, ctx)
         self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
         self._data()
         ckpt = self._load()
         self.step = make_step(self.w, plan, ctx.rank)
-        self.sched = schedules.Schedule(plan.optim, self.global_batch, self.steps_per_epoch, self.goal.max_epochs)
+        self.sched = schedules.Schedule(
+            plan.optim, self.global_batch, self.steps_per_epoch, self.goal.max_epochs
+        )
         self.hyper = schedules.hyperparameters(plan.optim, self.global_batch, self.steps_per_epoch,
                                                self.goal.max_epochs)
         self.mlog = for_rank(self.run_dir / LOG_FILE, ctx.rank)
@@ -181,7 +207,9 @@ class TargetTraining:
                               open_epoch=self.p.epoch if self.p.batch else None)  # stopped inside that epoch
         else:
             self.mlog.run_start(plan, self.train_samples, self.eval_samples, self.global_batch, self.hyper,
-                                started_at=self.created)  # MLPerf init_start: the run's start, start-up included
+                                # MLPerf init_start: the run's start,
+                                # start-up included
+                                started_at=self.created)
         # Rank 0 writes the curve as it grows (the launching process tails it into W&B); a resume starts
         # the file again from the checkpoint's curve.
         self.curve_out = CurveWriter(self.run_dir / CURVE_FILE, self._points()) if ctx.rank == 0 else None
@@ -201,8 +229,16 @@ class TargetTraining:
         self.accumulate = self.plan.optim.accumulate_steps
         self.rank_batch = samples_per_step(self.bs, devices, self.accumulate)
         self.global_batch = self.rank_batch * ctx.world_size  # samples of one optimizer step, all ranks
-        self.feed = TrainFeed(splits.train, ctx.rank, ctx.world_size, self.rank_batch, self.plan.bench.seed, data,
-                              splits.collate, w.runtime.device)
+        self.feed = TrainFeed(
+            splits.train,
+            ctx.rank,
+            ctx.world_size,
+            self.rank_batch,
+            self.plan.bench.seed,
+            data,
+            splits.collate,
+            w.runtime.device,
+        )
         self.steps_per_epoch = self.feed.steps_per_epoch
         self.eval_bs = self.goal.eval_batch_size or self.bs
         self.shard = EvalShard(splits.eval, ctx.rank, ctx.world_size, self.eval_bs * devices, data,
@@ -217,24 +253,31 @@ class TargetTraining:
         return w.strategy.place_batch(x, y.to(dev, non_blocking=nb))
 
     def _load(self) -> dict | None:
-        """Model, optimizer, scaler and this rank's RNG from the checkpoint when resuming; the progress so far.
+        """Model, optimizer, scaler and this rank's RNG from the checkpoint when resuming; the progress so
+        far.
         Every rank reads the one file rank 0 wrote."""
         resume, w = self.plan.resume, self.w
         ckpt = load_checkpoint(self.run_dir) if resume else None
         if resume and ckpt is None:
-            raise FileNotFoundError(f"resume={resume!r}: no {CHECKPOINT_FILE} in {self.run_dir} "
-                                    f"(set goal.checkpoint_every_evals, or stop the run with SIGTERM, to leave one)")
+            raise FileNotFoundError(
+                f"resume={resume!r}: no {CHECKPOINT_FILE} in {self.run_dir} "
+                f"(set goal.checkpoint_every_evals, or stop the run with SIGTERM, to leave one)"
+            )
         if ckpt:
             if ckpt.get("world_size", 1) != self.ctx.world_size:
-                raise ValueError(f"the checkpoint was written by {ckpt.get('world_size', 1)} rank(s); this attempt "
-                                 f"has {self.ctx.world_size} (resume with the stored config)")
+                raise ValueError(
+                    f"the checkpoint was written by {ckpt.get('world_size', 1)} rank(s); this attempt "
+                    f"has {self.ctx.world_size} (resume with the stored config)"
+                )
             mine = ckpt["ranks"][self.ctx.rank]  # this rank's own RNG and open-segment losses
             progress = {**ckpt["progress"], "pending_loss_sum": mine["pending_loss_sum"],
                         "pending_loss_steps": mine["pending_loss_steps"]}
             bad = progress_problems(progress, self.goal.max_epochs, self.steps_per_epoch, self.global_batch)
             if bad:  # before any of it is used: the record would report it as measured
-                raise CheckpointError(f"refused the checkpoint in {self.run_dir}: its progress is not this run's "
-                                      f"({'; '.join(bad)}); planted or damaged? nothing was trained")
+                raise CheckpointError(
+                    f"refused the checkpoint in {self.run_dir}: its progress is not this run's "
+                    f"({'; '.join(bad)}); planted or damaged? nothing was trained"
+                )
             w.strategy.load_state_dicts(self.module, w.optimizer, ckpt["model"], ckpt["optimizer"])
             if w.precision.scaler is not None and ckpt.get("scaler"):
                 w.precision.scaler.load_state_dict(ckpt["scaler"])
@@ -263,7 +306,8 @@ class TargetTraining:
         w, p = self.w, self.p
         ranks = w.strategy.gather({"rng": torch.get_rng_state(), "pending_loss_sum": p.pending_loss_sum,
                                    "pending_loss_steps": p.pending_loss_steps})
-        model_state, optimizer_state = w.strategy.state_dicts(self.module, w.optimizer)  # FSDP: gathers shards
+        # FSDP: gathers shards
+        model_state, optimizer_state = w.strategy.state_dicts(self.module, w.optimizer)
         if self.ctx.rank != 0:
             return
         p.wall_s = self.wall_now()
@@ -287,7 +331,8 @@ class TargetTraining:
         return total / n if n else float("nan")
 
     def _check_blowup(self, vals: list[float]) -> None:
-        """loop.py rule 9, the throughput loop's: a loss above bench.diverge_loss_factor x the run's first one is a
+        """loop.py rule 9, the throughput loop's: a loss above bench.diverge_loss_factor x the run's first one
+        is a
         divergence (AdamW at lr 1e6: 4.2e20 after 2.3, then an accuracy at chance), on every rank at once."""
         p = self.p
         self.watch.seen = p.step - len(vals)  # steps counted over the whole run, as check_finite counts them
@@ -298,7 +343,8 @@ class TargetTraining:
             raise Diverged(step, loss, "train")
 
     def evaluate(self, train_loss: float) -> bool:
-        """Score the eval set (outside the training clock), extend the curve; True once the last target is met."""
+        """Score the eval set (outside the training clock), extend the curve; True once the last target is
+        met."""
         p, goal, w = self.p, self.goal, self.w
         epoch_f = self.epoch_f()
         t0 = loop.perf_counter()
@@ -311,9 +357,18 @@ class TargetTraining:
         w.runtime.sync()
         p.eval_time_s += loop.perf_counter() - t0
         self.mlog.eval_stop(epoch_f, goal.metric, value, p.samples)
-        point = {"eval": p.evals, "attempt": self.attempt, "epoch": epoch_f, "step": p.step, "samples_seen": p.samples,
-                 "train_time_s": p.train_time_s, "wall_s": self.wall_now(), "train_loss": train_loss, "lr": self.lr,
-                 goal.metric: value}
+        point = {
+            "eval": p.evals,
+            "attempt": self.attempt,
+            "epoch": epoch_f,
+            "step": p.step,
+            "samples_seen": p.samples,
+            "train_time_s": p.train_time_s,
+            "wall_s": self.wall_now(),
+            "train_loss": train_loss,
+            "lr": self.lr,
+            goal.metric: value,
+        }
         for k, v in point.items():
             p.curve[k].append(v)
         p.evals += 1
@@ -322,7 +377,8 @@ class TargetTraining:
                 p.reached[tg.label(t)] = point
         if self.curve_out is not None:
             self.curve_out.write(point)
-        chance = loop.chance_level(goal.metric, self.plan.data.num_classes)  # loop.py rule 9: a finite blow-up
+        # loop.py rule 9: a finite blow-up
+        chance = loop.chance_level(goal.metric, self.plan.data.num_classes)
         if chance is not None and epoch_f >= 1 and value < chance / 2:
             raise loop.BelowChance(p.step, value, chance, goal.metric)
         if goal.checkpoint_every_evals and p.evals % goal.checkpoint_every_evals == 0:
@@ -438,8 +494,10 @@ class TargetTraining:
                                  f"{', '.join(f'{t:g}' for t in missing)} not reached ({status}: {self.epoch_f():.3g} "
                                  f"epochs, {p.train_time_s:.3g} s training); best {metric} {best}")
         if p.resumes and self.ctx.rank == 0:
-            self.warnings.append(f"resumed {p.resumes} time(s) from a checkpoint; time after an attempt's last "
-                                 "checkpoint is not counted")
+            self.warnings.append(
+                f"resumed {p.resumes} time(s) from a checkpoint; time after an attempt's last "
+                "checkpoint is not counted"
+            )
         last = reached[self.targets[-1]] if self.targets else None
         m = {
             **build_figures(self.ctx.rank, w, self.bs, self.accumulate, self.threads, self.cpu_capability),
@@ -478,7 +536,9 @@ class TargetTraining:
             "steps_per_epoch": self.steps_per_epoch,
             # Training throughput over the whole training time: epoch-level work (shuffles) included.
             "throughput_samples_per_s": p.samples / p.train_time_s if p.train_time_s > 0 else None,
-            **memory,  # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA); contended, other_cpu_cores_*
+            # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA); contended,
+            # other_cpu_cores_*
+            **memory,
             **closing_figures(w),
         }
         artifacts = {"mlperf_log": LOG_FILE, "curve": CURVE_FILE}
@@ -500,7 +560,8 @@ class TargetWork:
     signals_stop_it = True
 
     def bar(self) -> tuple[int, int] | None:
-        """The totals of the bar a launched rank 0 draws (launch/preamble.py): modes/base.console_progress's."""
+        """The totals of the bar a launched rank 0 draws (launch/preamble.py):
+        modes/base.console_progress's."""
         b = self.plan.bench
         return (b.warmup_max_steps, b.steps * b.repeats) if self.plan.progress else None
 

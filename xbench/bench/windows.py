@@ -95,12 +95,18 @@ def window_log(run_dir: str, ctx: RankContext):
                "window_throughput_samples_per_s": samples * ctx.world_size / w.wall_s,
                "window_step_time_s_median": st[len(st) // 2] if st else None,
                "window_loss_last": w.losses[-1] if w.losses else None}
-        if first_step is not None:  # W&B's per-step history as it happens: this window's steps (warm-up's first)
+        # W&B's per-step history as it happens: this window's steps (warm-up's first)
+        if first_step is not None:
             pre = (list(wu.step_times_s), list(wu.losses)) if wu is not None else ([], [])
-            # steps_first: the series' index; steps_step: each row's optimizer step (a re-measured window is a gap)
-            row.update(steps_first=first_step - len(pre[0]), steps_timed_from=first_step,
-                       steps_step=list(range(len(pre[0]))) + list(range(w.first_step, w.first_step + w.steps)),
-                       steps_time_s=pre[0] + list(w.step_times_s), steps_loss=pre[1] + list(w.losses))
+            # steps_first: the series' index; steps_step: each row's optimizer step (a
+            # re-measured window is a gap)
+            row.update(
+                steps_first=first_step - len(pre[0]),
+                steps_timed_from=first_step,
+                steps_step=list(range(len(pre[0]))) + list(range(w.first_step, w.first_step + w.steps)),
+                steps_time_s=pre[0] + list(w.step_times_s),
+                steps_loss=pre[1] + list(w.losses),
+            )
         out.write(row)
     return live
 
@@ -114,7 +120,11 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
     probe_s = bench.contention_probe_s if main else 0
     if probe_s > 0:
         _phase("contention_probe", main, on_step)
-    before = contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank)) if probe_s > 0 else None
+    before = (
+        contention.probe(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank))
+        if probe_s > 0
+        else None
+    )
     _phase("build", main, on_step)
     p = prepare_rank(run, ctx, batch_size, on_step, stop)
     _phase("first_step", main, on_step)
@@ -143,7 +153,8 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
     if sized_by == "cap":
         warnings.append(f"timed windows capped at bench.max_window_steps={plan.max_window_steps} steps "
                         f"({steps * step_s:.2g} s, under bench.min_window_s={plan.min_window_s})")
-    p.work.runtime.mark_timed()  # from the first window: the compile's *_timed figures (the memory meter: peaks)
+    # from the first window: the compile's *_timed figures (the memory meter: peaks)
+    p.work.runtime.mark_timed()
     windows, meters = _timed_windows(run, p, plan, wu, warnings, steps, before, dev, live)
     wait_fraction = sum(w.data_wait_s for w in windows) / sum(w.wall_s for w in windows)
     if wait_fraction > INPUT_BOUND_FRACTION:
@@ -156,9 +167,11 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
     steady_s = sum(w.wall_s for w in windows) / sum(w.steps for w in windows)
     m.update(breakdown.split(p.hooks, dev, m, bench.breakdown_steps if main else 0, steps, steady_s))
     if m.get("xla_compiles_before_run"):
-        warnings.append(f"compile figures read low: {m['xla_compiles_before_run']} XLA graph(s) were compiled "
-                        "earlier in this process and identical ones came from its cache (bench.isolation=shared); "
-                        "run it isolated for its own compile count and time")
+        warnings.append(
+            f"compile figures read low: {m['xla_compiles_before_run']} XLA graph(s) were compiled "
+            "earlier in this process and identical ones came from its cache (bench.isolation=shared); "
+            "run it isolated for its own compile count and time"
+        )
     artifacts = {}
     if bench.profile and main:  # the run's own batch (not the self-check's or a trial's)
         artifacts, notes = profile.capture(bench, p, run_dir, ctx.rank)
@@ -184,7 +197,11 @@ def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_hos
     need = contention.cores_needed(threads, ranks_on_host)
     if need <= before["free_cores"]:
         return []
-    asked = f"{ranks_on_host} ranks x {threads} thread(s) = {need} threads" if ranks_on_host > 1 else f"{need} threads"
+    asked = (
+        f"{ranks_on_host} ranks x {threads} thread(s) = {need} threads"
+        if ranks_on_host > 1
+        else f"{need} threads"
+    )
     return [f"oversubscribed: {asked}, but only {before['free_cores']} of {before['physical_cores']} "
             f"physical cores were free ({before['other_cores']:.1f} busy with other processes); the timings "
             "include waiting for cores (bench.threads, or leave it unset for the free cores)"]
@@ -192,7 +209,8 @@ def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_hos
 
 def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
                    before: dict | None = None, dev: str = "cpu", live=None):
-    """The timed windows, with energy, utilisation, memory peaks and other processes' use metered at their edges
+    """The timed windows, with energy, utilisation, memory peaks and other processes' use metered at their
+    edges
     (never inside a step): the meters (bench/meters/) enter on one stack at the first window's edge
     and exit on every path out (a divergence, an OOM, a stop, any exception). A stalled window (loop.py
     rule 8) is measured again, at most `plan.stall_remeasure` times, when every rank agrees one stalled;
@@ -209,10 +227,12 @@ def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: l
                 with meters.window(rank):
                     w = loop.timed_window(p.hooks, steps)
                 check_finite(w.losses, done_steps, "timed")
-                w.first_step = done_steps  # a re-measured window's steps were trained: the next one starts after
+                # a re-measured window's steps were trained: the next one starts after
+                w.first_step = done_steps
                 done_steps += w.steps
                 st = loop.stall(w, plan.stall_factor, plan.stall_fraction)
-                any_stalled = loop.window_end_stop(p.hooks, w, st.stalled)  # a stop on any rank: every rank's, here
+                # a stop on any rank: every rank's, here
+                any_stalled = loop.window_end_stop(p.hooks, w, st.stalled)
                 if any_stalled and len(dropped) < plan.stall_remeasure:
                     for m in rank:
                         m.discard()
@@ -224,14 +244,24 @@ def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: l
                 windows.append(w)
                 stalls.append(st)
                 if live is not None:
-                    first = wu.steps + sum(x.steps for x in windows[:-1])  # the series' index of its first step
-                    live(len(windows) - 1, w, p.samples_per_step * w.steps, first, wu if len(windows) == 1 else None)
+                    # the series' index of its first step
+                    first = wu.steps + sum(x.steps for x in windows[:-1])
+                    live(
+                        len(windows) - 1,
+                        w,
+                        p.samples_per_step * w.steps,
+                        first,
+                        wu if len(windows) == 1 else None,
+                    )
                 if w.compiles_during:
-                    warnings.append(f"{w.compiles_during} compilation(s) during a timed window: not steady state")
+                    warnings.append(
+                        f"{w.compiles_during} compilation(s) during a timed window: not steady state"
+                    )
         except StopRequested as e:  # interrupted: keep what was measured before the signal
             e.partial.update(_measured_so_far(p, wu, windows, e.partial))
             raise
-        except Exception as e:  # e.g. a collective whose peer has gone: the launcher may keep this rank's windows
+        # e.g. a collective whose peer has gone: the launcher may keep this rank's windows
+        except Exception as e:
             e.xbench_partial = _measured_so_far(p, wu, windows, {"phase": "timed"})  # (launch/torchrun.py)
             raise
     figures = meters.collect(rank)
@@ -247,9 +277,11 @@ def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: l
         "stalled": bool(kept or dropped),
     })
     if kept:
-        warnings.append(f"stalled: {len(kept)} timed window(s) lost {sum(stalls[i].excess_s for i in kept):.3g} s to "
-                        f"outlier steps (over {plan.stall_factor:g}x the median) and are in the figures "
-                        f"(bench.stall_remeasure={plan.stall_remeasure})")
+        warnings.append(
+            f"stalled: {len(kept)} timed window(s) lost {sum(stalls[i].excess_s for i in kept):.3g} s to "
+            f"outlier steps (over {plan.stall_factor:g}x the median) and are in the figures "
+            f"(bench.stall_remeasure={plan.stall_remeasure})"
+        )
     return windows, figures
 
 
@@ -277,7 +309,9 @@ def _rank_figures(data, ctx, p: PreparedRank, plan: WindowPlan, wu, windows, met
         "warmup_stable": wu.stable,
         "first_step_s": wu.first_step_s,
         "compiles_warmup": wu.compiles,
-        "compiles_timed": None if windows[0].compiles_during is None else sum(w.compiles_during for w in windows),
+        "compiles_timed": None
+        if windows[0].compiles_during is None
+        else sum(w.compiles_during for w in windows),
         "timed_steps_per_window": windows[0].steps,
         "repeats": len(windows),
         "window_s": [w.wall_s for w in windows],

@@ -27,7 +27,8 @@ class BenchConfig:
     steps: int = knob(10, ge=1, le=10000000)
     min_window_s: float = knob(2.0, ge=0, le=86400)
     max_window_steps: int = knob(20000, ge=1, le=100000000)
-    repeats: int = knob(5, ge=1, le=100000)  # timed windows; median and spread over them (a 95% CI needs 3 or more)
+    # timed windows; median and spread over them (a 95% CI needs 3 or more)
+    repeats: int = knob(5, ge=1, le=100000)
     # Whole-process repeats: the run (warm-up + `repeats` windows) N times, each in a fresh process;
     # the spread across processes shows run-to-run variance a window repeat cannot see (throughput mode).
     # 1: one process, no repeat.

@@ -32,10 +32,13 @@ class DataConfig:
     # synthetic: how many distinct batches live on the device (cycled through)
     synthetic_batches: int = knob(4, ge=1, le=100000)
     # real data
-    path: str | None = None  # real data: the folder or file the loader reads (layouts: xbench/data/loaders.py)
+    # real data: the folder or file the loader reads (layouts: xbench/data/loaders.py)
+    path: str | None = None
     num_workers: int = knob(0, ge=0, le=1024)
-    pin_memory: bool | None = None  # real data: pin host batches; None: on for CUDA devices (xbench/data/feed.py)
+    # real data: pin host batches; None: on for CUDA devices (xbench/data/feed.py)
+    pin_memory: bool | None = None
     augment: bool = False
     # share of the data held out for evaluation when the set has no split
     eval_fraction: float = knob(0.1, gt=0, lt=1)
-    dataset_size: int | None = knob(None, ge=1, le=2**62)  # samples per epoch, for projections (None = unknown)
+    # samples per epoch, for projections (None = unknown)
+    dataset_size: int | None = knob(None, ge=1, le=2**62)

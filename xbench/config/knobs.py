@@ -77,7 +77,8 @@ def _values(node, path: str):
 
 
 def problems(schema, plain: dict) -> list[str]:
-    """Every value of `plain` (a config as plain dicts and lists, whole or in part) outside its field's knob."""
+    """Every value of `plain` (a config as plain dicts and lists, whole or in part) outside its field's
+    knob."""
     out = []
     for key, f, _ in schema_fields(schema):
         k = knob_of(f)

@@ -17,7 +17,8 @@ class WandbConfig:
     entity: str | None = None
     group: str | None = None  # default: the experiment name, else model-data
     tags: list[str] = field(default_factory=list)
-    init_timeout_s: float = knob(30.0, gt=0, le=3600)  # online with no network: fall back to offline after this
+    # online with no network: fall back to offline after this
+    init_timeout_s: float = knob(30.0, gt=0, le=3600)
     dir: str | None = None  # where W&B writes its run files (default: the run folder)
 
 

@@ -21,7 +21,9 @@ class ModelConfig:
 # model.options: free-form builder keywords, so their ranges go by name: a size (`width`, `depth`, `num_heads`
 # ...), named by its last word (hidden_size, num_layers), is a whole number >= 1; any other number is finite
 # and >= 0 (hidden_dropout_prob is a probability).
-_SIZE_OPTION = re.compile(r"(^|_)(width|depth|dim|dims|heads|layers|channels|hidden|size|features|blocks|experts)$")
+_SIZE_OPTION = re.compile(
+    r"(^|_)(width|depth|dim|dims|heads|layers|channels|hidden|size|features|blocks|experts)$"
+)
 
 
 def option_problems(options: dict) -> list[str]:

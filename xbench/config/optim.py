@@ -13,7 +13,8 @@ SCALING_RULES = ("none", "linear", "sqrt")
 
 @dataclass
 class ScheduleConfig:
-    """Learning rate over training (train_to_target; xbench/training/schedule.py). Lengths in epochs (fractions
+    """Learning rate over training (train_to_target; xbench/training/schedule.py). Lengths in epochs
+    (fractions
     allowed); the learning rate is a multiple of optim.lr (after the linear scaling rule)."""
 
     name: str = knob("constant", choices=SCHEDULES)
@@ -36,7 +37,8 @@ class OptimConfig:
 
     name: str = "sgd"  # sgd | adamw | lars | lamb
     lr: float = knob(0.01, gt=0, le=1e6)  # at `lr_reference_batch` when that is set (the linear scaling rule)
-    # The linear scaling rule: lr is given for this global batch and scaled by global batch / this; null: none.
+    # The linear scaling rule: lr is given for this global batch and scaled by global batch / this;
+    # null: none.
     lr_reference_batch: int | None = knob(None, ge=1, le=BIG)
     # The global batch the recipe was tuned at, and how lr and warm-up follow another one (none | linear |
     # sqrt; xbench/training/schedule.py); a run > 4x away from it is warned about. Null: not a tuned recipe.

@@ -39,7 +39,8 @@ class DdpOptions:
 class FsdpOptions:
     """PyTorch FSDP2's options (xbench/parallel/fsdp.py), recorded per rank as fsdp_*."""
 
-    # free each block's all-gathered parameters after its forward (gathered again in backward); false: keep them
+    # free each block's all-gathered parameters after its forward (gathered again in backward); false:
+    # keep them
     reshard_after_forward: bool = True
     # the dtype parameters are gathered and computed in (a precision name: its compute dtype)
     param_dtype: str = knob("bf16", choices=PARAM_DTYPES)
@@ -62,18 +63,21 @@ class XlaFsdpOptions:
 class StrategyConfig:
     """What every strategy has: which one, over how many processes or devices, and how they meet."""
 
-    name: str = MISSING  # single | ddp | dataparallel | xla_spmd | xla_mp | accelerate | fsdp | xla_fsdp | jax_dp
+    # single | ddp | dataparallel | xla_spmd | xla_mp | accelerate | fsdp | xla_fsdp | jax_dp
+    name: str = MISSING
     world_size: int = knob(1, ge=1, le=1000000)  # processes (ddp, xla_mp) or devices (dataparallel, xla_spmd)
     backend: str = knob("auto", choices=BACKENDS)  # auto: nccl on CUDA, gloo on the CPU
     nnodes: int = knob(1, ge=1, le=100000)
     node_rank: int = knob(0, ge=0, le=100000)
     rdzv_endpoint: str | None = None  # host:port for multi-node torchrun
-    timeout_s: float = knob(120.0, gt=0, le=86400)  # collective timeout: a dead or hung rank ends the job within this
+    # collective timeout: a dead or hung rank ends the job within this
+    timeout_s: float = knob(120.0, gt=0, le=86400)
 
 
 @dataclass
 class ParallelConfig(XlaFsdpOptions, FsdpOptions, DdpOptions, StrategyConfig):
-    """The parallel section: StrategyConfig's fields, then each strategy's options (all `parallel.<option>`)."""
+    """The parallel section: StrategyConfig's fields, then each strategy's options (all
+    `parallel.<option>`)."""
 
 
 # strategy -> the option class it reads (the others' options must keep their defaults under it)

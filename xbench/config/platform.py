@@ -1,5 +1,6 @@
 """platform: hardware and price (conf/platform/*.yaml). Billing arithmetic, the billing words (units,
-granularities, kinds, pricing models) and the numbers billing can take (PLATFORM_BOUNDS, PRICE_BOUNDS: the knobs
+granularities, kinds, pricing models) and the numbers billing can take (PLATFORM_BOUNDS, PRICE_BOUNDS: the
+knobs
 of the price fields here, `priced`) are xbench/metrics/cost.py's, which also holds records' and price files'
 platforms to them; docs/cost_and_targets.md explains the model."""
 
@@ -26,7 +27,8 @@ class PriceConfig:
     """One component of what a platform costs (accelerator, host VM, storage, a fee)."""
 
     name: str = "machine"
-    amount: float = priced(0.0, PRICE_BOUNDS, "amount")  # list price in `currency`, per `unit` of time, per `per`
+    # list price in `currency`, per `unit` of time, per `per`
+    amount: float = priced(0.0, PRICE_BOUNDS, "amount")
     currency: str = "USD"
     unit: str = "hour"  # millisecond | second | minute | hour | month (a month is 730 hours)
     per: str = "machine"  # machine | chip | vcpu | gib: what one `amount` buys
@@ -38,7 +40,8 @@ class PriceConfig:
     billing: str | None = None
     # billed at least this long per start; None: the platform's
     minimum_charge_s: float | None = priced(None, PRICE_BOUNDS, "minimum_charge_s")
-    discount: float = priced(0.0, PRICE_BOUNDS, "discount")  # fraction off `amount` (e.g. 0.7 for a spot price 70% below list)
+    # fraction off `amount` (e.g. 0.7 for a spot price 70% below list)
+    discount: float = priced(0.0, PRICE_BOUNDS, "discount")
     source: str | None = None  # URL for this component when it differs from the platform's price_source
     as_of: str | None = None  # YYYY-MM-DD for this component when it differs from price_as_of
 
@@ -49,7 +52,8 @@ class PlatformConfig:
 
     name: str = MISSING
     device: str = knob("auto", choices=DEVICES)  # xla: TPU or XLA on CPU/GPU
-    device_count: int | None = knob(None, ge=1, le=1000000)  # devices the workload may use; None = all that are seen
+    # devices the workload may use; None = all that are seen
+    device_count: int | None = knob(None, ge=1, le=1000000)
     # the accelerator's model, a whole word of its device name ("H200", "TPU v3")
     accelerator: str | None = None
     # GPU: streaming multiprocessors per device (tells H100 SXM5 132 from PCIe 114)
@@ -69,10 +73,13 @@ class PlatformConfig:
     price: list[PriceConfig] = field(default_factory=list)
     price_source: str | None = None  # URL of the price page
     price_as_of: str | None = None  # date the price was read, YYYY-MM-DD
-    price_confirmed: bool = True  # false: not checked against price_source (the report marks it "unconfirmed")
+    # false: not checked against price_source (the report marks it "unconfirmed")
+    price_confirmed: bool = True
     provider: str | None = None  # aws | gcp | paperspace | hetzner | leadergpu | ibm | local ...
     instance: str | None = None  # the provider's instance/machine type, e.g. p3.8xlarge, v2-8
     region: str | None = None  # where the price applies
     # Monthly rent and fixed fees are spread over the hours the machine is really used:
-    utilisation: float = priced(1.0, PLATFORM_BOUNDS, "utilisation")  # share of the month a monthly-billed machine runs jobs
-    commitment_months: float = priced(1.0, PLATFORM_BOUNDS, "commitment_months")  # setup fees are spread over this many months of rent
+    # share of the month a monthly-billed machine runs jobs
+    utilisation: float = priced(1.0, PLATFORM_BOUNDS, "utilisation")
+    # setup fees are spread over this many months of rent
+    commitment_months: float = priced(1.0, PLATFORM_BOUNDS, "commitment_months")

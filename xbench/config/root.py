@@ -39,7 +39,8 @@ class XBenchConfig:
     fault: FaultConfig = field(default_factory=FaultConfig)
     goal: GoalConfig = field(default_factory=GoalConfig)
     resume: str | None = None  # run id (under store.root) or run folder of a train_to_target run to continue
-    baseline: str | None = None  # run id or folder of a stored record: time and cost are normalised against it
+    # run id or folder of a stored record: time and cost are normalised against it
+    baseline: str | None = None
     experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
     tags: list[str] = field(default_factory=list)
     # A --multirun sweep of more points than this is refused before any point is composed (the count and
@@ -62,7 +63,9 @@ def range_problems(cfg) -> list[str]:
     sizes in model.options. `cfg`: a DictConfig, an XBenchConfig or a plain mapping, whole or in part. compat
     asks this before any device work (a `failed` record listing them all)."""
     plain = _plain(cfg)
-    return knobs.problems(XBenchConfig, plain) + model.option_problems((plain.get("model") or {}).get("options"))
+    return knobs.problems(XBenchConfig, plain) + model.option_problems(
+        (plain.get("model") or {}).get("options")
+    )
 
 
 def name_problems(cfg) -> list[str]:

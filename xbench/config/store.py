@@ -23,12 +23,15 @@ def name_problems(plain: dict) -> list[str]:
                    "(default results)")
     name = store.get("run_name")
     if name is not None:
-        example = f"{name}-{'0' * 15}-{'0' * 8}"  # the longest run id it would give: <name>-<YYYYmmdd-HHMMSS>-<hex8>
+        # the longest run id it would give: <name>-<YYYYmmdd-HHMMSS>-<hex8>
+        example = f"{name}-{'0' * 15}-{'0' * 8}"
         if why := name_problem(str(name), "store.run_name"):
             out.append(why)
         elif name_problem(example, "store.run_name"):
-            out.append(f"store.run_name={name!r} is {len(str(name))} characters; its run ids ({len(example)}) would "
-                       f"not name a folder: at most {len(str(name)) - (len(example) - 120)} characters")
+            out.append(
+                f"store.run_name={name!r} is {len(str(name))} characters; its run ids ({len(example)}) would "
+                f"not name a folder: at most {len(str(name)) - (len(example) - 120)} characters"
+            )
     if plain.get("resume") is not None and not str(plain["resume"]).strip():
         out.append("resume='' names no run; give a run id or folder (or leave resume out for a fresh run)")
     return out

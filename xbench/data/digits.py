@@ -27,7 +27,9 @@ def load_digits_split(modality: str = "features", eval_fraction: float = 0.1,
     from sklearn.datasets import load_digits  # imported here: scikit-learn is only needed for this set
 
     if modality not in ("features", "image"):
-        raise ValueError(f"digits comes as modality 'features' (64 values) or 'image' (1x8x8), not {modality!r}")
+        raise ValueError(
+            f"digits comes as modality 'features' (64 values) or 'image' (1x8x8), not {modality!r}"
+        )
     bunch = load_digits()
     x = torch.tensor(bunch.data, dtype=torch.float32) / 16.0  # pixel values are 0..16
     y = torch.tensor(bunch.target, dtype=torch.int64)

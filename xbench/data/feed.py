@@ -56,8 +56,10 @@ def host_share(global_batch: int, process_index: int, process_count: int) -> tup
     if process_count < 1 or not 0 <= process_index < process_count:
         raise ValueError(f"process {process_index} of {process_count}: not a process of the run")
     if global_batch % process_count:
-        raise ValueError(f"the global batch of {global_batch} samples does not split over {process_count} hosts: "
-                         "use a data.batch_size that gives every host the same share")
+        raise ValueError(
+            f"the global batch of {global_batch} samples does not split over {process_count} hosts: "
+            "use a data.batch_size that gives every host the same share"
+        )
     return process_index, process_count, global_batch // process_count
 
 

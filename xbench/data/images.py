@@ -62,7 +62,9 @@ def cifar10(data, task: str) -> Splits:
                     d = pickle.load(f, encoding="bytes")
                 x, y = np.asarray(d[b"data"], dtype=np.uint8), np.asarray(d[b"labels"], dtype=np.int64)
             except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as e:
-                raise malformed(data, f"{root / name} is not a CIFAR-10 python batch ({type(e).__name__}: {e})") from e
+                raise malformed(
+                    data, f"{root / name} is not a CIFAR-10 python batch ({type(e).__name__}: {e})"
+                ) from e
             if x.ndim != 2 or x.shape[1] != 3072 or len(x) != len(y):
                 raise malformed(data, f"{root / name} holds data of shape {x.shape} with {len(y)} labels, "
                                       "expected (N, 3072) and N labels")
@@ -70,7 +72,9 @@ def cifar10(data, task: str) -> Splits:
             ys.append(y)
         x, y = np.concatenate(xs), np.concatenate(ys)
         if y.min() < 0 or y.max() >= data.num_classes:
-            raise malformed(data, f"labels in {names} span {y.min()}..{y.max()}, outside 0..{data.num_classes - 1}")
+            raise malformed(
+                data, f"labels in {names} span {y.min()}..{y.max()}, outside 0..{data.num_classes - 1}"
+            )
         return torch.from_numpy(x.reshape(-1, 3, 32, 32)), torch.from_numpy(y)
 
     tx, ty = load([f"data_batch_{i}" for i in range(1, 6)])

@@ -47,52 +47,96 @@ SOURCES: dict[str, Source] = {
     "imagenet": Source(
         "xbench.data.images:imagenet",
         "an image folder: <path>/train/<class>/*.JPEG and <path>/val/<class>/*.JPEG (one folder per class, "
-        "the same class folders in both)", "image", required=("train/*/*", "val/*/*")),
+        "the same class folders in both)",
+        "image",
+        required=("train/*/*", "val/*/*"),
+    ),
     "cifar10": Source(
         "xbench.data.images:cifar10",
         "the CIFAR-10 python version, extracted: <path> is cifar-10-batches-py/ holding data_batch_1 .. "
-        "data_batch_5 and test_batch (pickled dicts with b'data' (N, 3072) uint8 and b'labels')", "image",
-        required=("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch")),
+        "data_batch_5 and test_batch (pickled dicts with b'data' (N, 3072) uint8 and b'labels')",
+        "image",
+        required=(
+            "data_batch_1",
+            "data_batch_2",
+            "data_batch_3",
+            "data_batch_4",
+            "data_batch_5",
+            "test_batch",
+        ),
+    ),
     "mnist": Source(
         "xbench.data.images:mnist",
         "MNIST idx files, gzipped or not: <path>/train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
-        "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]", "image",
-        required=("train-images-idx3-ubyte*", "train-labels-idx1-ubyte*", "t10k-images-idx3-ubyte*",
-         "t10k-labels-idx1-ubyte*")),
+        "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]",
+        "image",
+        required=(
+            "train-images-idx3-ubyte*",
+            "train-labels-idx1-ubyte*",
+            "t10k-images-idx3-ubyte*",
+            "t10k-labels-idx1-ubyte*",
+        ),
+    ),
     "imdb": Source(
         "xbench.data.text:imdb",
-        "the IMDb reviews folder aclImdb/: <path>/{train,test}/{pos,neg}/*.txt, one review per file", "tokens",
-        required=("train/pos/*.txt", "train/neg/*.txt", "test/pos/*.txt", "test/neg/*.txt")),
+        "the IMDb reviews folder aclImdb/: <path>/{train,test}/{pos,neg}/*.txt, one review per file",
+        "tokens",
+        required=("train/pos/*.txt", "train/neg/*.txt", "test/pos/*.txt", "test/neg/*.txt"),
+    ),
     "sentiment140": Source(
         "xbench.data.text:sentiment140",
         "the Sentiment140 CSV file (latin-1, no header, 6 columns: polarity 0/4, id, date, query, user, "
-        "text); 90% train / 10% eval as the study", "tokens", path_kind="file"),
+        "text); 90% train / 10% eval as the study",
+        "tokens",
+        path_kind="file",
+    ),
     "twitter_sentiment": Source(
         "xbench.data.text:twitter_sentiment",
         "the Twitter Sentiment Analysis Dataset CSV file (UTF-8, a header ItemID,Sentiment,SentimentSource,"
         "SentimentText, then one tweet a line: Sentiment 1 positive / 0 negative, the text after the third "
-        "comma, quoted or not; 1,578,627 tweets); 90% train / 10% eval as the GPU-cloud study", "tokens",
-        path_kind="file"),
+        "comma, quoted or not; 1,578,627 tweets); 90% train / 10% eval as the GPU-cloud study",
+        "tokens",
+        path_kind="file",
+    ),
     "text_mlm": Source(
         "xbench.data.text:text_mlm",
         "a folder of plain UTF-8 text files <path>/*.txt (e.g. Wikipedia articles extracted one per line, as "
-        "MLPerf's BERT data starts from); word tokens, masked once per split as BERT (15%: 80/10/10)", "tokens",
-        task="mlm", required=("*.txt",)),
-    "digits": Source("xbench.data.digits:build", "nothing: scikit-learn ships it", "features|image",
-                     needs_path=False, packages=("sklearn",)),
+        "MLPerf's BERT data starts from); word tokens, masked once per split as BERT (15%: 80/10/10)",
+        "tokens",
+        task="mlm",
+        required=("*.txt",),
+    ),
+    "digits": Source(
+        "xbench.data.digits:build",
+        "nothing: scikit-learn ships it",
+        "features|image",
+        needs_path=False,
+        packages=("sklearn",),
+    ),
     "text_chars": Source(
         "xbench.data.text:text_chars",
         "one plain UTF-8 text file (e.g. nietzsche.txt); first 90% of the characters train, last 10% eval",
-        "tokens", task="lm", path_kind="file"),
+        "tokens",
+        task="lm",
+        path_kind="file",
+    ),
     "text_bytes": Source(
         "xbench.data.text:text_bytes",
         "one plain text file (any text you name); its UTF-8 bytes are the tokens (vocabulary 256); the first "
-        "1 - data.eval_fraction of it trains, the rest is held out", "tokens", task="lm", path_kind="file"),
+        "1 - data.eval_fraction of it trains, the rest is held out",
+        "tokens",
+        task="lm",
+        path_kind="file",
+    ),
     "text_bpe": Source(
         "xbench.data.text:text_bpe",
         "one plain UTF-8 text file (any text you name); a byte-level BPE of up to data.vocab_size tokens is "
-        "trained on its first 1 - data.eval_fraction (the training split) and encodes both splits", "tokens",
-        task="lm", path_kind="file", packages=("tokenizers",)),
+        "trained on its first 1 - data.eval_fraction (the training split) and encodes both splits",
+        "tokens",
+        task="lm",
+        path_kind="file",
+        packages=("tokenizers",),
+    ),
 }
 
 

@@ -95,8 +95,11 @@ def _cache_file(data, inputs: list[Path], extra: dict) -> Path:
 def _real_folder(data, folder: Path) -> None:
     """Refuse a cache folder that is a link: its writes would land wherever the link points."""
     if folder.is_symlink():
-        raise malformed(data, f"the data cache folder {folder} is a symbolic link (to {os.readlink(folder)}); "
-                              f"xbench writes its cache only into a real folder: remove the link (rm {folder})")
+        raise malformed(
+            data,
+            f"the data cache folder {folder} is a symbolic link (to {os.readlink(folder)}); "
+            f"xbench writes its cache only into a real folder: remove the link (rm {folder})",
+        )
 
 
 def _refuse_link(data, path: Path, e: OSError):
@@ -116,7 +119,9 @@ def _read_cache(data, path: Path) -> bytes | None:
         _refuse_link(data, path, e)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise malformed(data, f"the data cache file {path} is not a regular file; remove it and run again")
+            raise malformed(
+                data, f"the data cache file {path} is not a regular file; remove it and run again"
+            )
         return f.read()
 
 
@@ -157,7 +162,9 @@ def _cached(path: Path, make, data=None) -> dict:
                       "rebuilding it from the data", stacklevel=2)
     value = make()
     # human-readable copy of the vocabulary
-    _write_cache(data, path.with_suffix(".vocab.json"), json.dumps(value["vocab"], ensure_ascii=False).encode())
+    _write_cache(
+        data, path.with_suffix(".vocab.json"), json.dumps(value["vocab"], ensure_ascii=False).encode()
+    )
     buf = io.BytesIO()
     torch.save(value, buf)
     digest = _write_cache(data, path, buf.getvalue())
@@ -188,8 +195,10 @@ def _classification(data, train_docs, train_y, eval_docs, eval_y, inputs: list[P
 def imdb(data, task: str) -> Splits:
     """aclImdb: pos -> 1, neg -> 0; the published 25k/25k train/test split."""
     root = Path(data.path)
-    files = {split: sorted((root / split / "neg").glob("*.txt")) + sorted((root / split / "pos").glob("*.txt"))
-             for split in ("train", "test")}
+    files = {
+        split: sorted((root / split / "neg").glob("*.txt")) + sorted((root / split / "pos").glob("*.txt"))
+        for split in ("train", "test")
+    }
     labels = {split: torch.tensor([int(p.parent.name == "pos") for p in fs], dtype=torch.long)
               for split, fs in files.items()}
 
@@ -253,8 +262,11 @@ def twitter_sentiment(data, task: str) -> Splits:
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         header = f.readline().lstrip("\ufeff").rstrip("\r\n")
         if header.split(",") != TWITTER_HEADER:
-            hint = (" (it looks like the Sentiment140 CSV: 6 columns, no header, labels 0/4; use data=sentiment140)"
-                    if len(next(csv.reader([header]), [])) == 6 else "")
+            hint = (
+                " (it looks like the Sentiment140 CSV: 6 columns, no header, labels 0/4; use data=sentiment140)"
+                if len(next(csv.reader([header]), [])) == 6
+                else ""
+            )
             raise malformed(data, f"{path} line 1 is {header[:80]!r}, expected the header "
                                   f"{','.join(TWITTER_HEADER)}{hint}")
         for line, raw in enumerate(f, 2):
@@ -308,7 +320,10 @@ def text_chars(data, task: str) -> Splits:
                               f"{data.vocab_size}; set data.vocab_size >= {len(c['vocab'])}")
     ids = c["ids"]
     cut = round(len(ids) * (1 - data.eval_fraction))
-    train, ev = CharWindows(ids[:cut], data.seq_len, CHAR_STRIDE), CharWindows(ids[cut:], data.seq_len, data.seq_len)
+    train, ev = (
+        CharWindows(ids[:cut], data.seq_len, CHAR_STRIDE),
+        CharWindows(ids[cut:], data.seq_len, data.seq_len),
+    )
     if len(train) == 0:
         raise malformed(data, f"{path} is too short for one training window of {data.seq_len + 1} characters")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": len(c["vocab"])})
@@ -335,14 +350,18 @@ def _windows(data, path: Path, train_ids: torch.Tensor, eval_ids: torch.Tensor, 
     train = CharWindows(train_ids, data.seq_len, data.seq_len)
     ev = CharWindows(eval_ids, data.seq_len, data.seq_len)
     if len(train) == 0 or len(ev) == 0:
-        raise malformed(data, f"{path} has {len(train_ids) + len(eval_ids)} {unit}: too short for one training and "
-                              f"one held-out window of {data.seq_len + 1} {unit} (data.seq_len={data.seq_len}, "
-                              f"data.eval_fraction={data.eval_fraction}); give a longer file or a shorter seq_len")
+        raise malformed(
+            data,
+            f"{path} has {len(train_ids) + len(eval_ids)} {unit}: too short for one training and "
+            f"one held-out window of {data.seq_len + 1} {unit} (data.seq_len={data.seq_len}, "
+            f"data.eval_fraction={data.eval_fraction}); give a longer file or a shorter seq_len",
+        )
     return train, ev
 
 
 BPE_MIN_VOCAB = 256 + 1  # the byte-level alphabet, and at least one merge
-# A pre-token (GPT-2's regex: a word, a number, a run of symbols) longer than this many bytes is cut into pieces
+# A pre-token (GPT-2's regex: a word, a number, a run of symbols) longer than this many bytes is cut into
+# pieces
 # this long. BPE training works per pre-token and costs the square of its length: a run without whitespace of
 # 50k/100k/200k characters (minified JSON, base64, a DNA string) took 3.4/12.6/52.6 s; words stay whole.
 BPE_MAX_PRETOKEN_BYTES = 128
@@ -370,7 +389,11 @@ def _ids_bytes(ids: list[int]) -> bytes:
 
 
 def _ids(raw: bytes) -> torch.Tensor:
-    return torch.frombuffer(bytearray(raw), dtype=torch.int32).long() if raw else torch.zeros(0, dtype=torch.long)
+    return (
+        torch.frombuffer(bytearray(raw), dtype=torch.int32).long()
+        if raw
+        else torch.zeros(0, dtype=torch.long)
+    )
 
 
 def _bpe_cache(data, meta_file: Path, train_file: Path, eval_file: Path, settings: dict):
@@ -391,8 +414,11 @@ def _bpe_cache(data, meta_file: Path, train_file: Path, eval_file: Path, setting
         why = f"its JSON is not the cache's ({type(e).__name__})"
     if why is None:
         return meta, streams
-    warnings.warn(f"xbench: the tokenizer cache {meta_file} was not used ({why}: damaged, written by hand, or "
-                  "from another text); rebuilding it from the data", stacklevel=3)
+    warnings.warn(
+        f"xbench: the tokenizer cache {meta_file} was not used ({why}: damaged, written by hand, or "
+        "from another text); rebuilding it from the data",
+        stacklevel=3,
+    )
     return None, None
 
 
@@ -410,7 +436,9 @@ def text_bpe(data, task: str) -> Splits:
                               f"vocab_size={data.vocab_size}, num_classes={data.num_classes}")
     cache = _cache_file(data, [path], {"kind": "bpe", "eval_fraction": data.eval_fraction,
                                        "max_pretoken_bytes": BPE_MAX_PRETOKEN_BYTES})
-    meta_file, train_file, eval_file = (cache.with_suffix(s) for s in (".bpe.json", ".train.i32", ".eval.i32"))
+    meta_file, train_file, eval_file = (
+        cache.with_suffix(s) for s in (".bpe.json", ".train.i32", ".eval.i32")
+    )
     source = path.read_bytes()
     settings = {"v": CACHE_VERSION, "vocab_size": data.vocab_size, "eval_fraction": data.eval_fraction,
                 "source_sha256": hashlib.sha256(source).hexdigest()}
@@ -422,9 +450,13 @@ def text_bpe(data, task: str) -> Splits:
             raise malformed(data, f"{path} is not UTF-8 text ({e})") from e
         cut = round(len(text) * (1 - data.eval_fraction))
         size = len(source)
-        print(f"xbench: data=text_bpe: training a byte-level BPE (vocabulary {data.vocab_size:,}) on {path} "
-              f"({size / 1e6:.3g} MB, the first {1 - data.eval_fraction:.0%} trains it), then encoding it: about "
-              f"{max(1, round(size / BPE_BYTES_PER_S))} s, once (cached beside the file)", file=sys.stderr, flush=True)
+        print(
+            f"xbench: data=text_bpe: training a byte-level BPE (vocabulary {data.vocab_size:,}) on {path} "
+            f"({size / 1e6:.3g} MB, the first {1 - data.eval_fraction:.0%} trains it), then encoding it: about "
+            f"{max(1, round(size / BPE_BYTES_PER_S))} s, once (cached beside the file)",
+            file=sys.stderr,
+            flush=True,
+        )
         tok = _train_bpe(text[:cut], data.vocab_size)
         streams = {f: tok.encode(part).ids for f, part in ((train_file, text[:cut]), (eval_file, text[cut:]))}
         streams_raw = {f: _ids_bytes(ids) for f, ids in streams.items()}
@@ -432,7 +464,8 @@ def text_bpe(data, task: str) -> Splits:
         meta = {"tokenizer": json.loads(tok.to_str()), "vocab": tok.get_vocab_size(), "train_chars": cut,
                 "train_tokens": len(streams[train_file]), "eval_tokens": len(streams[eval_file]),
                 "train_sha256": digests[train_file], "eval_sha256": digests[eval_file], **settings}
-        _write_cache(data, meta_file, json.dumps(meta, ensure_ascii=False).encode())  # last: marks it complete
+        # last: marks it complete
+        _write_cache(data, meta_file, json.dumps(meta, ensure_ascii=False).encode())
     train, ev = _windows(data, path, _ids(streams_raw[train_file]), _ids(streams_raw[eval_file]), "tokens")
     return Splits(train, ev, info={"train": len(train), "eval": len(ev), "vocab": meta["vocab"],
                                    "tokens_train": meta["train_tokens"], "tokens_eval": meta["eval_tokens"],
@@ -440,7 +473,8 @@ def text_bpe(data, task: str) -> Splits:
 
 
 MASK = 2  # the [MASK] token's id in a text_mlm vocabulary (after <pad> and <unk>)
-MLM_SEED = {"train": 1, "eval": 2}  # masks are drawn once per split (static, like MLPerf's prepared BERT data)
+# masks are drawn once per split (static, like MLPerf's prepared BERT data)
+MLM_SEED = {"train": 1, "eval": 2}
 
 
 def mask_static(ids: torch.Tensor, vocab_size: int, seed: int, fraction: float = 0.15):

@@ -39,7 +39,8 @@ def launcher(cfg) -> str:
 def writes_record(cfg) -> bool:
     """False in a process whose run's record is written by another: a rank > 0 under the torchrun
     command (or a srun task > 0), a node > 0 of a multi-node run, a host > 0 of a TPU pod slice. Like every
-    question here (`launcher`, `process_environment`), it reads the environment and writes none: `run` applies."""
+    question here (`launcher`, `process_environment`), it reads the environment and writes none: `run`
+    applies."""
     if under_torchrun():
         return global_rank() == 0
     if launcher(cfg) == "xla":

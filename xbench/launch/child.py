@@ -167,7 +167,8 @@ def wait(future, stop, what: str = "the launched process"):
                 forwarded = True
         except BrokenProcessPool as e:  # killed outright (OOM killer, a second signal, a crash in C++)
             if stop is not None and stop.requested:
-                # The stop signal (to the group, or forwarded above) found the child still starting: no handler
+                # The stop signal (to the group, or forwarded above) found the child still
+                # starting: no handler
                 # of its own yet, so the signal's default action ended it. An interruption, not a crash.
                 raise StopRequested({"phase": "start-up"}) from e
             raise RuntimeError(f"{what} died without a result (killed, or a crash in native code); "

@@ -3,7 +3,8 @@
 torchrun's ranks and xla_mp's replicas both hand rank 0 (or the launcher's folder) one entry per rank: its
 RankResult, its StopRequested (a stop every rank agreed on: bench/loop.py rule 10, train_to_target's control
 points), or a RankLost (what a rank measured before an error ended it). A stop becomes one StopRequested:
-rank 0's partial figures at the top, every rank's in `rank_partials`, `ranks_reporting` counting those with any.
+rank 0's partial figures at the top, every rank's in `rank_partials`, `ranks_reporting` counting those with
+any.
 """
 
 from __future__ import annotations

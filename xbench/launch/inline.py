@@ -23,7 +23,8 @@ def context(plan) -> RankContext:
 
 
 def _fresh_rank(work, ctx):
-    """Entry point of the fresh process, spawned or forked from a sweep's template (module level: picklable)."""
+    """Entry point of the fresh process, spawned or forked from a sweep's template (module level:
+    picklable)."""
     stop = process_stop()
     with child.reason_on_stop(stop):
         result = run_rank(work, ctx, None, stop)
@@ -46,7 +47,8 @@ def launch(work, on_step=None, stop=None, fresh: bool | str = False) -> LaunchRe
 
 @contextlib.contextmanager
 def _callers_torch_state():
-    """A rank in the caller's process (xbench.run from a notebook, a shared sweep) sets torch's intra-op threads
+    """A rank in the caller's process (xbench.run from a notebook, a shared sweep) sets torch's intra-op
+    threads
     and seeds its CPU generator: both are the caller's again afterwards. (Inter-op threads are set once per
     process by torch's rule, and a device's generators are the device's: neither is restorable here.)"""
     import torch

@@ -85,8 +85,10 @@ def point_facts(cfg) -> dict:
     (secret values redacted), whether it ran isolated and, if so, how its process started (forked from
     the sweep's template, with the template's pid, or spawned, and why: launch/template.py)."""
     job = hydra_job()
-    facts = {"xbench_version": xbench_version(),
-             "point": {"isolation": cfg.bench.isolation, "isolated": isolated(cfg), "runner_pid": os.getpid()}}
+    facts = {
+        "xbench_version": xbench_version(),
+        "point": {"isolation": cfg.bench.isolation, "isolated": isolated(cfg), "runner_pid": os.getpid()},
+    }
     if facts["point"]["isolated"]:
         facts["point"].update(template.decide(cfg))
     if job is not None:

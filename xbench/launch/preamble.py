@@ -37,7 +37,10 @@ def threads_asked(plan, share: int = 1) -> dict:
     else:
         free, how = contention.physical_cores(), "physical cores (bench.contention_probe_s=0: not probed)"
     n = max(1, free // share)
-    return {"threads": n, "threads_policy": how + (f" // {share} ranks on this host = {n}" if share > 1 else "")}
+    return {
+        "threads": n,
+        "threads_policy": how + (f" // {share} ranks on this host = {n}" if share > 1 else ""),
+    }
 
 
 def world_size_warning(plan, started: int, what: str) -> tuple[str, ...]:

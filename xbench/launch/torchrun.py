@@ -61,7 +61,8 @@ def _threads_for_rank(plan, dev_type: str, local_world: int) -> dict:
     return threads_asked(plan, local_world if dev_type == "cpu" else 1)
 
 
-# A compiled run's first steps compile (torch.compile of the step, or FSDP's per-block compile: 77-125 s a step
+# A compiled run's first steps compile (torch.compile of the step, or FSDP's per-block compile: 77-125 s a
+# step
 # on 2 CPU cores for the tiny decoder, minutes for an 8B on a GPU) between its collectives, and a rank that
 # finishes first waits for the slowest in the next one: parallel.timeout_s (120 s), which is there to end a
 # run with a dead rank, would end a healthy run that is compiling. A compiled run's collectives therefore wait
@@ -234,7 +235,8 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     """Run every rank (fresh processes in any case); rank 0's gathered results, or None on a process or
     node without rank 0."""
     if under_torchrun():
-        # The one place a srun task gets torch's variables (RANK, MASTER_ADDR, ...): for as long as its rank runs.
+        # The one place a srun task gets torch's variables (RANK, MASTER_ADDR, ...): for as long as
+        # its rank runs.
         with env_vars.temporarily(slurm_ranks.torch_variables()):
             gathered = rank_main(work, on_step, stop)
         return None if gathered is None else results_of(gathered, stop)
@@ -253,7 +255,8 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
             gathered = _left(exchange).get(0)
     except ChildFailedError as e:
         left = _left(exchange)
-        if any(isinstance(r, StopRequested) for r in left.values()):  # the ranks were signalled, not the launcher
+        # the ranks were signalled, not the launcher
+        if any(isinstance(r, StopRequested) for r in left.values()):
             raise stopped_of(left, stop) from None
         raise RankFailed(_failures(e, left)) from e
     except SignalException as e:  # Ctrl-C / SIGTERM while the ranks ran: the launcher stopped them

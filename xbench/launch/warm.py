@@ -27,7 +27,8 @@ _T0 = time.perf_counter()
 
 from xbench.env_vars import restored  # noqa: E402
 
-# The imports write variables as they load (torch._dynamo: TORCHINDUCTOR_CACHE_DIR); a point takes the runner's
+# The imports write variables as they load (torch._dynamo: TORCHINDUCTOR_CACHE_DIR); a point takes the
+# runner's
 # environment (template.adopt), and no import of xbench writes one (tests/test_pure_checks.py).
 with restored():
     import torch  # noqa: E402
@@ -62,7 +63,8 @@ def _hold(signum, frame) -> None:
     _HELD.append(signum)
 
 
-# Only in the runner's template (template.TEMPLATE_ENV, set while it starts): imported anywhere else (a runner,
+# Only in the runner's template (template.TEMPLATE_ENV, set while it starts): imported anywhere else (a
+# runner,
 # a test), holding the stop signals would swallow that process's SIGTERM (a sweep went on past a stop).
 TEMPLATE = os.environ.get("XBENCH_TEMPLATE_OF") == str(os.getppid())
 if TEMPLATE:
@@ -92,7 +94,8 @@ sys.stderr.flush()  # nothing buffered here is written again by every point
 
 
 def facts() -> dict:
-    """The template's facts, read in a process forked from it (`forked`: the module came from the template)."""
+    """The template's facts, read in a process forked from it (`forked`: the module came from the
+    template)."""
     return {**FACTS, "forked": os.getpid() != FACTS["pid"], "parent_pid": os.getppid(),
             "template_leaves_at_once": LEAVES_AT_ONCE}
 

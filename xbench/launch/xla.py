@@ -42,7 +42,8 @@ def xla_env(plan) -> dict:
     return env
 
 
-# What torch_xla reads as the host's index when it takes the TPU's facts from the environment (GKE, multislice).
+# What torch_xla reads as the host's index when it takes the TPU's facts from the environment (GKE,
+# multislice).
 HOST_INDEX_VARS = ("CLOUD_TPU_TASK_ID", "TPU_WORKER_ID")
 
 
@@ -68,9 +69,13 @@ def _spmd_process(work, env: dict):
     stop = process_stop()
     devices = rx.enable_spmd()
     # The mesh spans every device PJRT gives (all chips of a slice); the run is what it is.
-    ctx = RankContext(devices_per_rank=devices, **threads_asked(plan),
-                      warnings=world_size_warning(plan, devices, f"the SPMD mesh spans all {devices} XLA devices "
-                                                                f"({env['PJRT_DEVICE']})"))
+    ctx = RankContext(
+        devices_per_rank=devices,
+        **threads_asked(plan),
+        warnings=world_size_warning(
+            plan, devices, f"the SPMD mesh spans all {devices} XLA devices ({env['PJRT_DEVICE']})"
+        ),
+    )
     process_index, process_count = rx.process()
     with child.reason_on_stop(stop):
         result = run_rank(work, ctx, None, stop, draw=process_index == 0)
@@ -110,7 +115,9 @@ def _mp_process(index, work, out_path: str):
         if not e.partial.get("ranks_agreed"):
             rx.abandon_exchange()
             raise
-        result = e  # every replica stopped at the same window edge (bench/loop.py rule 10): gathered as a result
+        # every replica stopped at the same window edge (bench/loop.py rule 10): gathered as a
+        # result
+        result = e
     except BaseException:
         rx.abandon_exchange()  # the other replicas' gathers fail at once instead of waiting for this one
         raise

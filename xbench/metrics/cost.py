@@ -51,8 +51,15 @@ def _utilisation(platform: dict) -> float:
 # A boolean or a non-finite number there is never a measurement; text is one (a note) except in the figures
 # the prices are computed from.
 _PRICED = re.compile(r"(throughput|_s$|_s_|_per_s|^epochs|samples)")
-_PRICED_FIGURES = ("throughput_samples_per_s", "window_s_total", "train_time_to_target_s", "wall_time_to_target_s",
-                   "wall_s_total", "epochs_to_target", "samples_per_window")
+_PRICED_FIGURES = (
+    "throughput_samples_per_s",
+    "window_s_total",
+    "train_time_to_target_s",
+    "wall_time_to_target_s",
+    "wall_s_total",
+    "epochs_to_target",
+    "samples_per_window",
+)
 
 
 def not_numbers(measurements: dict) -> list[str]:
@@ -71,13 +78,16 @@ def not_numbers(measurements: dict) -> list[str]:
 
 
 def number_problems(platform: dict) -> list[str]:
-    """A platform's numbers outside PLATFORM_BOUNDS / PRICE_BOUNDS (not finite, not a number, out of range)."""
+    """A platform's numbers outside PLATFORM_BOUNDS / PRICE_BOUNDS (not finite, not a number, out of
+    range)."""
     name = platform.get("name", "?")
     out = [why for key, knob in PLATFORM_BOUNDS.items()
            if (why := knob.problem(f"platform {name!r}: {key}", platform.get(key)))]
     for c in platform.get("price") or []:
         label = f"platform {name!r} price component {c.get('name', '?')!r}"
-        out += [why for key, knob in PRICE_BOUNDS.items() if (why := knob.problem(f"{label}: {key}", c.get(key)))]
+        out += [
+            why for key, knob in PRICE_BOUNDS.items() if (why := knob.problem(f"{label}: {key}", c.get(key)))
+        ]
     return out
 
 
@@ -96,14 +106,18 @@ def problems(platform: dict, numbers: bool = True) -> list[str]:
             out.append(f"{label}: unit={c.get('unit')!r} is unknown; allowed: {', '.join(UNIT_S)}")
         if "unit" not in c and c.get("kind", "usage") != "setup_fee" and _amortised(c, platform):
             # an amortised price per what? (an hourly rate read as monthly rent is 730x off)
-            out.append(f"{label}: billing month_amortised needs the amount's unit: unit: hour (a rate, e.g. a "
-                       "reservation's hourly price) or unit: month (rent); allowed: " + ", ".join(UNIT_S))
+            out.append(
+                f"{label}: billing month_amortised needs the amount's unit: unit: hour (a rate, e.g. a "
+                "reservation's hourly price) or unit: month (rent); allowed: " + ", ".join(UNIT_S)
+            )
         if c.get("kind", "usage") not in KINDS:
             out.append(f"{label}: kind={c.get('kind')!r} is unknown; allowed: {', '.join(KINDS)}")
         if c.get("per", "machine") not in PER:
             out.append(f"{label}: per={c.get('per')!r} is unknown; allowed: {', '.join(PER)}")
         if _billing(c, platform) not in GRANULARITY_S:
-            out.append(f"{label}: billing={_billing(c, platform)!r} is unknown; allowed: {', '.join(GRANULARITY_S)}")
+            out.append(
+                f"{label}: billing={_billing(c, platform)!r} is unknown; allowed: {', '.join(GRANULARITY_S)}"
+            )
         pm = c.get("pricing_model")
         if pm is not None and pm not in PRICING_MODELS:
             out.append(f"{label}: pricing_model={pm!r} is unknown; allowed: {', '.join(PRICING_MODELS)}")
@@ -164,7 +178,8 @@ def component_cost(c: dict, platform: dict, duration_s: float, standalone: bool 
 
 
 def run_cost(platform: dict, duration_s: float, standalone: bool = False) -> dict | None:
-    """{'total', 'components': {name: cost}, 'currency'} for one job of `duration_s` seconds; None without a price.
+    """{'total', 'components': {name: cost}, 'currency'} for one job of `duration_s` seconds; None without a
+    price.
 
     Every component runs for the whole duration (a TPU and its host VM are started and stopped together).
     """

@@ -41,7 +41,8 @@ def _peak_flops(m: dict, cfg: dict) -> float | None:
 def flops(m: dict, cfg: dict) -> dict:
     """`achieved_tflops` and `mfu` from the model FLOPs (`flops_per_sample_train`: recomputation not counted,
     PaLM's and torchtitan's MFU); where activation checkpointing recomputes blocks, `achieved_hardware_tflops`
-    and `hfu` from the FLOPs the devices did (`flops_per_sample_train_hardware`, the recomputed forward in)."""
+    and `hfu` from the FLOPs the devices did (`flops_per_sample_train_hardware`, the recomputed forward
+    in)."""
     tp, f = _throughput(m), m.get("flops_per_sample_train")
     if not tp or not f:
         return {}
@@ -168,7 +169,9 @@ def cost_to_target(m: dict, cfg: dict) -> dict:
         out[f"cost_to_target_{lab}_{cur}"] = _billed(cfg, m.get(f"wall_time_to_target_{lab}_s"))
         out[f"train_cost_to_target_{lab}_{cur}"] = _billed(cfg, m.get(f"train_time_to_target_{lab}_s"))
     if _has_amortised(_platform(cfg)):  # rented only for this job: whole months, whole setup fee
-        out[f"cost_to_target_standalone_{cur}"] = _billed(cfg, m.get("wall_time_to_target_s"), standalone=True)
+        out[f"cost_to_target_standalone_{cur}"] = _billed(
+            cfg, m.get("wall_time_to_target_s"), standalone=True
+        )
     return out
 
 

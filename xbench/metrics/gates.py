@@ -31,8 +31,10 @@ def batch_scaling_gate(points: list[tuple[int, float]], tolerance: float = 0.05)
     pts = sorted(points)
     for (b1, t1), (b2, t2) in zip(pts, pts[1:]):
         if b2 > b1 and t2 < t1 * (1 - tolerance):
-            out.append(f"throughput fell from {t1:.4g} to {t2:.4g} samples/s when the batch grew from {b1} to "
-                       f"{b2}: check the timing (missing device sync?) before trusting either figure")
+            out.append(
+                f"throughput fell from {t1:.4g} to {t2:.4g} samples/s when the batch grew from {b1} to "
+                f"{b2}: check the timing (missing device sync?) before trusting either figure"
+            )
     return out
 
 

@@ -1,4 +1,5 @@
-"""Numbers as text, for every place a reader sees a figure: the console's live lines and summary (`human`), the
+"""Numbers as text, for every place a reader sees a figure: the console's live lines and summary (`human`),
+the
 report's cells, plot labels and findings (`compact`), labels that show a configuration value (`whole`).
 Torch-free and at the lowest layer, so the sinks, the analysis and the report all read the same rules."""
 
@@ -31,8 +32,10 @@ def human(v, digits: int = 4) -> str:
 
 
 def compact(v, digits: int = 4, whole_from: float = 1000, missing: str = "") -> str:
-    """A figure in `digits` significant digits without trailing zeros (%g: 3.2, 0.0137), a whole float without its
-    ".0", and from `whole_from` up a whole number with thousands separators (23,640 reads better than 2.364e+04;
+    """A figure in `digits` significant digits without trailing zeros (%g: 3.2, 0.0137), a whole float without
+    its
+    ".0", and from `whole_from` up a whole number with thousands separators (23,640 reads better than
+    2.364e+04;
     from 1e15 %g again: 1e308 is not 309 digits). None and NaN: `missing`."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return missing
@@ -44,12 +47,14 @@ def compact(v, digits: int = 4, whole_from: float = 1000, missing: str = "") -> 
 
 
 def whole(v) -> str:
-    """A configuration value as a label shows it: a whole float without its ".0" (2.0 devices: "2"), else as is."""
+    """A configuration value as a label shows it: a whole float without its ".0" (2.0 devices: "2"), else as
+    is."""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def _fixed(v: float, decimals: int) -> str:
-    """`v` rounded at `decimals` (negative: to tens, hundreds, ...), with thousands separators, never an exponent."""
+    """`v` rounded at `decimals` (negative: to tens, hundreds, ...), with thousands separators, never an
+    exponent."""
     return f"{round(v, decimals):,.0f}" if decimals <= 0 else f"{v:,.{decimals}f}"
 
 
@@ -66,7 +71,8 @@ def by_spread(v, half_width, max_digits: int = 4) -> str:
 
 
 def granular(v, step) -> str:
-    """A count made in steps of `step` (epochs at an evaluation every 0.45 epoch, or every whole epoch): a whole
+    """A count made in steps of `step` (epochs at an evaluation every 0.45 epoch, or every whole epoch): a
+    whole
     value as an integer (4.0 -> "4"), else to the decimal that tells one step from the next (2.232 at 0.446 ->
     "2.2"; 2.232 at 1/56 -> "2.23"; at least one decimal). Without a step: `human(v)`."""
     if not finite_number(v):

@@ -28,7 +28,8 @@ def by_step(series: dict, name: str = "the run") -> dict[int, float]:
 
 
 def common_steps(a: Mapping[int, float], b: Mapping[int, float], steps: int) -> list[int]:
-    """The first `steps` optimizer steps both runs recorded; fewer in common: ValueError (nothing to conclude)."""
+    """The first `steps` optimizer steps both runs recorded; fewer in common: ValueError (nothing to
+    conclude)."""
     common = sorted(set(a) & set(b))
     if len(common) < steps:
         raise ValueError(f"parity needs {steps} losses at the same optimizer steps of both runs; they have "

@@ -44,7 +44,9 @@ def _ibeta(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _betacf(a, b, x) / a
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
@@ -52,12 +54,15 @@ def _ibeta(a: float, b: float, x: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(df: float, two_tailed: float) -> float:
-    """t with P(|T| > t) = two_tailed: Newton's method on the tail (its derivative is the t density), kept inside
-    the bracket it has narrowed (a step that leaves it bisects). ~5 incomplete betas instead of bisection's ~85:
+    """t with P(|T| > t) = two_tailed: Newton's method on the tail (its derivative is the t density), kept
+    inside
+    the bracket it has narrowed (a step that leaves it bisects). ~5 incomplete betas instead of bisection's
+    ~85:
     the report asks for thousands of Welch dfs (one per ratio)."""
     log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
     z = statistics.NormalDist().inv_cdf(1 - two_tailed / 2)
-    t = z + (z ** 3 + z) / (4 * df)  # Cornish-Fisher's first term: close for df >= 3, the bracket does the rest
+    # Cornish-Fisher's first term: close for df >= 3, the bracket does the rest
+    t = z + (z ** 3 + z) / (4 * df)
     lo, hi = 0.0, math.inf
     for _ in range(200):
         p = _ibeta(df / 2, 0.5, df / (df + t * t))  # P(|T| > t)
@@ -138,7 +143,9 @@ def _log_moments(values: tuple[float, ...]) -> tuple[float, float, int]:
     return statistics.fmean(logs), statistics.stdev(logs) if len(logs) > 1 else 0.0, len(logs)
 
 
-def ratio_ci95(a: tuple[float, float, int] | None, b: tuple[float, float, int] | None) -> tuple[float, float] | None:
+def ratio_ci95(
+    a: tuple[float, float, int] | None, b: tuple[float, float, int] | None
+) -> tuple[float, float] | None:
     """95% CI of geomean(a) / geomean(b) from both sides' log moments (Welch's t on the log scale);
     None unless both sides have MIN_CI_SAMPLES values."""
     if a is None or b is None or a[2] < MIN_CI_SAMPLES or b[2] < MIN_CI_SAMPLES:

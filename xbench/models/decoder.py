@@ -1,7 +1,8 @@
 """The Llama 3 decoder family: RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied or tied
 embeddings; random initialisation, nothing downloaded.
 
-One builder (`llama`) from a tiny test size to the published 8B configuration (`SIZES`, conf/model/llama*.yaml).
+One builder (`llama`) from a tiny test size to the published 8B configuration (`SIZES`,
+conf/model/llama*.yaml).
 The transformer blocks are `Decoder.layers` (an nn.ModuleList): what FSDP2 shards one by one
 (xbench/parallel/fsdp.py) and what activation checkpointing recomputes.
 
@@ -70,8 +71,16 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if self.kv_heads != self.heads:  # grouped-query: each K/V head serves heads/kv_heads query heads
             rep = self.heads // self.kv_heads
-            k = k[:, :, None].expand(b, self.kv_heads, rep, t, self.head_dim).reshape(b, self.heads, t, self.head_dim)
-            v = v[:, :, None].expand(b, self.kv_heads, rep, t, self.head_dim).reshape(b, self.heads, t, self.head_dim)
+            k = (
+                k[:, :, None]
+                .expand(b, self.kv_heads, rep, t, self.head_dim)
+                .reshape(b, self.heads, t, self.head_dim)
+            )
+            v = (
+                v[:, :, None]
+                .expand(b, self.kv_heads, rep, t, self.head_dim)
+                .reshape(b, self.heads, t, self.head_dim)
+            )
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
@@ -158,10 +167,13 @@ class Decoder(nn.Module):
 
 
 def shape(size: str | None = None, **overrides) -> dict:
-    """A size's shape (SIZES) with the options given on top: {dim, layers, heads, kv_heads, ffn_dim, tie_embeddings}."""
+    """A size's shape (SIZES) with the options given on top: {dim, layers, heads, kv_heads, ffn_dim,
+    tie_embeddings}."""
     if size is not None and size not in SIZES:
-        raise ValueError(f"llama: size={size!r} is unknown; allowed: {', '.join(SIZES)} (or give dim, layers, "
-                         "heads, kv_heads, ffn_dim)")
+        raise ValueError(
+            f"llama: size={size!r} is unknown; allowed: {', '.join(SIZES)} (or give dim, layers, "
+            "heads, kv_heads, ffn_dim)"
+        )
     out = {"tie_embeddings": False, **(SIZES[size] if size else SIZES["tiny"])}
     out.update({k: v for k, v in overrides.items() if v is not None})
     return out

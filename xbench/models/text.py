@@ -35,7 +35,9 @@ class LSTM(nn.Module):
         if impl not in LSTM_IMPLS:
             raise ValueError(f"lstm_impl={impl!r} is unknown; allowed: {', '.join(LSTM_IMPLS)}")
         self.impl = impl
-        self.lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True, bidirectional=bidirectional)
+        self.lstm = nn.LSTM(
+            input_size, hidden_size, num_layers, batch_first=True, bidirectional=bidirectional
+        )
 
     def forward(self, x):
         """x (B, T, input_size) -> (output (B, T, dirs*H), h_n (layers*dirs, B, H)) as nn.LSTM."""

@@ -38,8 +38,11 @@ def _family(name: str) -> tuple[str, str]:
     family, _, arch = name.partition("/")
     if family not in FAMILIES:
         near = difflib.get_close_matches(family, FAMILIES, n=1)
-        raise KeyError(f"model {name!r}: unknown zoo family {family!r}; " + (f"did you mean {near[0]}/{arch}? "
-                       if near else "") + f"families: {', '.join(f'{f}/<name>' for f in FAMILIES)}")
+        raise KeyError(
+            f"model {name!r}: unknown zoo family {family!r}; "
+            + (f"did you mean {near[0]}/{arch}? " if near else "")
+            + f"families: {', '.join(f'{f}/<name>' for f in FAMILIES)}"
+        )
     return family, arch
 
 
@@ -133,13 +136,17 @@ def _probe(name: str, build, task: str, channels: int | None = None):
 
     def probe(spec: InputSpec, options: dict) -> list[str]:
         if channels is not None and spec.modality == "image" and spec.channels != channels:
-            return [f"model {name!r} takes {channels}-channel images; data has {spec.channels} (data.channels)"]
+            return [
+                f"model {name!r} takes {channels}-channel images; data has {spec.channels} (data.channels)"
+            ]
         try:
             abstract_run(lambda device: build(spec, **options)(abstract_batch(spec, 2, task, device)[0]))
         except Exception as e:  # the constructor's or the forward's own words are the reason
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            return [f"model {name!r} cannot be built for this data ({spec.modality}, options {options or 'none'}): "
-                    f"{type(e).__name__}: {first[:300]}"]
+            return [
+                f"model {name!r} cannot be built for this data ({spec.modality}, options {options or 'none'}): "
+                f"{type(e).__name__}: {first[:300]}"
+            ]
         return []
 
     return probe
@@ -170,7 +177,9 @@ def _timm(name: str, arch: str) -> ModelEntry:
 
     def build(spec: InputSpec, **options):
         kwargs = {"pretrained": False, "num_classes": spec.num_classes, "in_chans": spec.channels}
-        try:  # transformers (ViT, Swin, ...) size their embeddings for the data's images; CNNs take no img_size
+        # transformers (ViT, Swin, ...) size their embeddings for the data's images; CNNs take no
+        # img_size
+        try:
             return timm.create_model(arch, **{**kwargs, "img_size": spec.image_size, **options})
         except TypeError as e:
             if "img_size" not in str(e):
@@ -240,7 +249,9 @@ def _hf(name: str, arch: str) -> ModelEntry:
             mask = task == "classify" and spec.modality == "tokens" and config.pad_token_id is None
             if mask:  # classification finds each sequence's last token by the pad id
                 config.pad_token_id = 0
-            return HFLogits(model_cls(config), "pixel_values" if spec.modality == "image" else "input_ids", mask)
+            return HFLogits(
+                model_cls(config), "pixel_values" if spec.modality == "image" else "input_ids", mask
+            )
 
     return ModelEntry(name, build, task, (modality,), ("transformers",), _probe(name, build, task))
 
@@ -292,5 +303,8 @@ FAMILIES = {"torchvision": _torchvision, "timm": _timm, "hf": _hf}
 FAMILY_PACKAGES = {"torchvision": "torchvision", "timm": "timm", "hf": "transformers"}
 KNOWN = {"torchvision": _torchvision_names, "timm": _timm_names, "hf": _hf_names}
 # Where each family's names come from (what a pattern is matched against).
-FAMILY_LISTS = {"torchvision": "torchvision.models.list_models(module=torchvision.models)",
-                "timm": "timm.list_models()", "hf": "transformers' model types and LM/classification head classes"}
+FAMILY_LISTS = {
+    "torchvision": "torchvision.models.list_models(module=torchvision.models)",
+    "timm": "timm.list_models()",
+    "hf": "transformers' model types and LM/classification head classes",
+}

@@ -28,7 +28,8 @@ class Run:
     stop: StopFlag = field(default_factory=StopFlag)
     progress: object = None  # on_step(phase, i) for inline ranks; has close()
     baseline: dict | None = None  # the record named by `baseline=`, read before any device work
-    wandb: object = None  # the envelope's W&B sink (None: logger=none); a mode may start it early and log live
+    # the envelope's W&B sink (None: logger=none); a mode may start it early and log live
+    wandb: object = None
 
 
 def console_progress(cfg) -> Progress:

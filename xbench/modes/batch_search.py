@@ -60,8 +60,10 @@ def _said(bs: int, row: dict) -> str:
     """The console line of a trial: what its figure is (a window's), and whether it was contended."""
     if not row["fits"]:
         return f"find_max_batch: batch {bs} does not fit"
-    text = (f"find_max_batch: batch {bs} fits: {row['throughput_samples_per_s']:.3g} samples/s over a timed window "
-            f"of {row['timed_steps']} steps ({row['window_s']:.3g} s)")
+    text = (
+        f"find_max_batch: batch {bs} fits: {row['throughput_samples_per_s']:.3g} samples/s over a timed window "
+        f"of {row['timed_steps']} steps ({row['window_s']:.3g} s)"
+    )
     return text + (f"; contended: {row['contended_reason']}" if row["contended"] else "")
 
 
@@ -154,9 +156,17 @@ def find_max_batch(cfg, plan: Plan, stop=None, say=print) -> dict:
         "batch_search_s": time.perf_counter() - t_start,
         # Any trial's window shared with other processes: the search's speeds measured that load too.
         "contended": bool(contended),
-        "other_cpu_cores_during": max((t["other_cpu_cores_during"] for t in trials
-                                       if t.get("other_cpu_cores_during") is not None), default=None),  # the worst
-        "contended_reason": "; ".join(f"batch {t['batch_size']}: {t['contended_reason']}" for t in contended) or None,
+        "other_cpu_cores_during": max(
+            (
+                t["other_cpu_cores_during"]
+                for t in trials
+                # the worst
+                if t.get("other_cpu_cores_during") is not None
+            ),
+            default=None,
+        ),
+        "contended_reason": "; ".join(f"batch {t['batch_size']}: {t['contended_reason']}" for t in contended)
+        or None,
         "host_vm_at_start_gib": at_start["host_vm_gib"],
         "host_address_space_limit_gib": memory_figures()["host_address_space_limit_gib"],
         **({"device_total_gib": at_start["device_total_gib"]} if "device_total_gib" in at_start else {}),
@@ -170,21 +180,29 @@ class FindMaxBatch(Mode):
     def rules(cls, cfg, facts) -> list[str]:
         out = []
         if launch.under_torchrun():
-            out.append("bench.mode=find_max_batch starts the ranks of each trial itself: run it with python -m "
-                       "xbench (not under the torchrun command)")
+            out.append(
+                "bench.mode=find_max_batch starts the ranks of each trial itself: run it with python -m "
+                "xbench (not under the torchrun command)"
+            )
         return out
 
     def execute(self, run: Run) -> None:
         search = find_max_batch(run.cfg, run.plan, stop=run.stop, say=lambda s: print(s, file=sys.stderr))
         run.record.measurements = search
         if search["max_batch_size_per_device"] is None:
-            run.record.finish("oom", f"no batch size fits: batch {search['min_failing_batch_size_per_device']} "
-                              "ran out of memory")
+            run.record.finish(
+                "oom",
+                f"no batch size fits: batch {search['min_failing_batch_size_per_device']} ran out of memory",
+            )
         else:
             if search["contended"]:
-                run.record.warnings.append(f"contended: {search['contended_reason']} (those trials' samples/s "
-                                           "measured the load too; the memory figures stand)")
+                run.record.warnings.append(
+                    f"contended: {search['contended_reason']} (those trials' samples/s "
+                    "measured the load too; the memory figures stand)"
+                )
             if search["batch_search_time_bound_reached"]:
-                run.record.warnings.append(f"find_max_batch stopped at bench.max_batch_search_s={run.cfg.bench.max_batch_search_s:g}: "
-                                           "the largest batch that fitted so far, not the largest that fits")
+                run.record.warnings.append(
+                    f"find_max_batch stopped at bench.max_batch_search_s={run.cfg.bench.max_batch_search_s:g}: "
+                    "the largest batch that fitted so far, not the largest that fits"
+                )
             run.record.finish("ok")

@@ -1,7 +1,8 @@
 """`bench.mode=train_to_target`: epochs over real data to one or several quality targets (or a fixed number of
 epochs), evaluation at a cadence, the curve, checkpoints and resume (`resume=<run id>`), on every strategy.
 The record side: the rank work (`TargetWork`, bench/training.py, the rank wing) runs through the same launch
-path as every mode: one device, DDP/Accelerate ranks (torchrun launcher), one SPMD process, torch_xla.launch replicas.
+path as every mode: one device, DDP/Accelerate ranks (torchrun launcher), one SPMD process, torch_xla.launch
+replicas.
 
 Every rank trains its share of each global batch (bench/epochs.py: a DistributedSampler reshuffled per epoch
 with the seed, so one global step trains what one device at that global batch trains), scores its shard of
@@ -20,7 +21,8 @@ Clocks
   trace); a SIGTERM writes a checkpoint at once, so a graceful preemption loses nothing.
 - start-up: process start to the first training step of this attempt.
 - contention: other processes' CPU and GPU use from the first training step to the last (the throughput mode's
-  meter, bench/meters/contention.py; a probe before the build): `contended` on any rank makes the run's, with a
+  meter, bench/meters/contention.py; a probe before the build): `contended` on any rank makes the run's, with
+  a
   warning, and the findings leave the run out (analysis/findings.py).
 
 Stops: a signal (SIGTERM, the preemption notice) or `goal.max_time_s` is acted on at a control point every
@@ -28,7 +30,8 @@ step on one process and every `CONTROL_EVERY_STEPS` steps when there are several
 rank then stops at the same step, writes nothing but rank 0's checkpoint, and hands back its figures).
 
 Targets: `goal.targets` (or `goal.target`): the epochs, steps, samples, training and wall time, and (derived)
-cost to each; the run stops at the last. No target: `goal.max_epochs` epochs and the final metric. Not reached:
+cost to each; the run stops at the last. No target: `goal.max_epochs` epochs and the final metric. Not
+reached:
 the run still ends `ok` (it measured what it set out to); `target_reached` is false, `target_status` says why
 (max_epochs | max_time), the figures of the targets not reached are null and a warning says so.
 """
@@ -55,7 +58,8 @@ from xbench.training import schedule as schedules
 
 
 def goal_rules(cfg) -> list[str]:
-    """The goal: a metric the model's task has (metrics/goals.py's table), targets in its range and in the order
+    """The goal: a metric the model's task has (metrics/goals.py's table), targets in its range and in the
+    order
     they are reached, sane cadences."""
     g, out = cfg.goal, []
     if g.metric not in goals.GOALS:
@@ -66,10 +70,14 @@ def goal_rules(cfg) -> list[str]:
     except KeyError:
         task = None
     if task and task not in metric.tasks:
-        out.append(f"goal.metric={g.metric} needs a {'/'.join(metric.tasks)} model; {cfg.model.name!r} is {task}")
+        out.append(
+            f"goal.metric={g.metric} needs a {'/'.join(metric.tasks)} model; {cfg.model.name!r} is {task}"
+        )
     if g.targets and g.target is not None and g.target != g.targets[-1]:
-        out.append(f"goal.target={g.target} and goal.targets={list(g.targets)} disagree: give goal.targets alone "
-                   "(goal.target=null), the run stops at its last")
+        out.append(
+            f"goal.target={g.target} and goal.targets={list(g.targets)} disagree: give goal.targets alone "
+            "(goal.target=null), the run stops at its last"
+        )
     ts = tg.effective_targets(g)
     out += [why for t in ts if (why := metric.target_problem(t))]
     up = metric.higher_is_better
@@ -87,15 +95,19 @@ class TrainToTarget(Mode):
         """Real data; a goal that can be met; a schedule that fits the run; what the strategies need."""
         out = goal_rules(cfg)
         if cfg.data.source == "synthetic":
-            out.append("bench.mode=train_to_target needs a real data set (e.g. data=digits); synthetic data has "
-                       "no accuracy to reach")
+            out.append(
+                "bench.mode=train_to_target needs a real data set (e.g. data=digits); synthetic data has "
+                "no accuracy to reach"
+            )
         out += schedules.rules(cfg.optim, cfg.goal.max_epochs)
         sched = cfg.optim.schedule
         if cfg.runtime.name == "compile" and cfg.runtime.target == "step" and (sched.name != "constant"
                                                                                or sched.warmup_epochs):
-            out.append("runtime.target=step compiles the optimizer step, whose learning rate then changes every step "
-                       f"(optim.schedule.name={sched.name}): torch.compile would recompile it each time; use "
-                       "runtime.target=model (the default) or runtime=xla")
+            out.append(
+                "runtime.target=step compiles the optimizer step, whose learning rate then changes every step "
+                f"(optim.schedule.name={sched.name}): torch.compile would recompile it each time; use "
+                "runtime.target=model (the default) or runtime=xla"
+            )
         return out
 
     def work(self, plan: Plan, run_dir=None, started_at: float | None = None) -> TargetWork:
@@ -129,7 +141,8 @@ class TrainToTarget(Mode):
         rec, r0 = run.record, result.ranks[0]
         ranks = [r.measurements for r in result.ranks]
         rec.measurements = {**r0.measurements, **peaks_over_ranks(ranks)}
-        if any("contended" in r for r in ranks):  # other processes beside any rank: the run's (aggregate's rule)
+        # other processes beside any rank: the run's (aggregate's rule)
+        if any("contended" in r for r in ranks):
             rec.measurements["contended"] = any(bool(r.get("contended")) for r in ranks)
         rec.series = r0.series
         rec.ranks = ranks if len(ranks) > 1 else []
@@ -141,8 +154,10 @@ class TrainToTarget(Mode):
                                 + "; the time to target measured that load too (the findings leave it out)")
         metric = r0.measurements["goal_metric"]
         if any(r.series.get(metric) != r0.series.get(metric) for r in result.ranks[1:]):
-            rec.warnings.append("ranks computed different evaluation curves (the summed counts should make them "
-                                "equal): a rank trained or scored other data")
+            rec.warnings.append(
+                "ranks computed different evaluation curves (the summed counts should make them "
+                "equal): a rank trained or scored other data"
+            )
         rec.derived = derive(rec.measurements, run.resolved, baseline=run.baseline)
         rec.warnings += record_gates(rec.measurements, rec.derived)
         rec.finish("ok")

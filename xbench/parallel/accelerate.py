@@ -25,12 +25,16 @@ class AccelerateDDP(DDP):
     def rules(cls, cfg, facts, dev):
         out = super().rules(cfg, facts, dev)
         if cfg.runtime.name != "accelerate":
-            out.append(f"parallel=accelerate runs Accelerate's prepare/backward in every rank, which is "
-                       f"runtime=accelerate (asked: runtime={cfg.runtime.name}); for plain DDP use parallel=ddp")
+            out.append(
+                f"parallel=accelerate runs Accelerate's prepare/backward in every rank, which is "
+                f"runtime=accelerate (asked: runtime={cfg.runtime.name}); for plain DDP use parallel=ddp"
+            )
         return out
 
     def wrap(self, model, device):
         if not dist.is_initialized():
-            raise RuntimeError("parallel=accelerate needs a process group; it is started by the torchrun launcher "
-                               "(python -m xbench parallel=accelerate, or under torchrun)")
+            raise RuntimeError(
+                "parallel=accelerate needs a process group; it is started by the torchrun launcher "
+                "(python -m xbench parallel=accelerate, or under torchrun)"
+            )
         return model  # Accelerator.prepare (runtime=accelerate) wraps it in DDP

@@ -51,12 +51,14 @@ class Strategy:
         return inputs, targets
 
     def feed_share(self, batch: int) -> tuple[int, int, int]:
-        """(reader, readers, batch) of this rank's DataLoader over real data, `batch` being this rank's samples
+        """(reader, readers, batch) of this rank's DataLoader over real data, `batch` being this rank's
+        samples
         per step: its own shard (one process per rank); multi-host SPMD: its host's share (xla_spmd)."""
         return self.ctx.rank, self.ctx.world_size, batch
 
     def feed_sharding(self):
-        """How the data feed transfers real batches to the device (XLA SPMD: split over the mesh); None: whole."""
+        """How the data feed transfers real batches to the device (XLA SPMD: split over the mesh); None:
+        whole."""
         return None
 
     def sync(self, device_sync):

@@ -43,7 +43,9 @@ class DataParallel(Strategy):
                     "another name (nn.DataParallel without CUDA just calls the module), so the "
                     "comparison would be meaningless. Use parallel=single or parallel=ddp here"]
         if p.world_size < 2:
-            return ["parallel=dataparallel needs parallel.world_size >= 2 (GPUs); use parallel=single for one"]
+            return [
+                "parallel=dataparallel needs parallel.world_size >= 2 (GPUs); use parallel=single for one"
+            ]
         return []
 
     def wrap(self, model, device):

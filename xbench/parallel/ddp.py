@@ -61,7 +61,8 @@ class DDP(Strategy):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.states, self.activations = StateMemory(), SavedActivations()  # memory per device (training/memory.py)
+        # memory per device (training/memory.py)
+        self.states, self.activations = StateMemory(), SavedActivations()
 
     @classmethod
     def rules(cls, cfg, facts, dev):
@@ -71,7 +72,8 @@ class DDP(Strategy):
 
     def options(self) -> dict:
         """DistributedDataParallel's keywords, from the config. torch >= 2.15 renamed `broadcast_buffers` to
-        `forward_sync_buffers` and warns once per rank on the old name: the new name where DDP takes it (its one
+        `forward_sync_buffers` and warns once per rank on the old name: the new name where DDP takes it (its
+        one
         difference, buffers still synced once at wrap, changes nothing here: every rank builds the same seeded
         model)."""
         out = {k: getattr(self.cfg, k) for k in DDP_OPTIONS}
@@ -81,8 +83,10 @@ class DDP(Strategy):
 
     def wrap(self, model, device):
         if not dist.is_initialized():
-            raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
-                               f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
+            raise RuntimeError(
+                f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
+                f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)"
+            )
         ids = [device.index] if device.type == "cuda" else None  # CPU/gloo: no device_ids
         self.activations.watch(model)
         return DistributedDataParallel(model, device_ids=ids, **self.options())
@@ -100,7 +104,8 @@ class DDP(Strategy):
 
     def agree(self, device):
         """All ranks' verdict (MIN over a 0/1 flag): one rank's decision must not leave the others behind."""
-        flag_device = device if device.type == "cuda" else torch.device("cpu")  # NCCL: CUDA tensors; gloo: CPU
+        # NCCL: CUDA tensors; gloo: CPU
+        flag_device = device if device.type == "cuda" else torch.device("cpu")
 
         def all_agree(ok: bool) -> bool:
             t = torch.tensor([int(ok)], device=flag_device)

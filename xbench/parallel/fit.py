@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from xbench.metrics.llm_sizes import STATE_BYTES, shards_needed, state_gib_per_device
 
-SHARDED = ("fsdp", "xla_fsdp")  # the strategies that shard parameters (others keep a whole replica per device)
+# the strategies that shard parameters (others keep a whole replica per device)
+SHARDED = ("fsdp", "xla_fsdp")
 
 
 def params_of(cfg) -> int | None:
@@ -57,8 +58,10 @@ def fit_reasons(cfg, facts, dev: str, shards: int, strategy: str) -> list[str]:
     least = shards_needed(n, cfg.optim.name, mem)
     how = ("parallel=fsdp (or xla_fsdp on XLA devices) over at least" if strategy not in SHARDED
            else "at least")
-    return [f"model {cfg.model.name} ({n / 1e9:.2f}B parameters) needs {need:.1f} GiB per device for its fp32 "
-            f"parameters, gradients and {cfg.optim.name} state under parallel={strategy} over {shards} "
-            f"shard(s) ({STATE_BYTES.get(cfg.optim.name, 16)} bytes per parameter / {shards}), more than "
-            f"the {mem:.0f} GiB of one device: it cannot fit even before activations; use {how} {least} "
-            "shards (parallel.world_size, parallel.shard_size / fsdp_size) or a smaller model"]
+    return [
+        f"model {cfg.model.name} ({n / 1e9:.2f}B parameters) needs {need:.1f} GiB per device for its fp32 "
+        f"parameters, gradients and {cfg.optim.name} state under parallel={strategy} over {shards} "
+        f"shard(s) ({STATE_BYTES.get(cfg.optim.name, 16)} bytes per parameter / {shards}), more than "
+        f"the {mem:.0f} GiB of one device: it cannot fit even before activations; use {how} {least} "
+        "shards (parallel.world_size, parallel.shard_size / fsdp_size) or a smaller model"
+    ]

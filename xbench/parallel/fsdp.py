@@ -1,4 +1,5 @@
-"""Fully sharded data parallelism (PyTorch FSDP2, `torch.distributed.fsdp.fully_shard`), one process per device.
+"""Fully sharded data parallelism (PyTorch FSDP2, `torch.distributed.fsdp.fully_shard`), one process per
+device.
 
 Ranks and the process group come from the torchrun launcher, as for DDP (NCCL on GPUs, gloo on the CPU).
 The units are torchtitan's (apply_fsdp): the embeddings, each transformer block, the final norm with the
@@ -22,7 +23,8 @@ their choices and ranges in xbench/config/parallel.py (FsdpOptions; defaults in 
 What the rank records: the options in force (fsdp_*), the mesh, and memory per device by what holds it
 (training/memory.py: parameters, gradients and optimizer state read from the local shards at the first step,
 activations from autograd's saved tensors in the first forward). With compile_blocks, the compile figures
-(compile_time_s, compiles_warmup/_timed, dynamo_*) are the runtime's: its meter counts what these blocks compile.
+(compile_time_s, compiles_warmup/_timed, dynamo_*) are the runtime's: its meter counts what these blocks
+compile.
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ def precision_reasons(cfg, o: dict) -> list[str]:
     """FSDP's policy computes in param_dtype: the record's compute dtype (and MFU's peak) must say so."""
     name = cfg.precision.name
     if name == "amp_fp16" or o["param_dtype"] == "fp16":
-        return [f"parallel={cfg.parallel.name} with precision=amp_fp16 needs a sharded gradient scaler, which "
-                "xbench does not run: use precision=amp_bf16 (FSDP's bf16 policy) or fp32"]
+        return [
+            f"parallel={cfg.parallel.name} with precision=amp_fp16 needs a sharded gradient scaler, which "
+            "xbench does not run: use precision=amp_bf16 (FSDP's bf16 policy) or fp32"
+        ]
     if o["param_dtype"] == "bf16" and name in ("fp32", "tf32"):
         return [f"parallel.param_dtype=bf16 computes in bf16, but precision={name} would record "
                 f"{name} (and MFU against its peak): use precision=amp_bf16, or parallel.param_dtype=fp32"]
@@ -144,7 +148,9 @@ def _write_shard(p: nn.Parameter, fill) -> None:
 
     full = fill(torch.empty(p.shape, dtype=torch.float32)).to(p.dtype)
     if isinstance(p, DTensor):
-        p.to_local().copy_(distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None).to_local())
+        p.to_local().copy_(
+            distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None).to_local()
+        )
     else:
         p.copy_(full)
 
@@ -170,8 +176,10 @@ class FSDP(DDP):
     def rules(cls, cfg, facts, dev):
         out = torchrun_rules(cfg, facts, dev) + option_reasons(cfg)
         if cfg.runtime.name not in ("eager", "compile"):
-            out.append(f"parallel={cfg.parallel.name} runs torch.distributed FSDP2 with runtime=eager or compile "
-                       f"(per-block compile: parallel.compile_blocks=true), not runtime={cfg.runtime.name}")
+            out.append(
+                f"parallel={cfg.parallel.name} runs torch.distributed FSDP2 with runtime=eager or compile "
+                f"(per-block compile: parallel.compile_blocks=true), not runtime={cfg.runtime.name}"
+            )
         if not out:
             o = options(cfg.parallel)
             out += precision_reasons(cfg, o)
@@ -198,8 +206,10 @@ class FSDP(DDP):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         if not dist.is_initialized():
-            raise RuntimeError(f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
-                               f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)")
+            raise RuntimeError(
+                f"parallel={self.cfg.name} needs a process group; it is started by the torchrun "
+                f"launcher (python -m xbench parallel={self.cfg.name}, or under torchrun)"
+            )
         o = self.opts
         if self.recompute_blocks:
             self.recompute_blocks(model)
@@ -207,12 +217,15 @@ class FSDP(DDP):
         if o["compile_blocks"]:
             for b in blocks:
                 # In place: parameter names unchanged (checkpoints load either way), and the runtime sees the
-                # compiled blocks in the model it is given, so its dynamo meter counts them (runtimes/dynamo.py).
+                # compiled blocks in the model it is given, so its dynamo meter counts them
+                # (runtimes/dynamo.py).
                 b.compile(backend=BLOCKS_BACKEND)
         shape = self.mesh_shape()
         names = ("fsdp",) if len(shape) == 1 else ("replicate", "fsdp")
         self.mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
-        policy = MixedPrecisionPolicy(param_dtype=DTYPES[o["param_dtype"]], reduce_dtype=DTYPES[o["reduce_dtype"]])
+        policy = MixedPrecisionPolicy(
+            param_dtype=DTYPES[o["param_dtype"]], reduce_dtype=DTYPES[o["reduce_dtype"]]
+        )
         raf = o["reshard_after_forward"]
         self.layout = unit_layout(model, raf)
         emb, head = _head_units(model)
@@ -251,7 +264,9 @@ class FSDP(DDP):
         (that module's layout), so it resumes under parallel=fsdp."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        return get_state_dict(module, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return get_state_dict(
+            module, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
 
     def load_state_dicts(self, module, optimizer, model_state: dict, optimizer_state: dict) -> None:
         """Every rank reads the full state and keeps its own shard of it (parameters and optimizer state)."""

@@ -11,8 +11,10 @@ outputs it computed each block's output projection tensor-parallel (the sharded 
 the global batch's activations all-gathered to it, all-to-alls): tests/test_xla_fsdp_hlo.py reads the
 partitioned HLO. A gradient leaves the partitioner as an all-reduce sliced to the shard, which XLA's GPU
 compiler rewrites into a reduce-scatter (its ReduceScatterCreator pass); XLA:CPU's pipeline has no such
-pass, so none shows here. `parallel.fsdp_size` (null: every device; config/parallel.py XlaFsdpOptions) shards within groups of that
-many devices and replicates over `world_size / fsdp_size` groups (the mesh must divide the devices). On a TPU slice and on XLA:CPU devices here alike.
+pass, so none shows here. `parallel.fsdp_size` (null: every device; config/parallel.py XlaFsdpOptions) shards
+within groups of that
+many devices and replicates over `world_size / fsdp_size` groups (the mesh must divide the devices). On a TPU
+slice and on XLA:CPU devices here alike.
 
 All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
 """
@@ -33,9 +35,11 @@ class XlaFsdp(XlaSpmd):
         p = cfg.parallel
         f = p.fsdp_size  # its range: config/parallel.py; here: it must divide the devices
         if f is not None and f >= 1 and p.world_size % f:
-            out.append(f"parallel.fsdp_size={f!r} does not divide parallel.world_size={p.world_size}: the "
-                       f"mesh is (world_size / fsdp_size) data x fsdp_size devices; allowed: "
-                       f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null")
+            out.append(
+                f"parallel.fsdp_size={f!r} does not divide parallel.world_size={p.world_size}: the "
+                f"mesh is (world_size / fsdp_size) data x fsdp_size devices; allowed: "
+                f"{', '.join(str(d) for d in range(1, p.world_size + 1) if p.world_size % d == 0)} or null"
+            )
         if not out:
             out += fit_reasons(cfg, facts, dev, f if (f or 0) >= 1 else p.world_size, p.name)
         return out
@@ -46,13 +50,16 @@ class XlaFsdp(XlaSpmd):
 
     def wrap(self, model, device):
         if device.type != "xla":
-            raise RuntimeError(f"parallel=xla_fsdp runs on XLA devices (runtime=xla / xla_compile), not {device}")
+            raise RuntimeError(
+                f"parallel=xla_fsdp runs on XLA devices (runtime=xla / xla_compile), not {device}"
+            )
         f = self.cfg.fsdp_size or self.ctx.devices_per_rank
         self.mesh = rx.fsdp_mesh(f)
         self.sharded, self.total = rx.shard_parameters(model, self.mesh), sum(1 for _ in model.parameters())
         from xbench.parallel.fsdp import transformer_blocks  # imports torch: not when compat asks the rules
 
-        # FSDP, not tensor parallelism: each block's output (and the model's) split over the batch, as FSDPv2's
+        # FSDP, not tensor parallelism: each block's output (and the model's) split over the batch,
+        # as FSDPv2's
         # shard_output does; the partitioner then gathers the weights, never the activations.
         self.sharded_outputs = rx.shard_outputs([*transformer_blocks(model), model], self.mesh)
         return model

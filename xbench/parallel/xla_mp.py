@@ -6,7 +6,8 @@ Each replica seeds and builds its model under one process-wide lock (bench/worke
 are threads of one process share the global RNG, and drawing from it in turn gave each replica, replica
 0 included, different weights from run to run. Replica 0's parameters and buffers are then broadcast to
 every replica (a guard: they are equal already). `params_sha256_built` (as built),
-`params_sha256_at_start` (after the broadcast) and `params_sha256` (at the end) are recorded per replica. On PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices
+`params_sha256_at_start` (after the broadcast) and `params_sha256` (at the end) are recorded per replica. On
+PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices
 (runtimes/xla.py: serialise_graph_launches says what XLA:CPU's collectives need there).
 """
 
@@ -46,8 +47,11 @@ class XlaMultiProcess(Strategy):
 
     def wrap(self, model, device):
         if device.type != "xla":
-            raise RuntimeError(f"parallel=xla_mp runs on XLA devices (runtime=xla / xla_compile), not {device}")
-        self.params_built = params_sha256(model)  # as built from bench.seed (equal on every replica: worker's lock)
+            raise RuntimeError(
+                f"parallel=xla_mp runs on XLA devices (runtime=xla / xla_compile), not {device}"
+            )
+        # as built from bench.seed (equal on every replica: worker's lock)
+        self.params_built = params_sha256(model)
         rx.broadcast_parameters(model)  # every replica starts from replica 0's weights
         self.params_at_start = params_sha256(model)
         return model

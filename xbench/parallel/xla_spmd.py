@@ -36,9 +36,11 @@ class XlaSpmd(Strategy):
         p, declared = cfg.parallel, cfg.platform.device_count
         if runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device) == "TPU" and declared \
                 and p.world_size != declared:
-            out.append(f"parallel.world_size={p.world_size}, but the SPMD mesh on platform {cfg.platform.name!r} "
-                       f"spans all its {declared} TPU cores (the slice that is billed): use "
-                       f"parallel.world_size={declared}, or the platform of a slice with {p.world_size} cores")
+            out.append(
+                f"parallel.world_size={p.world_size}, but the SPMD mesh on platform {cfg.platform.name!r} "
+                f"spans all its {declared} TPU cores (the slice that is billed): use "
+                f"parallel.world_size={declared}, or the platform of a slice with {p.world_size} cores"
+            )
         return out
 
     def __init__(self, cfg, ctx):
@@ -48,12 +50,15 @@ class XlaSpmd(Strategy):
 
     def wrap(self, model, device):
         if device.type != "xla":
-            raise RuntimeError(f"parallel=xla_spmd runs on XLA devices (runtime=xla / xla_compile), not {device}")
+            raise RuntimeError(
+                f"parallel=xla_spmd runs on XLA devices (runtime=xla / xla_compile), not {device}"
+            )
         self.mesh = rx.data_mesh()
         return model  # replicated parameters: nothing to wrap
 
     def feed_share(self, batch: int) -> tuple[int, int, int]:
-        """This host's share of each global batch of `batch` samples: on a multi-host slice every host runs this
+        """This host's share of each global batch of `batch` samples: on a multi-host slice every host runs
+        this
         one rank, and reads only its 1/process_count of the data (data/feed.py `host_share`)."""
         from xbench.data import feed  # imports torch: not when compat asks the rules
 
@@ -78,5 +83,8 @@ class XlaSpmd(Strategy):
         return inputs, targets
 
     def rank_figures(self, model) -> dict:
-        return {"xla_spmd_mesh_shape": list(self.mesh.mesh_shape), "xla_spmd_axis_names": list(self.mesh.axis_names),
-                "xla_spmd_input_sharding": self.input_sharding}
+        return {
+            "xla_spmd_mesh_shape": list(self.mesh.mesh_shape),
+            "xla_spmd_axis_names": list(self.mesh.axis_names),
+            "xla_spmd_input_sharding": self.input_sharding,
+        }

@@ -18,7 +18,8 @@ from xbench.extras import installed
 @dataclass
 class HostFacts:
     cuda_devices: list[str] = field(default_factory=list)  # device names, index = CUDA ordinal
-    cuda_memory_gib: list[float] = field(default_factory=list)  # total memory per GPU, as the driver reports it
+    # total memory per GPU, as the driver reports it
+    cuda_memory_gib: list[float] = field(default_factory=list)
     cuda_sm_counts: list[int] = field(default_factory=list)  # streaming multiprocessors per GPU
     torch_xla: bool = False  # installed (not imported)
     accelerate: bool = False
@@ -100,8 +101,15 @@ def torch_env(facts: HostFacts) -> dict:
         "mkldnn": torch.backends.mkldnn.is_available(),
         "cpu_capability": _cpu_capability(),
         "host_facts": asdict(facts),
-        "accelerators": [{"index": i, "name": n, "memory_gib": _at(facts.cuda_memory_gib, i),
-                          "sm_count": _at(facts.cuda_sm_counts, i)} for i, n in enumerate(facts.cuda_devices)],
+        "accelerators": [
+            {
+                "index": i,
+                "name": n,
+                "memory_gib": _at(facts.cuda_memory_gib, i),
+                "sm_count": _at(facts.cuda_sm_counts, i),
+            }
+            for i, n in enumerate(facts.cuda_devices)
+        ],
         "driver": _nvidia_driver() if facts.cuda_count else None,
     }
     return out

@@ -5,7 +5,8 @@ PCIe 80 GB with 114, NVL 94 GB with 132; "A100": 40 and 80 GB), so a GPU platfor
 name as a whole word plus the memory and the multiprocessor count it declares (`memory_gib`,
 `sm_count`). Where two parts share name, memory and SMs (the H200 SXM and the H200 NVL: 141 GB and 132 SMs
 each, 989 and 835 dense bf16 TFLOPS, 700 and 600 W), the word the driver adds to the other part's name
-(`PART_WORDS`: "NVIDIA H200 NVL") tells them apart: a platform that does not name it refuses that device. A TPU platform matches the accelerator type the TPU runtime reports (`accelerator_type`:
+(`PART_WORDS`: "NVIDIA H200 NVL") tells them apart: a platform that does not name it refuses that device. A
+TPU platform matches the accelerator type the TPU runtime reports (`accelerator_type`:
 `v3-8`, `v5litepod-8`). Each mismatch says what was asked and what was found.
 
 Torch-free: it reads the platform config and `HostFacts` only.
@@ -20,7 +21,8 @@ import re
 # (H100 NVL 94 GB vs 80 GB), so this window tells them apart.
 MEMORY_LOW, MEMORY_HIGH = 0.90, 1.03
 # Words in a device name that make it another part than the bare name (its own peaks and power): the NVL parts
-# (H100 NVL, H200 NVL) are PCIe cards at a lower power limit. A platform for one names the word in `accelerator`.
+# (H100 NVL, H200 NVL) are PCIe cards at a lower power limit. A platform for one names the word in
+# `accelerator`.
 PART_WORDS = ("NVL",)
 
 

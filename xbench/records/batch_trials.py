@@ -10,8 +10,19 @@ and `text` shows it as a one-step trial, never as throughput."""
 from __future__ import annotations
 
 PREFIX = "trial_"  # history keys: trial_batch_size, trial_fits, trial_throughput_samples_per_s, ...
-FIELDS = ("batch_size", "fits", "throughput_samples_per_s", "step_time_s", "host_rss_gib",
-          "device_peak_allocated_gib", "seconds", "timed_steps", "window_s", "contended", "other_cpu_cores_during")
+FIELDS = (
+    "batch_size",
+    "fits",
+    "throughput_samples_per_s",
+    "step_time_s",
+    "host_rss_gib",
+    "device_peak_allocated_gib",
+    "seconds",
+    "timed_steps",
+    "window_s",
+    "contended",
+    "other_cpu_cores_during",
+)
 ONE_STEP = "one_step_samples_per_s"  # an old record's one-step figure, under its own history key
 
 

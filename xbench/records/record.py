@@ -15,7 +15,9 @@ STATUSES = ("running", "ok", "failed", "oom", "interrupted", "diverged")
 # CIs and ratio CIs are computed from them, so W&B keeps them too (sinks/wandb.py, analysis/wandb_source.py).
 SAMPLE_LISTS = ("throughput_samples_per_s_windows", "throughput_samples_per_s_processes")
 # Figures that cannot be negative: a throughput, a step time, a price or a cost (never averaged if they are).
-NON_NEGATIVE = re.compile(r"samples_per_s|tokens_per_s|^step_time_s|_per_hour$|_per_million_samples$|cost|^price")
+NON_NEGATIVE = re.compile(
+    r"samples_per_s|tokens_per_s|^step_time_s|_per_hour$|_per_million_samples$|cost|^price"
+)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -80,8 +82,10 @@ class RunRecord:
             out.append("run_id is empty or not text")
         if not isinstance(self.schema_version, int) or isinstance(self.schema_version, bool) \
                 or not 1 <= self.schema_version <= SCHEMA_VERSION:
-            out.append(f"schema_version {self.schema_version!r} is not one this xbench reads (1..{SCHEMA_VERSION}; "
-                       "a newer xbench wrote it?)")
+            out.append(
+                f"schema_version {self.schema_version!r} is not one this xbench reads (1..{SCHEMA_VERSION}; "
+                "a newer xbench wrote it?)"
+            )
         if self.status not in STATUSES:
             out.append(f"status {self.status!r} is not one of {', '.join(STATUSES)}")
         if self.status not in ("ok", "running") and not self.reason:
@@ -100,7 +104,11 @@ class RunRecord:
         if bad:
             return out + bad
         mode = (self.config.get("bench") or {}).get("mode", "throughput")
-        if self.status == "ok" and "throughput_samples_per_s" not in self.measurements and mode == "throughput":
+        if (
+            self.status == "ok"
+            and "throughput_samples_per_s" not in self.measurements
+            and mode == "throughput"
+        ):
             out.append("an ok throughput run has no throughput_samples_per_s")
         out += impossible_values(self)
         lengths = {k: len(v) for k, v in self.series.items() if isinstance(v, list)}
@@ -123,8 +131,11 @@ def impossible_values(rec: RunRecord) -> list[str]:
             elif v < 0 and NON_NEGATIVE.search(k):
                 out.append(f"{where}.{k}={v} cannot be negative")
     done, most = rec.measurements.get("epochs_done"), (rec.config.get("goal") or {}).get("max_epochs")
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (done, most)) and math.isfinite(done) \
-            and done > most:  # a run stops at goal.max_epochs: more is a planted or damaged figure
+    if (
+        all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (done, most))
+        and math.isfinite(done)
+        and done > most
+    ):  # a run stops at goal.max_epochs: more is a planted or damaged figure
         out.append(f"measurements.epochs_done={done:g} is beyond the run's goal.max_epochs={most:g}")
     price = (rec.config.get("platform") or {}).get("price") or []
     for c in price if isinstance(price, list) else [price]:

@@ -28,14 +28,42 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "C
                 "AUTHORIZATION", "COOKIE")
 # Short words that are secret only as a whole part of a name or its end (`db_pwd`, `basic_auth`, `oauth`,
 # `jwt`, `smtp_pass`, `db_pw`), never inside a longer word (`author`, `passes`, `bypass_cache`).
-SECRET_ENDINGS = ("PWD", "AUTH", "JWT", "BEARER", "SIGNATURE")  # the last two: HTTP header names (x-amz-signature)
+# the last two: HTTP header names (x-amz-signature)
+SECRET_ENDINGS = ("PWD", "AUTH", "JWT", "BEARER", "SIGNATURE")
 SECRET_PARTS = ("PASS", "PW")
 # Plurals: `secrets`, `passwords`, `cookies` always; `keys` and `tokens` only after a word that makes them
 # credentials (`api_keys`, `access_tokens`, `apikeys`), since `max_tokens` and `exclude_keys` are not.
 QUALIFIED_PLURALS = ("KEYS", "TOKENS")
-CREDENTIAL_QUALIFIERS = ("API", "ACCESS", "AUTH", "OAUTH", "REFRESH", "BEARER", "SESSION", "SECRET", "PRIVATE", "SIGNING",
-                         "CLIENT", "ID", "APP", "USER", "SERVICE", "PERSONAL", "CSRF", "XSRF", "HF", "GITHUB", "GH",
-                         "WANDB", "AWS", "GCP", "AZURE", "SSH", "GPG", "ENCRYPTION")
+CREDENTIAL_QUALIFIERS = (
+    "API",
+    "ACCESS",
+    "AUTH",
+    "OAUTH",
+    "REFRESH",
+    "BEARER",
+    "SESSION",
+    "SECRET",
+    "PRIVATE",
+    "SIGNING",
+    "CLIENT",
+    "ID",
+    "APP",
+    "USER",
+    "SERVICE",
+    "PERSONAL",
+    "CSRF",
+    "XSRF",
+    "HF",
+    "GITHUB",
+    "GH",
+    "WANDB",
+    "AWS",
+    "GCP",
+    "AZURE",
+    "SSH",
+    "GPG",
+    "ENCRYPTION",
+)
 _NOT_SECRET_ENV = ("PWD", "OLDPWD", "XAUTHORITY")  # the shell's working folders, X's cookie file path
 MIN_SECRET_LEN = 8
 MIN_GIVEN_LEN = 4
@@ -53,7 +81,9 @@ def _secret_plural(parts: list[str]) -> bool:
     for i, p in enumerate(parts):
         if not p.endswith("S"):
             continue
-        if any(p.endswith(w + "S") for w in SECRET_WORDS + SECRET_ENDINGS if w + "S" not in QUALIFIED_PLURALS):
+        if any(
+            p.endswith(w + "S") for w in SECRET_WORDS + SECRET_ENDINGS if w + "S" not in QUALIFIED_PLURALS
+        ):
             return True
         for w in QUALIFIED_PLURALS:
             if p.endswith(w):
@@ -124,7 +154,8 @@ _PAIR = re.compile(rf"""(?P<q>['"])(?P<qkey>{_KEY_CHARS})(?P=q)\s*:\s*"""
 _NEXT_OVERRIDE = re.compile(rf"\s*[+~]*{_KEY_CHARS}=")  # after a comma: a new override begins
 # scheme://user:PASSWORD@ (also as Hydra escapes it: https\://user\:PASSWORD@)
 _URL_CREDENTIALS = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/[^\s:/@\\]*(?:\\?:))(?P<pw>[^\s/@]+)@")
-# scheme://TOKEN@host: a user part alone of 8 or more characters is a token (GitHub's https://ghp_...@github.com);
+# scheme://TOKEN@host: a user part alone of 8 or more characters is a token (GitHub's
+# https://ghp_...@github.com);
 # short ones (git@, ubuntu@) are user names and stay
 _URL_USER_TOKEN = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/)(?P<pw>[^\s:/@\\]{8,})@")
 # HTTP credentials after their scheme (`Authorization: Bearer <token>`, `Basic <base64>`), and JSON web tokens
@@ -270,7 +301,9 @@ def override_secret_values(arg: str) -> list[str]:
         elements = getattr(value, "list", None)  # a choice sweep
         found.update(_leaves(elements if elements is not None else value, secret))
         if secret:
-            found.update(ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.get_value_element_as_str()])
+            found.update(
+                ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.get_value_element_as_str()]
+            )
     except Exception:  # not Hydra's grammar (or no Hydra): split it by hand
         parts = [p.strip("'\"[]{}() ") for p in re.split(r"[,\s]", raw)]
         found.update(_leaves(parts, secret))

@@ -1,5 +1,6 @@
 """The files a rank writes into its run folder and the record side reads: the checkpoint's name and the live
-feeds (rank 0's side of sinks/curve.py: one JSON point a line, written through records/safe_io.py, best-effort).
+feeds (rank 0's side of sinks/curve.py: one JSON point a line, written through records/safe_io.py,
+best-effort).
 
 Here, below the sinks, so that a rank writes its feed without importing a sink (the contract "A rank never
 publishes", pyproject.toml); the tail that hands each point to W&B stays in sinks/curve.py.
@@ -50,15 +51,18 @@ class CurveWriter:
 
     def _stop(self, e: Exception) -> None:
         self.problem = f"{type(e).__name__}: {e}"
-        _say(f"xbench: the live feed {self.path} stopped ({self.problem}); the run goes on and its record keeps "
-             "every figure")
+        _say(
+            f"xbench: the live feed {self.path} stopped ({self.problem}); the run goes on and its record keeps "
+            "every figure"
+        )
         if self.f is not None:
             with contextlib.suppress(Exception):
                 self.f.close()
         self.f = None
 
     def write(self, point: dict) -> bool:
-        """Write one point; with `wait_s`, wait until the tail has logged it. False: it did not in time, or the
+        """Write one point; with `wait_s`, wait until the tail has logged it. False: it did not in time, or
+        the
         feed has stopped (it never raises: a full disk must not end the run)."""
         if self.f is None:
             return False

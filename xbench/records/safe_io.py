@@ -42,7 +42,9 @@ class LinkRefused(OSError):
     """A symlink (or another non-regular file) where xbench writes a regular file or a folder."""
 
     def __init__(self, path, what: str = "a symbolic link"):
-        super().__init__(errno.ELOOP, f"refused to write through {what} (planted in a shared folder?)", str(path))
+        super().__init__(
+            errno.ELOOP, f"refused to write through {what} (planted in a shared folder?)", str(path)
+        )
 
 
 def umask() -> int:
@@ -84,7 +86,8 @@ def make_folder(folder: str | os.PathLike) -> Path:
 
 
 def _check_target(path: Path) -> None:
-    """A file xbench is about to replace must not be a link (replacing one is harmless, but it was planted)."""
+    """A file xbench is about to replace must not be a link (replacing one is harmless, but it was
+    planted)."""
     with contextlib.suppress(FileNotFoundError):
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):
@@ -204,7 +207,8 @@ def read_limited(path: str | os.PathLike, max_bytes: int, what: str = "data") ->
 
 
 def depth(obj, limit: int = MAX_DEPTH) -> int:
-    """Nesting depth of lists/dicts (iterative: a deep object cannot exhaust the stack); stops past `limit`."""
+    """Nesting depth of lists/dicts (iterative: a deep object cannot exhaust the stack); stops past
+    `limit`."""
     if not isinstance(obj, (dict, list, tuple)):
         return 0
     deepest, todo = 0, [(obj, 1)]
@@ -214,7 +218,11 @@ def depth(obj, limit: int = MAX_DEPTH) -> int:
             deepest = d
             if deepest > limit:
                 return deepest
-        todo += [(v, d + 1) for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list, tuple))]
+        todo += [
+            (v, d + 1)
+            for v in (x.values() if isinstance(x, dict) else x)
+            if isinstance(v, (dict, list, tuple))
+        ]
     return deepest
 
 

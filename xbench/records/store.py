@@ -103,7 +103,10 @@ def fallback_roots() -> list[Path]:
     the temporary folder (most likely other file systems than a full or read-only store)."""
     roots = [Path(os.environ[FALLBACK_ENV])] if os.environ.get(FALLBACK_ENV) else []
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    roots += [Path(state) / "xbench" / "unsaved", Path(tempfile.gettempdir()) / f"xbench-unsaved-{os.getuid()}"]
+    roots += [
+        Path(state) / "xbench" / "unsaved",
+        Path(tempfile.gettempdir()) / f"xbench-unsaved-{os.getuid()}",
+    ]
     return roots
 
 
@@ -118,8 +121,10 @@ def _finite_float(text: str) -> float:
     return v
 
 
-# A number that could overflow a float to inf (1e999, or hundreds of digits): only then is each float checked in
-# Python (_finite_float, a million calls over 10,000 records). Found on the text with its digits as 0 and E as e:
+# A number that could overflow a float to inf (1e999, or hundreds of digits): only then is each float
+# checked in
+# Python (_finite_float, a million calls over 10,000 records). Found on the text with its digits as 0 and E
+# as e:
 # without an exponent of 3 digits or a run of 200 digits every float is below 1e299.
 _DIGITS_AS_0 = bytes.maketrans(b"123456789E", b"000000000e")
 
@@ -202,8 +207,11 @@ class RunLock:
         except OSError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise RunLocked(f"run folder {self.path.parent} is in use by another process (pid {holder})") from None
-        with contextlib.suppress(OSError), safe_io.open_truncate(self.path) as f:  # who holds it, for the message
+            raise RunLocked(
+                f"run folder {self.path.parent} is in use by another process (pid {holder})"
+            ) from None
+        # who holds it, for the message
+        with contextlib.suppress(OSError), safe_io.open_truncate(self.path) as f:
             f.write(f"{os.getpid()}\n")
         self.fd = fd
         return self
@@ -251,7 +259,9 @@ def read_records(paths: list[Path], skipped: list[str], progress: bool = False,
         yield rec
 
 
-def load_records(*roots: str | os.PathLike, on_error: str = "warn", progress: bool = False) -> list[RunRecord]:
+def load_records(
+    *roots: str | os.PathLike, on_error: str = "warn", progress: bool = False
+) -> list[RunRecord]:
     """Every readable record under the roots; unreadable ones are skipped with a warning naming them
     (on_error="raise": the first one raises)."""
     out, skipped = scan_records(*roots, progress=progress, strict=on_error == "raise")

@@ -28,8 +28,19 @@ def read_offline_run(path: str | Path) -> dict:
         raise FileNotFoundError(f"no .wandb file under {path}")
     out = subprocess.run(_wandb_cli() + ["leet", "inspect", "--json", str(files[-1])],
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    run: dict = {"config": {}, "history": [], "summary": {}, "group": None, "tags": [], "name": None, "job_type": None,
-                 "exit_code": None, "preempting": False, "artifacts": [], "system_samples": 0}
+    run: dict = {
+        "config": {},
+        "history": [],
+        "summary": {},
+        "group": None,
+        "tags": [],
+        "name": None,
+        "job_type": None,
+        "exit_code": None,
+        "preempting": False,
+        "artifacts": [],
+        "system_samples": 0,
+    }
     for line in out.splitlines():
         if not line.startswith("{"):
             continue
@@ -48,8 +59,13 @@ def read_offline_run(path: str | Path) -> dict:
             run["summary"].update(rec["summary"].get("update", {}))
         elif kind == "artifact":  # logged artifacts: name, type and the paths inside
             art = rec["artifact"]
-            run["artifacts"].append({"name": art.get("name"), "type": art.get("type"),
-                                     "paths": [c["path"] for c in (art.get("manifest") or {}).get("contents", [])]})
+            run["artifacts"].append(
+                {
+                    "name": art.get("name"),
+                    "type": art.get("type"),
+                    "paths": [c["path"] for c in (art.get("manifest") or {}).get("contents", [])],
+                }
+            )
         elif kind == "stats":  # W&B's own system sampling (xbench turns it off)
             run["system_samples"] += 1
         elif kind == "preempting":

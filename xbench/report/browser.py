@@ -1,12 +1,16 @@
 """The HTML report checked in a real browser: headless Chromium opens it, and a script measures what a
 reader would see: every image loaded (decoded, with a size), every chart drawn, nothing wider than the page (a
-wide table scrolls inside its box; the page itself never scrolls sideways), and the page's height; then it uses
-the page: a header click sorts its table, the filter keeps the matching rows, hovering a bar shows its value, a
+wide table scrolls inside its box; the page itself never scrolls sideways), and the page's height; then it
+uses
+the page: a header click sorts its table, the filter keeps the matching rows, hovering a bar shows its value,
+a
 legend click hides its series. No request may leave the page: Chromium's net log, the page's resource list and
-its content-policy refusals are all read. A full-page screenshot goes beside the report (`screenshot.png`), the
+its content-policy refusals are all read. A full-page screenshot goes beside the report (`screenshot.png`),
+the
 measurements to `browser_check.json`.
 
-The checking script runs in a copy of the report (`.browser_check.html`, removed after). Chromium is Debian's `chromium` package (`apt-get install -y chromium`; `make test` installs it
+The checking script runs in a copy of the report (`.browser_check.html`, removed after). Chromium is Debian's
+`chromium` package (`apt-get install -y chromium`; `make test` installs it
 when it can).
 """
 
@@ -26,8 +30,10 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stab
 WIDTH = 1280  # a laptop's browser window, in CSS pixels
 MAX_SHOT_H = 16000  # Chromium's screenshots stop being reliable beyond ~16k px
 
-# Runs after every image has loaded; writes its findings into the page for --dump-dom to read. Then it uses the
-# page as a reader would: clicks a numeric column's header (are the rows in its order now?), types a row's label
+# Runs after every image has loaded; writes its findings into the page for --dump-dom to read. Then it uses
+# the
+# page as a reader would: clicks a numeric column's header (are the rows in its order now?), types a row's
+# label
 # into that table's filter, hovers a chart's first bar or point (does the tooltip show its value?), clicks the
 # first legend entry (is that series hidden?); and lists every resource the page loaded.
 PROBE = """<script>
@@ -148,11 +154,13 @@ class Check:
         if not m:
             return self.reason
         loaded = sum(i["loaded"] for i in m["images"])
-        return (f"{'ok' if self.ok else 'FAILED: ' + self.reason}; {loaded}/{len(m['images'])} images loaded, "
-                f"{m.get('charts_drawn', 0)}/{m.get('charts', 0)} charts drawn, "
-                f"{len(m.get('network_requests') or [])} network requests, "
-                f"page {m['scroll_width']} px wide in a {m['width']} px window, {m['height']} px tall, "
-                f"{m['tables']} tables ({m['tables_scrolling']} scroll inside their box); screenshot {self.screenshot}")
+        return (
+            f"{'ok' if self.ok else 'FAILED: ' + self.reason}; {loaded}/{len(m['images'])} images loaded, "
+            f"{m.get('charts_drawn', 0)}/{m.get('charts', 0)} charts drawn, "
+            f"{len(m.get('network_requests') or [])} network requests, "
+            f"page {m['scroll_width']} px wide in a {m['width']} px window, {m['height']} px tall, "
+            f"{m['tables']} tables ({m['tables_scrolling']} scroll inside their box); screenshot {self.screenshot}"
+        )
 
 
 QUIET = ["--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-pings",
@@ -165,8 +173,12 @@ def _run(browser: str, args: list[str], timeout: float) -> subprocess.CompletedP
     if os.geteuid() == 0:  # Chromium refuses to run as root with its sandbox
         flags.append("--no-sandbox")
     with tempfile.TemporaryDirectory(prefix="xbench-chromium-") as profile:
-        return subprocess.run([browser, *flags, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [browser, *flags, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def page_requests(net_log: Path) -> list[str] | None:
@@ -197,7 +209,9 @@ def _interaction_problems(m: dict) -> list[str]:
         bad.append(f"the filter of {f['table']} kept {f['shown']} of {f['rows']} rows for {f['typed']!r}")
     h = m.get("hover")
     if h and not (h["visible"] and h["expected"] and h["expected"] in (h["tooltip"] or "")):
-        bad.append(f"hovering a bar of {h['figure']} showed {h['tooltip']!r}, not its value {h['expected']!r}")
+        bad.append(
+            f"hovering a bar of {h['figure']} showed {h['tooltip']!r}, not its value {h['expected']!r}"
+        )
     g = m.get("legend")
     if g and (not g["before"] or g["before"] == g["after"]):
         bad.append(f"clicking the legend entry {g['key']!r} of {g['figure']} did not hide its series")
@@ -216,15 +230,20 @@ def check(report: str | Path, timeout: float = 120.0) -> Check:
     try:
         with tempfile.TemporaryDirectory(prefix="xbench-netlog-") as d:
             log = Path(d) / "net.json"
-            p = _run(browser, ["--virtual-time-budget=30000", f"--log-net-log={log}", "--dump-dom", probe.as_uri()],
-                     timeout)
+            p = _run(
+                browser,
+                ["--virtual-time-budget=30000", f"--log-net-log={log}", "--dump-dom", probe.as_uri()],
+                timeout,
+            )
             asked = page_requests(log)
     finally:
         probe.unlink(missing_ok=True)
     m = RESULT.search(p.stdout)
     if p.returncode != 0 or m is None:
         got = "its page came back without the probe's result" if "<body" in p.stdout else "no page came back"
-        return Check(False, f"Chromium did not report (exit {p.returncode}; {got}): {p.stderr.strip()[-500:]}")
+        return Check(
+            False, f"Chromium did not report (exit {p.returncode}; {got}): {p.stderr.strip()[-500:]}"
+        )
     measured = json.loads(html.unescape(m.group(1)))
     measured["network_requests"] = asked
     shot = report.with_name("screenshot.png")
@@ -234,9 +253,13 @@ def check(report: str | Path, timeout: float = 120.0) -> Check:
     if measured["scroll_width"] > measured["width"] + 1:
         bad.append(f"the page is {measured['scroll_width']} px wide in a {measured['width']} px window")
     if measured["overflow_count"]:
-        bad.append(f"{measured['overflow_count']} elements overflow the page: {', '.join(measured['overflow'][:5])}")
+        bad.append(
+            f"{measured['overflow_count']} elements overflow the page: {', '.join(measured['overflow'][:5])}"
+        )
     bad += _interaction_problems(measured)
-    left = sorted({*(asked or []), *(u for u in measured["resources"] if not u.startswith(("file:", "data:")))})
+    left = sorted(
+        {*(asked or []), *(u for u in measured["resources"] if not u.startswith(("file:", "data:")))}
+    )
     if left:
         bad.append(f"the page asked the network for {len(left)} resources: {', '.join(left[:3])}")
     if measured["violations"]:

@@ -45,8 +45,10 @@ from xbench.report.rows import (
 )
 
 PLOTS: dict[str, Callable] = {}
-SPREAD_NOTE = ("Error bars: min-max over repeated runs, else the run's 95% CI over its timed windows, else its "
-               "p10-p90 step times.")
+SPREAD_NOTE = (
+    "Error bars: min-max over repeated runs, else the run's 95% CI over its timed windows, else its "
+    "p10-p90 step times."
+)
 
 
 def plot(name: str):
@@ -62,7 +64,8 @@ def _work_title(k: dict) -> str:
 
 
 # While a plot is drawn (_draw): the works it had data for and the ones its figure drew (by WORK key), so the
-# works one figure has no room for go on a next page (<name>_2.png, ...) and plots/<name>.json says what was drawn.
+# works one figure has no room for go on a next page (<name>_2.png, ...) and plots/<name>.json says what was
+# drawn.
 _WORKS: dict[tuple, str] = {}
 _DRAWN: dict[tuple, str] = {}
 MAX_PAGES = 4  # figures a plot kind may take (4 x layout.MAX_FACETS facets); beyond, the works are named
@@ -92,7 +95,8 @@ def workloads(rows: Rows, facets_per_work: int = 1) -> tuple[list[tuple[str, Row
                          "them (or narrow the report with --filter model=...).")
 
 
-_SPREAD: dict[tuple, tuple] = {}  # while a PlotJob draws: a group's spread, by its run ids (several plots ask)
+# while a PlotJob draws: a group's spread, by its run ids (several plots ask)
+_SPREAD: dict[tuple, tuple] = {}
 
 
 def tp_interval(sub: Rows, power: float = 1.0) -> tuple[float | None, float | None]:
@@ -138,7 +142,10 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
         bars = []
         for keys, g in groups(sub, names + ([hue] if hue else [])):
             if best_of:
-                g = max((b for _, b in groups(g, [best_of])), key=lambda b: b.median(col) * (1 if higher_is_better else -1))
+                g = max(
+                    (b for _, b in groups(g, [best_of])),
+                    key=lambda b: b.median(col) * (1 if higher_is_better else -1),
+                )
             found_all.append((keys, g))
             v = g.median(col) * scale
             if power is None:
@@ -174,8 +181,12 @@ def hue_colors(names) -> dict:
 def throughput(rows: Rows, ctx: Context):
     rows, same_machine = one_machine(rows)  # one machine priced two ways: one configuration, its runs repeats
     facets, note, _ = figure_bars(rows, ctx, TP, True)
-    return hbar_figure(facets, "Throughput per configuration (median, higher is better)", "throughput [samples/s]",
-                       _note(note, *same_machine))
+    return hbar_figure(
+        facets,
+        "Throughput per configuration (median, higher is better)",
+        "throughput [samples/s]",
+        _note(note, *same_machine),
+    )
 
 
 def _lines_by_batch(sub: Rows, names: list[str], col: str = TP) -> list[Line]:
@@ -205,12 +216,28 @@ def throughput_vs_batch(rows: Rows, ctx: Context):
     wl, left_out = workloads(ok)
     if all(len(set(sub.col("global_batch_size"))) < 2 for _, sub in wl):
         raise NoData("no workload was run at two or more global batch sizes (the throughput table has them)")
-    panels = [Panel(t, _lines_by_batch(sub, bar_keys(sub, ctx, drop=("global_batch_size", "batch_size_per_device"))),
-                    "throughput [samples/s]") for t, sub in wl]
+    panels = [
+        Panel(
+            t,
+            _lines_by_batch(sub, bar_keys(sub, ctx, drop=("global_batch_size", "batch_size_per_device"))),
+            "throughput [samples/s]",
+        )
+        for t, sub in wl
+    ]
     span = [x for p in panels for ln in p.lines for x in ln.xs]
-    return line_figure(panels, "Throughput vs global batch size (median per point)", "global batch size [samples]",
-                       _note(constant_caption(ok), "Each point: one configuration (median over its runs).",
-                             SPREAD_NOTE, *same_machine, left_out), log_x=bool(span) and max(span) / min(span) >= 8)
+    return line_figure(
+        panels,
+        "Throughput vs global batch size (median per point)",
+        "global batch size [samples]",
+        _note(
+            constant_caption(ok),
+            "Each point: one configuration (median over its runs).",
+            SPREAD_NOTE,
+            *same_machine,
+            left_out,
+        ),
+        log_x=bool(span) and max(span) / min(span) >= 8,
+    )
 
 
 @plot("samples_per_dollar")
@@ -224,9 +251,14 @@ def samples_per_dollar(rows: Rows, ctx: Context):
     facets, note, ok = figure_bars(rows, ctx, col, True, hue=hue, best_of="global_batch_size",
                                    drop=("batch_size_per_device",))
     C = cur.upper()
-    return hbar_figure(facets, f"Throughput per price: samples/s per {C}/hour (best batch size of each; on-demand "
-                       "vs spot vs reserved)", f"samples/s per {C}/hour", _note(note, *same_machine, _fx_note(ctx)),
-                       hues=hue_colors({b.hue for f in facets for b in f.bars}) if hue else None)
+    return hbar_figure(
+        facets,
+        f"Throughput per price: samples/s per {C}/hour (best batch size of each; on-demand "
+        "vs spot vs reserved)",
+        f"samples/s per {C}/hour",
+        _note(note, *same_machine, _fx_note(ctx)),
+        hues=hue_colors({b.hue for f in facets for b in f.bars}) if hue else None,
+    )
 
 
 @plot("cost_per_million")
@@ -243,13 +275,17 @@ def cost_per_million(rows: Rows, ctx: Context):
 def _fx_note(ctx: Context) -> str:
     if not ctx.rates:
         return ""
-    return "Converted: " + "; ".join(f"{r.currency} at {r.rate:.4g} {r.to}/{r.currency} ({r.date})" for r in ctx.rates) \
+    return (
+        "Converted: "
+        + "; ".join(f"{r.currency} at {r.rate:.4g} {r.to}/{r.currency} ({r.date})" for r in ctx.rates)
         + " (the report's rate table)."
+    )
 
 
 @plot("cost_to_target")
 def cost_to_target(rows: Rows, ctx: Context):
-    """The cost to each target, one facet per work and target, labelled (a run with goal.targets has figures per
+    """The cost to each target, one facet per work and target, labelled (a run with goal.targets has figures
+    per
     target: the study's chart is the cost to its first); for runs of a fixed number of epochs (no target), the
     whole training's."""
     cur = currency(rows) or "usd"
@@ -275,7 +311,11 @@ def cost_to_target(rows: Rows, ctx: Context):
             f.title = f"{goal}: {f.title}"  # the target first: a long work title is cut at its end
         facets += fs
         notes.append(note)
-    missed = "A run that did not reach a target has no bar for it (the to_target table says why)." if several else ""
+    missed = (
+        "A run that did not reach a target has no bar for it (the to_target table says why)."
+        if several
+        else ""
+    )
     return hbar_figure(facets, f"Cost to reach each quality target [{C}] ({what}; lower is better)",
                        f"cost to target [{C}]", _note(notes[0], missed, _fx_note(ctx)))
 
@@ -299,13 +339,26 @@ def _accuracy(rows: Rows, ctx: Context, x: str, xlabel: str, title: str):
                                   rank=max(sign * p[1] for p in pts)))
         # Every target of the runs (goal.targets: each has its figures), not only the last one they stop at.
         goals = sorted(set(sub.nums("target")) | set(targets.targets_in(sub.columns())))
-        metric = " / ".join(sorted({goal_metrics.label(m) for m in sub.col("goal_metric") if m})) or "accuracy"
-        panels.append(Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in goals}))
+        metric = (
+            " / ".join(sorted({goal_metrics.label(m) for m in sub.col("goal_metric") if m})) or "accuracy"
+        )
+        panels.append(
+            Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in goals})
+        )
     drawn = sum(min(len(p.lines), layout.LEGEND_MAX + layout.MAX_GREY_LINES) for p in panels)
     total = sum(len(p.lines) for p in panels)
-    return line_figure(panels, title, xlabel, _note(constant_caption(rows), "Each line: one run.",
-                                                   f"{total - drawn} runs not drawn." if total > drawn else "",
-                                                   left_out), ylim0=False)
+    return line_figure(
+        panels,
+        title,
+        xlabel,
+        _note(
+            constant_caption(rows),
+            "Each line: one run.",
+            f"{total - drawn} runs not drawn." if total > drawn else "",
+            left_out,
+        ),
+        ylim0=False,
+    )
 
 
 @plot("accuracy_vs_time")
@@ -340,11 +393,17 @@ def scaling(rows: Rows, ctx: Context):
         panels.append(Panel(title, tp, "throughput [samples/s]", ref_points={"ideal (linear)": ideal}))
         panels.append(Panel(title, eff, "scaling efficiency [%]", hlines={"ideal (linear)": 100.0}))
     left = len(found) - len(panels) // 2
-    return line_figure(panels, "Scaling over devices: throughput and efficiency per strategy (DataParallel vs DDP "
-                       "vs ...)", "devices", _note(
-                           "Efficiency = throughput(N) / (N x throughput(1)); the 1-device reference is the single-"
-                           "device run of the workload. Each point: one workload, strategy and device count (median "
-                           "over its runs).", f"{left} more workloads in the scaling table." if left > 0 else ""))
+    return line_figure(
+        panels,
+        "Scaling over devices: throughput and efficiency per strategy (DataParallel vs DDP vs ...)",
+        "devices",
+        _note(
+            "Efficiency = throughput(N) / (N x throughput(1)); the 1-device reference is the single-"
+            "device run of the workload. Each point: one workload, strategy and device count (median "
+            "over its runs).",
+            f"{left} more workloads in the scaling table." if left > 0 else "",
+        ),
+    )
 
 
 @plot("gpu_utilisation")
@@ -366,16 +425,25 @@ def gpu_utilisation(rows: Rows, ctx: Context):
             for d in devices:
                 xs = [r["gpu_util_by_device"][d] for r in g if d in r["gpu_util_by_device"]]
                 med = sorted(xs)[len(xs) // 2]
-                # The GPU first in the label: a long label is cut at its end, and the colour names the configuration.
+                # The GPU first in the label: a long label is cut at its end, and the colour
+                # names the configuration.
                 bars.append(Bar(f"GPU {d} · {cfg}", med, min(xs) if len(xs) > 1 else None,
                                 max(xs) if len(xs) > 1 else None, cfg, len(xs)))
         cap = layout.bar_cap(len(wl))
         facets.append(Facet(title, bars[:cap], left_out=max(0, len(bars) - cap), split=cap))
     hues = hue_colors({b.hue for f in facets for b in f.bars})
-    return hbar_figure(facets, "GPU utilisation per device over the timed windows (NVML; DataParallel vs DDP)",
-                       "utilisation [%]", _note(constant_caption(ok), "Each bar: one GPU of one configuration "
-                                                "(median over its runs; error bars min-max over runs).", left_out),
-                       hues=hues if len(hues) <= layout.LEGEND_MAX else None, value_text=lambda v: f"{v:.0f}%")
+    return hbar_figure(
+        facets,
+        "GPU utilisation per device over the timed windows (NVML; DataParallel vs DDP)",
+        "utilisation [%]",
+        _note(
+            constant_caption(ok),
+            "Each bar: one GPU of one configuration (median over its runs; error bars min-max over runs).",
+            left_out,
+        ),
+        hues=hues if len(hues) <= layout.LEGEND_MAX else None,
+        value_text=lambda v: f"{v:.0f}%",
+    )
 
 
 @plot("normalised")
@@ -386,24 +454,39 @@ def normalised(rows: Rows, ctx: Context):
         [("normalised_cost", "cost relative to baseline [x]")] if n.has("normalised_cost") else [])
     wl, left_out = workloads(n, len(panels_cols))
     threads = len(set(n.nums("threads"))) > 1
-    note = _note(constant_caption(n), "Same work (model and data) as the baseline; each configuration against "
-                 "the baseline at its global batch (else the baseline's fastest). Below 1: faster / cheaper.",
-                 _fx_note(ctx), left_out)
+    note = _note(
+        constant_caption(n),
+        "Same work (model and data) as the baseline; each configuration against "
+        "the baseline at its global batch (else the baseline's fastest). Below 1: faster / cheaper.",
+        _fx_note(ctx),
+        left_out,
+    )
     if threads:  # the CPU study: time and cost against the thread count
         panels = []
         for title, sub in wl:
-            sub = Rows(r for r in sub if r.get("threads") is not None)  # the others have no place on this axis
+            # the others have no place on this axis
+            sub = Rows(r for r in sub if r.get("threads") is not None)
             names = bar_keys(sub, ctx, drop=("threads",))
             for col, ylabel in panels_cols:
                 lines = []
                 for keys, g in groups(sub, names):
                     g = sorted((r for r in g if r.get(col) is not None), key=lambda r: r["threads"])
                     if g:
-                        lines.append(Line(bar_label(keys, names), [r["threads"] for r in g], [r[col] for r in g],
-                                          rank=-min(r[col] for r in g)))
+                        lines.append(
+                            Line(
+                                bar_label(keys, names),
+                                [r["threads"] for r in g],
+                                [r[col] for r in g],
+                                rank=-min(r[col] for r in g),
+                            )
+                        )
                 panels.append(Panel(title, lines, ylabel, hlines={base: 1.0}))
-        return line_figure(panels, f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})",
-                           "threads", _note(note, pooled_text(groups(n), ctx.pool)))
+        return line_figure(
+            panels,
+            f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})",
+            "threads",
+            _note(note, pooled_text(groups(n), ctx.pool)),
+        )
     facets, found_all = [], []
     for title, sub in wl:
         names = bar_keys(sub, ctx)
@@ -412,13 +495,23 @@ def normalised(rows: Rows, ctx: Context):
             for keys, g in groups(sub, names):
                 found_all.append((keys, g))
                 if g.median(col) is not None:
-                    bars.append(Bar(bar_label(keys, names) + (" (baseline)" if all(r["is_baseline"] for r in g) else ""),
-                                    g.median(col)))
+                    bars.append(
+                        Bar(
+                            bar_label(keys, names)
+                            + (" (baseline)" if all(r["is_baseline"] for r in g) else ""),
+                            g.median(col),
+                        )
+                    )
             f = summarise(bars, False, layout.bar_cap(len(wl) * len(panels_cols)))
             f.title, f.xlabel = title + (": cost" if col == "normalised_cost" else ": time"), xlabel
             facets.append(f)
-    return hbar_figure(facets, f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})",
-                       "relative to baseline [x]", _note(note, pooled_text(found_all, ctx.pool)), ref=(1.0, base))
+    return hbar_figure(
+        facets,
+        f"Time and cost for the same work, normalised to the baseline ({ctx.baseline_text})",
+        "relative to baseline [x]",
+        _note(note, pooled_text(found_all, ctx.pool)),
+        ref=(1.0, base),
+    )
 
 
 @plot("overhead")
@@ -434,7 +527,11 @@ def overhead(rows: Rows, ctx: Context):
     if not panels or not ok.has("runtime"):
         raise NoData("no compile / first-step / step-time figures")
     names = [k for k in bar_keys(ok, ctx) if k not in ("experiment",)]
-    names = (["runtime"] if "runtime" not in names else []) + names + [k for k in WORK[::2] if len(set(ok.col(k))) > 1]
+    names = (
+        (["runtime"] if "runtime" not in names else [])
+        + names
+        + [k for k in WORK[::2] if len(set(ok.col(k))) > 1]
+    )
     found = groups(ok, names)
     facets = []
     for col, xlabel, scale in panels:
@@ -443,13 +540,22 @@ def overhead(rows: Rows, ctx: Context):
             if g.median(col) is None:
                 continue
             lo, hi = run_range(g, col)
-            bars.append(Bar(bar_label(keys, names), g.median(col) * scale, lo and lo * scale, hi and hi * scale))
+            bars.append(
+                Bar(bar_label(keys, names), g.median(col) * scale, lo and lo * scale, hi and hi * scale)
+            )
         f = summarise(bars, False, layout.bar_cap(len(panels)))
         f.title, f.xlabel = xlabel.split(" [")[0], xlabel
         facets.append(f)
-    return hbar_figure(facets, "Framework time breakdown per configuration (runtime first): one-off costs and the steady step",
-                       "", _note(constant_caption(ok), pooled_text(found, (*ctx.pool, "experiment")), "Error bars: min-max over repeated "
-                                 "runs. Eager never compiles: no compile bar."))
+    return hbar_figure(
+        facets,
+        "Framework time breakdown per configuration (runtime first): one-off costs and the steady step",
+        "",
+        _note(
+            constant_caption(ok),
+            pooled_text(found, (*ctx.pool, "experiment")),
+            "Error bars: min-max over repeated runs. Eager never compiles: no compile bar.",
+        ),
+    )
 
 
 @plot("mfu")
@@ -457,8 +563,12 @@ def mfu(rows: Rows, ctx: Context):
     if not rows.ok("mfu"):
         raise NoData("no record has MFU (needs FLOPs per sample and the platform's peak_tflops)")
     facets, note, _ = figure_bars(rows, ctx, "mfu", True, scale=100.0)
-    return hbar_figure(facets, "Model FLOP utilisation: achieved over peak FLOP/s (higher is better)", "MFU [%]",
-                       _note(note, "Peak: the platform's peak_tflops for the compute dtype, times devices."))
+    return hbar_figure(
+        facets,
+        "Model FLOP utilisation: achieved over peak FLOP/s (higher is better)",
+        "MFU [%]",
+        _note(note, "Peak: the platform's peak_tflops for the compute dtype, times devices."),
+    )
 
 
 @plot("energy")
@@ -486,7 +596,8 @@ def memory(rows: Rows, ctx: Context):
 
 @plot("llm_memory")
 def llm_memory(rows: Rows, ctx: Context):
-    """LLM pretraining: memory per device by holder and tokens/s per device, DDP beside FSDP (report/llm.py)."""
+    """LLM pretraining: memory per device by holder and tokens/s per device, DDP beside FSDP
+    (report/llm.py)."""
     return llm.memory_plot(rows, ctx, workloads)
 
 
@@ -496,14 +607,21 @@ def published(rows: Rows, ctx: Context):
     median (blue), one facet per unit."""
     pub = [r for r in published_beside_measured(rows) if r["measured"] is not None]
     if not pub:
-        raise NoData("no run matches the conditions of a study's published figure (the published table lists them)")
+        raise NoData(
+            "no run matches the conditions of a study's published figure (the published table lists them)"
+        )
     facets = []
     for study, unit in sorted({(r["study"], r["unit"]) for r in pub}):  # a facet per study and unit
         bars = []
         for r in (r for r in pub if (r["study"], r["unit"]) == (study, unit)):
-            n = r["measured_runs"]  # the label names the figure and its date; the published table describes it
-            bars += [Bar(f"{r['figure']}: {r['date']}", float(r["value"]), hue="published"),
-                     Bar(f"{r['figure']}: here, {n} run{'s' if n != 1 else ''}", r["measured"], hue="measured here")]
+            # the label names the figure and its date; the published table describes it
+            n = r["measured_runs"]
+            bars += [
+                Bar(f"{r['figure']}: {r['date']}", float(r["value"]), hue="published"),
+                Bar(
+                    f"{r['figure']}: here, {n} run{'s' if n != 1 else ''}", r["measured"], hue="measured here"
+                ),
+            ]
         facets.append(Facet(f"{study} [{unit}]", bars[:layout.MAX_BARS], xlabel=unit))
     return hbar_figure(facets, "Published figures of the studies beside these runs", "",
                        "Published figures come from xbench/studies/studies.yaml with their source and date; they are "
@@ -518,7 +636,8 @@ def save(fig, out_dir: Path, name: str, svg: bool = False) -> tuple[Path, Path |
     out_dir.mkdir(parents=True, exist_ok=True)
     png, vec = out_dir / f"{name}.png", out_dir / f"{name}.svg"
     with safe_io.atomic_writer(png, fsync=False) as f:  # never through a planted link
-        fig.savefig(f, format="png", pil_kwargs={"compress_level": 1})  # embedded once in the HTML: speed over size
+        # embedded once in the HTML: speed over size
+        fig.savefig(f, format="png", pil_kwargs={"compress_level": 1})
     if svg:
         with safe_io.atomic_writer(vec, fsync=False) as f:
             fig.savefig(f, format="svg")
@@ -539,7 +658,9 @@ def _page(rows: Rows, ctx: Context, keys: set[tuple]) -> tuple[Rows, Context]:
     return sub, replace(ctx, normalised=None if n is None else Rows(r for r in n if _work_key(r) in keys))
 
 
-def draw_pages(name: str, rows: Rows, ctx: Context, out_dir: Path, svg: bool = False) -> list[tuple[str, tuple]]:
+def draw_pages(
+    name: str, rows: Rows, ctx: Context, out_dir: Path, svg: bool = False
+) -> list[tuple[str, tuple]]:
     """Plot `name` as one figure, and as next pages (<name>_2, ...) for the works a figure had no room for;
     writes plots/<name>.json: the works it had data for and the ones drawn (python -m xbench.studies
     --check-report fails on a plot that drew fewer)."""
@@ -562,7 +683,8 @@ def draw_pages(name: str, rows: Rows, ctx: Context, out_dir: Path, svg: bool = F
 
 
 def _glyphs_drawn_fast(renderer, gc, x, y, angle, glyphs, boxes):
-    """matplotlib 3.11's RendererAgg._draw_text_glyphs_and_boxes with the per-glyph work that does not depend on
+    """matplotlib 3.11's RendererAgg._draw_text_glyphs_and_boxes with the per-glyph work that does not depend
+    on
     the glyph done once per string (the rotation matrix; the font size, set again only when the font or size
     changes): the same calls for every glyph, so the same pixels (tests/test_report_scale.py compares them).
     Text is most of a figure's drawing (~3,500 glyphs a figure); this is ~20% less of it."""
@@ -620,17 +742,25 @@ def _text_drawn_cached(renderer, gc, x, y, s, prop, angle, ismath=False, mtext=N
 
 
 def _text_measured_cached(renderer, s, prop, ismath):
-    """RendererAgg.get_text_width_height_descent with plain text's (width, height, descent) kept in _METRICS."""
+    """RendererAgg.get_text_width_height_descent with plain text's (width, height, descent) kept in
+    _METRICS."""
     if ismath:
         return _AGG_MEASURE(renderer, s, prop, ismath)
-    key = (renderer._prepare_font(prop), prop.get_size_in_points(), renderer.dpi, s, backend_agg.get_hinting_flag())
+    key = (
+        renderer._prepare_font(prop),
+        prop.get_size_in_points(),
+        renderer.dpi,
+        s,
+        backend_agg.get_hinting_flag(),
+    )
     got = _METRICS.get(key)
     if got is None:
         got = _METRICS[key] = _AGG_MEASURE(renderer, s, prop, ismath)
     return got
 
 
-try:  # the methods the functions above stand in for, as matplotlib 3.11 has them; absent elsewhere (left alone)
+# the methods the functions above stand in for, as matplotlib 3.11 has them; absent elsewhere (left alone)
+try:
     import matplotlib
     import numpy as np
     from matplotlib.backends import backend_agg
@@ -639,7 +769,8 @@ try:  # the methods the functions above stand in for, as matplotlib 3.11 has the
     _AGG = backend_agg.RendererAgg
     _AGG_GLYPHS, _AGG_TEXT, _AGG_MEASURE = (_AGG._draw_text_glyphs_and_boxes, _AGG.draw_text,
                                             _AGG.get_text_width_height_descent)
-    # 3.11's loop exactly (other versions draw text their own way: left alone; the pixel tests say when to look)
+    # 3.11's loop exactly (other versions draw text their own way: left alone; the pixel tests say when
+    # to look)
     _FT2FONT_API = (matplotlib.__version__.startswith("3.11.") and hasattr(FT2Font, "_layout")
                     and hasattr(FT2Font, "_render_glyph"))
 except (ImportError, AttributeError):
@@ -670,7 +801,8 @@ def _draw(name: str) -> tuple[str, list | str]:
         warnings.filterwarnings("ignore", "overflow", RuntimeWarning)  # a 1e308 figure: its axis is clamped
         try:
             return name, draw_pages(name, rows, ctx, out_dir, svg)
-        except (NoData, ValueError) as e:  # ValueError: a query the rows cannot answer (the tables say so too)
+        # ValueError: a query the rows cannot answer (the tables say so too)
+        except (NoData, ValueError) as e:
             return name, str(e)
 
 
@@ -682,11 +814,13 @@ class PlotJob:
         global _JOB
         _JOB = (rows, ctx, out_dir, svg)
         self.pool = self.pending = None
-        self.jobs = jobs = max(1, min(jobs, len(PLOTS)))  # one process a plot at most (--jobs 10000: len(PLOTS))
+        # one process a plot at most (--jobs 10000: len(PLOTS))
+        self.jobs = jobs = max(1, min(jobs, len(PLOTS)))
         if jobs > 1 and hasattr(os, "fork"):
             for _, g in groups(rows.ok()):  # once here, not in each process: most plots ask for these
                 tp_interval(g)
-        # The rows (a dict per run: ~1M objects at 10,000 runs) and everything else alive now never become garbage
+        # The rows (a dict per run: ~1M objects at 10,000 runs) and everything else alive now never
+        # become garbage
         # while the plots are drawn: moved out of the cyclic GC's reach (gc.freeze) until result(). Each full
         # collection walked them all (~0.3 s each, 5 while the 17 figures were drawn in one process: 1.4 s of
         # 7.7), and in a forked process it also copied every page it touched.

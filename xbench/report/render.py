@@ -1,4 +1,5 @@
-"""Write the report: one self-contained HTML file (sortable, filterable tables; interactive charts drawn by the
+"""Write the report: one self-contained HTML file (sortable, filterable tables; interactive charts drawn by
+the
 inlined Chart.js from each plot's data, xbench/report/interactive.py; it fetches nothing), a markdown summary
 (the PNG plots) and one CSV per table (plus the whole tidy table), all into one output folder."""
 
@@ -52,7 +53,8 @@ th[aria-sort=descending]::after{content:" \\25BC"} th.label{text-align:left}
  cursor:pointer} .xb-key.off{opacity:.4;text-decoration:line-through}
 .xb-swatch{display:inline-block;width:.9em;height:.9em;margin-right:.35em;vertical-align:-.1em;border:1px solid}
 .xb-swatch.ref{height:0;border-width:0 0 2px;border-style:dashed;vertical-align:.25em;background:none}
-#xb-tip{position:absolute;z-index:10;pointer-events:none;background:#fff;border:1px solid #999;border-radius:3px;
+# xb-tip{position:absolute;z-index:10;pointer-events:none;background:#fff;border:1px solid
+# #999;border-radius:3px;
  box-shadow:0 1px 4px rgba(0,0,0,.2);padding:4px 8px;font-size:.8em;max-width:30em;opacity:0;top:0;left:0}
 """
 LONG_COLUMNS = ("reason", "warnings")
@@ -90,7 +92,12 @@ def _row_class(row) -> str:
 # keys on hover (its title), so the figures come first instead of after ten columns of keys.
 IDENTITY = tuple(dict.fromkeys(["run", *(KEY_LABELS.get(k, k) for k in CONFIGURATION), "device"]))
 TAIL = ("runs", "status", "reason", "warnings")  # after the figures
-LABEL_FORMS = {"batch/device": "{} per device", "global batch": "batch {}", "devices": "{} dev", "threads": "{} threads"}
+LABEL_FORMS = {
+    "batch/device": "{} per device",
+    "global batch": "batch {}",
+    "devices": "{} dev",
+    "threads": "{} threads",
+}
 
 
 def _present(v) -> bool:
@@ -130,23 +137,36 @@ def html_table(t: Table) -> str:
     df = t.frame.head(t.max_rows_shown)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
     if ident:
-        hint = (f"Each row's configuration: {' / '.join(varying)} (the keys that differ between rows); hover a "
-                "label for all its keys.")
+        hint = (
+            f"Each row's configuration: {' / '.join(varying)} (the keys that differ between rows); hover a "
+            "label for all its keys."
+        )
         head = f'<th class="label" title="{html.escape(hint)}">configuration</th>' + head
     body = []
     for row in df.to_dict("records"):
         cells = "".join(_cell(c, row[c]) for c in cols)
         if ident:
             keys = "\n".join(f"{c}: {whole(row[c])}" for c in ident if _present(row.get(c)))
-            cells = f'<td class="label" title="{html.escape(keys)}">{html.escape(_label(row, varying))}</td>' + cells
+            cells = (
+                f'<td class="label" title="{html.escape(keys)}">{html.escape(_label(row, varying))}</td>'
+                + cells
+            )
         rc = _row_class(row)
         body.append(f'<tr class="{rc}">{cells}</tr>' if rc else f"<tr>{cells}</tr>")
-    more = (f'<p class="note">Showing {len(df)} of {len(t.frame)} rows (sorting and the filter work on these); '
-            f"every row is in tables/{t.name}.csv.</p>" if len(t.frame) > len(df) else "")
-    tools = (f'<div class="xb-tools"><input type="search" class="xb-filter" aria-label="filter the rows of {t.name}" '
-             'placeholder="filter rows: words each row must contain"> <span class="xb-count"></span></div>')
-    return (f'<div class="xb-table" id="tt-{t.name}">{tools}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table></div>{more}</div>')
+    more = (
+        f'<p class="note">Showing {len(df)} of {len(t.frame)} rows (sorting and the filter work on these); '
+        f"every row is in tables/{t.name}.csv.</p>"
+        if len(t.frame) > len(df)
+        else ""
+    )
+    tools = (
+        f'<div class="xb-tools"><input type="search" class="xb-filter" aria-label="filter the rows of {t.name}" '
+        'placeholder="filter rows: words each row must contain"> <span class="xb-count"></span></div>'
+    )
+    return (
+        f'<div class="xb-table" id="tt-{t.name}">{tools}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>{more}</div>"
+    )
 
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
@@ -160,14 +180,22 @@ def figure_html(name: str, png: Path, svg: Path | None) -> str:
     spec_path = png.with_name(png.stem + ".chart.json")
     if not spec_path.is_file():
         data = base64.b64encode(png.read_bytes()).decode()
-        return (f'<figure id="p-{name}"><img alt="{name}" src="data:image/png;base64,{data}">'
-                f'<figcaption>{name}{" (vector: plots/" + svg.name + ")" if svg else ""}</figcaption></figure>')
+        return (
+            f'<figure id="p-{name}"><img alt="{name}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{name}{' (vector: plots/' + svg.name + ')' if svg else ''}</figcaption></figure>"
+        )
     spec = json.loads(spec_path.read_text())
-    note = f'<figcaption class="note">{html.escape(spec.get("note") or "")}</figcaption>' if spec.get("note") else ""
-    return (f'<figure id="p-{name}" class="xb-figure"><figcaption class="xb-title">{html.escape(spec["title"])}'
-            f'</figcaption><script type="application/json" class="xb-spec">{json_block(spec)}</script>'
-            f'<div class="xb-chart"></div>{note}<figcaption>{name}: <a href="plots/{png.name}">PNG</a>{vector}'
-            "</figcaption></figure>")
+    note = (
+        f'<figcaption class="note">{html.escape(spec.get("note") or "")}</figcaption>'
+        if spec.get("note")
+        else ""
+    )
+    return (
+        f'<figure id="p-{name}" class="xb-figure"><figcaption class="xb-title">{html.escape(spec["title"])}'
+        f'</figcaption><script type="application/json" class="xb-spec">{json_block(spec)}</script>'
+        f'<div class="xb-chart"></div>{note}<figcaption>{name}: <a href="plots/{png.name}">PNG</a>{vector}'
+        "</figcaption></figure>"
+    )
 
 
 def write_html(rep: Report, path: Path) -> Path:
@@ -181,18 +209,22 @@ def write_html(rep: Report, path: Path) -> Path:
     nav = ("<b>Tables:</b> " + "".join(f'<a href="#t-{t.name}">{t.name}</a>' for t in rep.tables)
            + "<br><b>Plots:</b> " + "".join(f'<a href="#p-{n}">{n}</a>' for n in rep.plots))
     parts.append(f'<nav><p><a href="#findings">findings</a><br>{nav}</p></nav><h2>Tables</h2>')
-    parts.append('<p class="note">Click a column header to sort by it (again: the other way); the box above a table '
-                 "keeps the rows that contain every word typed. A row's configuration is one label: hover it for all "
-                 "its keys. Rows shaded red did not finish ok (status and reason shown); yellow rows are noisy (high "
-                 "spread). Units are in the column headers.</p>")
+    parts.append(
+        '<p class="note">Click a column header to sort by it (again: the other way); the box above a table '
+        "keeps the rows that contain every word typed. A row's configuration is one label: hover it for all "
+        "its keys. Rows shaded red did not finish ok (status and reason shown); yellow rows are noisy (high "
+        "spread). Units are in the column headers.</p>"
+    )
     for t in rep.tables:
         parts.append(f'<h3 id="t-{t.name}">{html.escape(t.title)}</h3>')
         note = " ".join(x.strip() for x in (t.note, t.pooled) if x and x.strip())
         if note:
             parts.append(f'<p class="note">{html.escape(note)}</p>')
         parts.append(html_table(t))
-    parts.append('<h2>Plots</h2><p class="note">Hover a bar or a point for its value; click a legend entry to hide '
-                 "or show that series. Each plot's PNG (and SVG with --svg) is in plots/.</p>")
+    parts.append(
+        '<h2>Plots</h2><p class="note">Hover a bar or a point for its value; click a legend entry to hide '
+        "or show that series. Each plot's PNG (and SVG with --svg) is in plots/.</p>"
+    )
     parts += [figure_html(name, png, svg) for name, (png, svg) in rep.plots.items()]
     skipped = {**{f"table {k}": v for k, v in rep.skipped_tables.items()},
                **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
@@ -208,16 +240,23 @@ def write_html(rep: Report, path: Path) -> Path:
 
 def findings_html(rep: Report) -> str:
     if not rep.findings:
-        return "<h2>Findings</h2><p class=\"note\">No comparison to report: the runs below did not finish ok.</p>"
+        return (
+            '<h2>Findings</h2><p class="note">No comparison to report: the runs below did not finish ok.</p>'
+        )
     items = []
     for f in rep.findings:
         head = f"<b>{html.escape(f.work)}</b>: " if f.work else ""
         items.append(f"<li>{head}{html.escape(f.text)}</li>")
     tail = f'<p class="note">{html.escape(rep.findings_note)}</p>' if rep.findings_note else ""
-    return ('<h2 id="findings">Findings</h2><ul class="findings">' + "".join(items) + "</ul>" + tail
-            + '<p class="note">Uncertainty: the interval after a figure is its spread (min-max over repeated runs, '
-              "else the run's 95% CI over timed windows, else its p10-p90 steps); a difference whose intervals "
-              "overlap is within noise.</p>")
+    return (
+        '<h2 id="findings">Findings</h2><ul class="findings">'
+        + "".join(items)
+        + "</ul>"
+        + tail
+        + '<p class="note">Uncertainty: the interval after a figure is its spread (min-max over repeated runs, '
+        "else the run's 95% CI over timed windows, else its p10-p90 steps); a difference whose intervals "
+        "overlap is within noise.</p>"
+    )
 
 
 def md_table(t: Table) -> str:
@@ -235,7 +274,9 @@ def write_markdown(rep: Report, path: Path) -> Path:
     # Every text from records or the command line goes through escape.md (inert in any renderer).
     out = [f"# {md(rep.title)}", ""] + [f"- {md(m)}" for m in rep.meta] + [""]
     out += [f"> WARNING: {md(s)}\n" for s in rep.skipped_records]
-    out += ["## Findings", ""] + [f"- {'**' + md(f.work) + '**: ' if f.work else ''}{md(f.text)}" for f in rep.findings]
+    out += ["## Findings", ""] + [
+        f"- {'**' + md(f.work) + '**: ' if f.work else ''}{md(f.text)}" for f in rep.findings
+    ]
     out += ([f"\n_{md(rep.findings_note)}_"] if rep.findings_note else []) + [""]
     for t in rep.tables:
         out += [f"## {md(t.title)}", ""]
@@ -244,11 +285,17 @@ def write_markdown(rep: Report, path: Path) -> Path:
             out += [f"_{md(note)}_", ""]
         out += [md_table(t), ""]
     if rep.plots:
-        out += ["## Plots", ""] + [f"![{md(n)}](plots/{md(png.name)})" for n, (png, _) in rep.plots.items()] + [""]
+        out += (
+            ["## Plots", ""]
+            + [f"![{md(n)}](plots/{md(png.name)})" for n, (png, _) in rep.plots.items()]
+            + [""]
+        )
     skipped = {**{f"table {k}": v for k, v in rep.skipped_tables.items()},
                **{f"plot {k}": v for k, v in rep.skipped_plots.items()}}
     if skipped:
-        out += ["## Not drawn (no data for them)", ""] + [f"- **{md(k)}**: {md(v)}" for k, v in skipped.items()]
+        out += ["## Not drawn (no data for them)", ""] + [
+            f"- **{md(k)}**: {md(v)}" for k, v in skipped.items()
+        ]
     safe_io.atomic_write(path, "\n".join(out) + "\n")
     return path
 

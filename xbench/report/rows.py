@@ -25,10 +25,18 @@ from xbench.analysis.workload import (
 )
 from xbench.metrics.numbers import whole
 
-KEY_LABELS = {"batch_size_per_device": "batch/device", "global_batch_size": "global batch",
-              "devices": "devices", "threads": "threads", "pricing_model": "pricing",
-              "model_options": "model options", "data_shape": "data shape", "runtime_options": "runtime options",
-              "cpu_capability": "CPU kernels", "device_kind": "device"}
+KEY_LABELS = {
+    "batch_size_per_device": "batch/device",
+    "global_batch_size": "global batch",
+    "devices": "devices",
+    "threads": "threads",
+    "pricing_model": "pricing",
+    "model_options": "model options",
+    "data_shape": "data shape",
+    "runtime_options": "runtime options",
+    "cpu_capability": "CPU kernels",
+    "device_kind": "device",
+}
 
 
 # What a bar or a line may pool when the user asks (--pool): the keys that split one work's figures.
@@ -95,10 +103,14 @@ def bar_label(keys: dict, names: list[str]) -> str:
     return configuration_label(keys, names, "all runs", devices="dev")
 
 
-def pooled_text(found: list[tuple[dict, Rows]], candidates: Iterable[str] = CONFIGURATION, what: str = "bar") -> str:
+def pooled_text(
+    found: list[tuple[dict, Rows]], candidates: Iterable[str] = CONFIGURATION, what: str = "bar"
+) -> str:
     """What one bar (row, point) holds: one configuration, or several pooled over the keys named (only the
     `candidates` can differ within one: the keys it was not grouped by)."""
-    pooled = [k for k in CONFIGURATION if k in candidates and any(_varies(g, k) for _, g in found if len(g) > 1)]
+    pooled = [
+        k for k in CONFIGURATION if k in candidates and any(_varies(g, k) for _, g in found if len(g) > 1)
+    ]
     if pooled:
         return (f"Pooled within a {what}: {', '.join(KEY_LABELS.get(k, k) for k in pooled)} "
                 f"(median over the configurations; asked with --pool).")

@@ -71,7 +71,8 @@ def table(name: str, searches: bool = False):
 
 
 def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
-    """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/meters/contention.py, the loop's stalls)."""
+    """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/meters/contention.py, the loop's
+    stalls)."""
     hit = Rows(r for r in rows if r.get(flag))
     if not hit:
         return None
@@ -147,11 +148,20 @@ def cost_table(rows: Rows, ctx: Context) -> Table:
             "noisy": noisy(sub),
             "reason": reasons(sub),
         })
-    return Table("cost", f"Throughput per {C} and cost per million samples", frame(out),
-                 note=constant_caption(priced) + f" Prices are the platform's {C}/hour for the whole "
-                 "machine (all price components) as recorded with each run"
-                 + (f"; prices in other currencies are converted to {C} (the exchange rates table)." if several else ".")
-                 + "".join(" " + x for x in same_machine) + unconfirmed_note(priced))
+    return Table(
+        "cost",
+        f"Throughput per {C} and cost per million samples",
+        frame(out),
+        note=constant_caption(priced) + f" Prices are the platform's {C}/hour for the whole "
+        "machine (all price components) as recorded with each run"
+        + (
+            f"; prices in other currencies are converted to {C} (the exchange rates table)."
+            if several
+            else "."
+        )
+        + "".join(" " + x for x in same_machine)
+        + unconfirmed_note(priced),
+    )
 
 
 def unconfirmed_price(sub: Rows) -> str | None:
@@ -165,8 +175,14 @@ def unconfirmed_price(sub: Rows) -> str | None:
 
 def unconfirmed_note(rows: Rows) -> str:
     names = join_unique(r.get("platform") for r in rows if r.get("price_confirmed") is False)
-    return (f" Unconfirmed price ({names}): not checked against its source (platform.price_confirmed: false); "
-            "its costs are only as good as that price: check it before quoting them.") if names else ""
+    return (
+        (
+            f" Unconfirmed price ({names}): not checked against its source (platform.price_confirmed: false); "
+            "its costs are only as good as that price: check it before quoting them."
+        )
+        if names
+        else ""
+    )
 
 
 @table("to_target")
@@ -174,7 +190,9 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
     cur = currency(rows) or "usd"  # cost columns are named after the records' currency (derived.py)
     cols = [(c.format(cur=cur), label.format(CUR=cur.upper())) for c, label in TO_TARGET]
     several = targets.targets_in(rows.columns())  # runs with goal.targets carry figures per target
-    cols = [(c, label) for c, label in cols if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)]
+    cols = [
+        (c, label) for c, label in cols if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)
+    ]
     if not any(c != "target_status" for c, _ in cols):
         raise NoData("no train-to-target figures (train_time_to_target_s, epochs_to_target, "
                      f"train_cost_to_target_{cur}) in these records")
@@ -200,11 +218,16 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
                 row["costs set by the minimum charge"] = set_by_min
             row["reason"] = reasons(sub)
             out.append(row)
-    return Table("to_target", "Time, epochs and cost to the quality target (median over runs; a run with several "
-                 "targets gives a row for each)", frame(out), note=constant_caption(sub_rows)
-                 + " Contended: other processes used the machine while the run trained (its time measured that load "
-                 "too; no finding uses it); not measured: a record from before train-to-target metered it."
-                 + unconfirmed_note(sub_rows))
+    return Table(
+        "to_target",
+        "Time, epochs and cost to the quality target (median over runs; a run with several "
+        "targets gives a row for each)",
+        frame(out),
+        note=constant_caption(sub_rows)
+        + " Contended: other processes used the machine while the run trained (its time measured that load "
+        "too; no finding uses it); not measured: a record from before train-to-target metered it."
+        + unconfirmed_note(sub_rows),
+    )
 
 
 def minimum_charged(sub: Rows, cols: list[str], target: float | None = None) -> str | None:
@@ -227,27 +250,49 @@ def projection_table(rows: Rows, ctx: Context) -> Table:
     C = cur.upper()
     ok = rows.ok("projected_training_s")
     if not ok:
-        raise NoData("no record has a projected training (needs data.dataset_size and goal.projection_epochs)")
+        raise NoData(
+            "no record has a projected training (needs data.dataset_size and goal.projection_epochs)"
+        )
     show = varying_keys(ok) or ["platform"]
     out = []
     for keys, sub in groups(ok):
         tp, size, epochs = sub.median(TP), sub.median("dataset_size"), sub.median("projection_epochs")
         per_hour, cost = sub.median(f"{cur}_per_hour"), sub.median(f"projected_training_cost_{cur}")
         secs = sub.median("projected_training_s")
-        basis = (f"{size * epochs:,.0f} samples ({epochs:g} epochs of {size:,.0f}) at the measured {tp:,.4g} samples/s"
-                 if None not in (tp, size, epochs) else "")
+        basis = (
+            f"{size * epochs:,.0f} samples ({epochs:g} epochs of {size:,.0f}) at the measured {tp:,.4g} samples/s"
+            if None not in (tp, size, epochs)
+            else ""
+        )
         if per_hour is not None and cost is not None:
             basis += f", priced at {C} {per_hour:.4g}/h for the whole machine"
-            basis += " (the minimum charge set it)" if minimum_charged(sub, [f"projected_training_cost_{cur}"]) else ""
-        out.append({**key_cols(keys, show), "runs": len(sub), "throughput median [samples/s]": tp,
-                    "epoch [samples]": size, "training [epochs]": epochs, "projected training [h]": secs / 3600,
-                    f"projected training cost [{C}]": cost, "projection's basis": basis,
-                    "noisy": noisy(sub)})
-    return Table("projection", "Whole training projected from the measured throughput (time and cost)", frame(out),
-                 note=constant_caption(ok) + " A projection, not a measurement: the samples of the whole training "
-                 "(data.dataset_size x goal.projection_epochs) at the median measured samples/s, billed as one job "
-                 "(rounding and minimum charge applied); evaluation, start-up and data loading beyond the timed "
-                 "windows are left out.")
+            basis += (
+                " (the minimum charge set it)"
+                if minimum_charged(sub, [f"projected_training_cost_{cur}"])
+                else ""
+            )
+        out.append(
+            {
+                **key_cols(keys, show),
+                "runs": len(sub),
+                "throughput median [samples/s]": tp,
+                "epoch [samples]": size,
+                "training [epochs]": epochs,
+                "projected training [h]": secs / 3600,
+                f"projected training cost [{C}]": cost,
+                "projection's basis": basis,
+                "noisy": noisy(sub),
+            }
+        )
+    return Table(
+        "projection",
+        "Whole training projected from the measured throughput (time and cost)",
+        frame(out),
+        note=constant_caption(ok) + " A projection, not a measurement: the samples of the whole training "
+        "(data.dataset_size x goal.projection_epochs) at the median measured samples/s, billed as one job "
+        "(rounding and minimum charge applied); evaluation, start-up and data loading beyond the timed "
+        "windows are left out.",
+    )
 
 
 @table("scaling")
@@ -273,12 +318,18 @@ def scaling_table(rows: Rows, ctx: Context) -> Table:
                  pooled="Each row: one workload, strategy and device count (median over its runs).")
 
 
-OVERHEAD = (("first_step_s", "first step [s]"), ("warmup_s", "warm-up [s]"), ("warmup_steps", "warm-up steps"),
-            ("compiles_warmup", "compilations in warm-up"), ("compiles_timed", "recompilations after warm-up"),
-            ("step_time_s_median", "steady step time median [s]"),
-            ("startup_to_first_step_s", "start-up to first step [s]"),
-            ("host_s_per_step", "host per step [s]"), ("device_s_per_step", "device per step [s]"),
-            ("host_overhead_fraction", "host share of a step"))
+OVERHEAD = (
+    ("first_step_s", "first step [s]"),
+    ("warmup_s", "warm-up [s]"),
+    ("warmup_steps", "warm-up steps"),
+    ("compiles_warmup", "compilations in warm-up"),
+    ("compiles_timed", "recompilations after warm-up"),
+    ("step_time_s_median", "steady step time median [s]"),
+    ("startup_to_first_step_s", "start-up to first step [s]"),
+    ("host_s_per_step", "host per step [s]"),
+    ("device_s_per_step", "device per step [s]"),
+    ("host_overhead_fraction", "host share of a step"),
+)
 NEVER = "never (not faster than eager)"
 
 
@@ -288,7 +339,9 @@ def _break_even(paired: Rows):
     known = [r for r in paired if "break_even_steps_vs_eager" in r]
     if not known:
         return None
-    steps = [math.inf if r["break_even_steps_vs_eager"] is None else r["break_even_steps_vs_eager"] for r in known]
+    steps = [
+        math.inf if r["break_even_steps_vs_eager"] is None else r["break_even_steps_vs_eager"] for r in known
+    ]
     mid = statistics.median(steps)
     return NEVER if math.isinf(mid) else mid
 
@@ -318,13 +371,20 @@ def overhead_table(rows: Rows, ctx: Context) -> Table:
             row["speed-up 95% CI [x]"] = ci_text(ci)
             row["versus eager"] = verdict(ci, "faster than eager", "slower than eager")
         out.append({**row, "warnings": join_unique(sub.col("warnings"))})
-    return Table("overhead", "Framework overhead: compile time, first step, recompilations, steady step time, "
-                 "host vs device time per step", frame(out),
-                 note=constant_caption(ok) + " Host: dispatch, tracing and launches; device: the kernels "
-                 "(XLA: its trace/sync and execute clocks; CPU: computing ops vs the rest of the step)."
-                 + (" Speed-up and break-even against the eager run of the same workload and placement: break-even = "
-                    "compile time / (eager step - this step), the steps after which compiling has paid for itself."
-                    if vs else ""))
+    return Table(
+        "overhead",
+        "Framework overhead: compile time, first step, recompilations, steady step time, "
+        "host vs device time per step",
+        frame(out),
+        note=constant_caption(ok) + " Host: dispatch, tracing and launches; device: the kernels "
+        "(XLA: its trace/sync and execute clocks; CPU: computing ops vs the rest of the step)."
+        + (
+            " Speed-up and break-even against the eager run of the same workload and placement: break-even = "
+            "compile time / (eager step - this step), the steps after which compiling has paid for itself."
+            if vs
+            else ""
+        ),
+    )
 
 
 @table("efficiency")
@@ -345,11 +405,15 @@ def efficiency_table(rows: Rows, ctx: Context) -> Table:
                     "energy [J/sample]": sub.median("energy_j_per_sample"),
                     "peak device memory [GiB]": sub.median("peak_device_allocated_gib"),
                     "peak host memory [GiB]": sub.median("peak_host_rss_gib")})
-    return Table("efficiency", "Achieved FLOP/s, model FLOP utilisation (MFU), energy and memory", frame(out),
-                 note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype and counts "
-                 "the model's FLOPs (recomputation not counted); HFU, where activation checkpointing recomputes "
-                 "blocks, counts the recomputed forward too; energy comes from NVML (GPU) or RAPL (CPU) where the "
-                 "run could read it.")
+    return Table(
+        "efficiency",
+        "Achieved FLOP/s, model FLOP utilisation (MFU), energy and memory",
+        frame(out),
+        note=constant_caption(ok) + " MFU needs the platform's peak_tflops for the compute dtype and counts "
+        "the model's FLOPs (recomputation not counted); HFU, where activation checkpointing recomputes "
+        "blocks, counts the recomputed forward too; energy comes from NVML (GPU) or RAPL (CPU) where the "
+        "run could read it.",
+    )
 
 
 BASIS = {"train_time_to_target_s": "training to target", "projected_training_s": "projected training",
@@ -367,8 +431,12 @@ def baseline_table(rows: Rows, ctx: Context) -> Table:
             "verdict": r["verdict"],
             "cost relative to baseline [x]": r["normalised_cost"],
             "compared on": BASIS.get(r["normalised_basis"])} for r in n]
-    return Table("baseline", f"Time and cost normalised to the baseline ({ctx.baseline_text})", frame(out),
-                 note=constant_caption(n) + " Below 1 is faster / cheaper than the baseline for the same work.")
+    return Table(
+        "baseline",
+        f"Time and cost normalised to the baseline ({ctx.baseline_text})",
+        frame(out),
+        note=constant_caption(n) + " Below 1 is faster / cheaper than the baseline for the same work.",
+    )
 
 
 TRIED = "each batch tried [batch: samples/s over a timed window]"
@@ -388,38 +456,66 @@ def max_batch_table(rows: Rows, ctx: Context) -> Table:
     for keys, sub in groups(sub_rows):
         limit_hit = [r.get("batch_search_limit_reached") for r in sub]
         largest = sub.median("max_batch_size_per_device")
-        out.append({
-            **key_cols(keys, show),
-            "runs": len(sub), "status": status_text(sub.col("status")),
-            "largest batch that fits [per device]": largest,
-            "smallest that does not [per device]": (f"none up to the limit ({sub.median('batch_search_limit'):g})"
-                                                    if all(limit_hit) else sub.median("min_failing_batch_size_per_device")),
-            "throughput at the largest [samples/s]": sub.median("max_batch_throughput_samples_per_s"),
-            "memory at the largest [GiB]": sub.median("max_batch_memory_gib"),
-            TRIED: join_unique(sub.col("batch_search_throughputs")),
-            "contended": _flagged(sub, "contended", "other_cpu_cores_during", "other processes' cores"),
-            "trials [runs]": sub.median("batch_search_trial_count"),
-            "search time [s]": sub.median("batch_search_s"),
-            "reason": reasons(sub),
-        })
-    return Table("max_batch", "The largest per-device batch each configuration fits (bench.mode=find_max_batch)",
-                 frame(out), note=constant_caption(sub_rows, SEARCH_CAPTION) + " Compared: the per-device batch "
-                 "(searched; a record's own batch is only where the search started). Each trial is a short real run (a warm-up, then one "
-                 "timed window of several steps) through the run's own launcher; its samples/s are the window's, "
-                 "marked (contended) where other processes used the machine in it and (one step) in records from "
-                 "before trials had windows, and neither counts as the throughput at the largest. Memory is the "
-                 "device's peak allocation, or the host's RSS on a CPU. A search that reached "
-                 "bench.max_batch_limit found no failure below it.")
+        out.append(
+            {
+                **key_cols(keys, show),
+                "runs": len(sub),
+                "status": status_text(sub.col("status")),
+                "largest batch that fits [per device]": largest,
+                "smallest that does not [per device]": (
+                    f"none up to the limit ({sub.median('batch_search_limit'):g})"
+                    if all(limit_hit)
+                    else sub.median("min_failing_batch_size_per_device")
+                ),
+                "throughput at the largest [samples/s]": sub.median("max_batch_throughput_samples_per_s"),
+                "memory at the largest [GiB]": sub.median("max_batch_memory_gib"),
+                TRIED: join_unique(sub.col("batch_search_throughputs")),
+                "contended": _flagged(sub, "contended", "other_cpu_cores_during", "other processes' cores"),
+                "trials [runs]": sub.median("batch_search_trial_count"),
+                "search time [s]": sub.median("batch_search_s"),
+                "reason": reasons(sub),
+            }
+        )
+    return Table(
+        "max_batch",
+        "The largest per-device batch each configuration fits (bench.mode=find_max_batch)",
+        frame(out),
+        note=constant_caption(sub_rows, SEARCH_CAPTION) + " Compared: the per-device batch "
+        "(searched; a record's own batch is only where the search started). Each trial is a short real run (a warm-up, then one "
+        "timed window of several steps) through the run's own launcher; its samples/s are the window's, "
+        "marked (contended) where other processes used the machine in it and (one step) in records from "
+        "before trials had windows, and neither counts as the throughput at the largest. Memory is the "
+        "device's peak allocation, or the host's RSS on a CPU. A search that reached "
+        "bench.max_batch_limit found no failure below it.",
+    )
 
 
-RUN_COLUMNS = (("run_id", "run"), ("status", "status"), ("reason", "reason"), ("experiment", "experiment"),
-               ("model", "model"), ("data", "data"), ("platform", "platform"), ("runtime", "runtime"),
-               ("precision", "precision"), ("parallel", "parallel"), ("global_batch_size", "global batch"),
-               ("devices", "devices"), ("threads", "threads"), (TP, "throughput [samples/s]"),
-               ("step_time_s_median", "step time median [s]"), ("throughput_cv", "throughput CV"),
-               ("throughput_process_cv", "process CV"), ("step_time_cv", "step time CV"), ("noisy", "noisy"),
-               ("contended", "contended"), ("other_cpu_cores_during", "other processes [cores]"),
-               ("stalled", "stalled"), ("stall_excess_s_total", "lost to stalls [s]"), ("warnings", "warnings"))
+RUN_COLUMNS = (
+    ("run_id", "run"),
+    ("status", "status"),
+    ("reason", "reason"),
+    ("experiment", "experiment"),
+    ("model", "model"),
+    ("data", "data"),
+    ("platform", "platform"),
+    ("runtime", "runtime"),
+    ("precision", "precision"),
+    ("parallel", "parallel"),
+    ("global_batch_size", "global batch"),
+    ("devices", "devices"),
+    ("threads", "threads"),
+    (TP, "throughput [samples/s]"),
+    ("step_time_s_median", "step time median [s]"),
+    ("throughput_cv", "throughput CV"),
+    ("throughput_process_cv", "process CV"),
+    ("step_time_cv", "step time CV"),
+    ("noisy", "noisy"),
+    ("contended", "contended"),
+    ("other_cpu_cores_during", "other processes [cores]"),
+    ("stalled", "stalled"),
+    ("stall_excess_s_total", "lost to stalls [s]"),
+    ("warnings", "warnings"),
+)
 
 
 @table("quality")
@@ -427,17 +523,31 @@ def quality_table(rows: Rows, ctx: Context) -> Table:
     q = quality_parity(rows)
     if not q:
         raise NoData("no work was trained to its end on two or more configurations (train_to_target runs)")
-    out = pd.DataFrame([{
-        "model": r["model"], "data": r["data"], "metric": goals.label(r["goal_metric"]),
-        "epochs trained": r["epochs_done"],
-        "configurations": r["configurations"], "lowest final": r["final_min"], "highest final": r["final_max"],
-        "spread [metric]": r["spread"], "tolerance [metric]": r["tolerance"],
-        "verdict": "same quality" if r["same_quality"] else "DIFFERS beyond the tolerance",
-        "final metric per configuration": r["finals"],
-    } for r in q])
-    return Table("quality", "Did the hardware change the quality of training? Final metric across configurations",
-                 out, note="Runs of the same work trained for the same number of epochs; the spread of their final "
-                           "metrics against an absolute tolerance (one point of accuracy) gives the verdict.")
+    out = pd.DataFrame(
+        [
+            {
+                "model": r["model"],
+                "data": r["data"],
+                "metric": goals.label(r["goal_metric"]),
+                "epochs trained": r["epochs_done"],
+                "configurations": r["configurations"],
+                "lowest final": r["final_min"],
+                "highest final": r["final_max"],
+                "spread [metric]": r["spread"],
+                "tolerance [metric]": r["tolerance"],
+                "verdict": "same quality" if r["same_quality"] else "DIFFERS beyond the tolerance",
+                "final metric per configuration": r["finals"],
+            }
+            for r in q
+        ]
+    )
+    return Table(
+        "quality",
+        "Did the hardware change the quality of training? Final metric across configurations",
+        out,
+        note="Runs of the same work trained for the same number of epochs; the spread of their final "
+        "metrics against an absolute tolerance (one point of accuracy) gives the verdict.",
+    )
 
 
 @table("published")
@@ -453,19 +563,25 @@ def published_table(rows: Rows, ctx: Context) -> Table:
         "why not beside a measurement": r.get("why_not"),
         "conditions": r["conditions"], "source": r["source"], "date": r["date"],
     } for r in pub])
-    return Table("published", "Published figures of the studies, beside what these runs measured", out,
-                 note="Published figures come from xbench/studies/studies.yaml (with their source and date); they are "
-                      "never runs: no median, spread or baseline includes them. 'measured here' is the median of "
-                      "the matching ok runs of the same kind (synthetic or real-data throughput, training time, "
-                      "cost, ratio), blank with the reason when there is none.",
-                 pooled="Each row: one published figure, beside the median of the runs under its conditions.")
+    return Table(
+        "published",
+        "Published figures of the studies, beside what these runs measured",
+        out,
+        note="Published figures come from xbench/studies/studies.yaml (with their source and date); they are "
+        "never runs: no median, spread or baseline includes them. 'measured here' is the median of "
+        "the matching ok runs of the same kind (synthetic or real-data throughput, training time, "
+        "cost, ratio), blank with the reason when there is none.",
+        pooled="Each row: one published figure, beside the median of the runs under its conditions.",
+    )
 
 
 @table("runs", searches=True)
 def runs_table(rows: Rows, ctx: Context) -> Table:
     if not rows:
         raise NoData("no runs")
-    out = [{label: r.get(c) for c, label in RUN_COLUMNS} for r in sorted(rows, key=lambda r: str(r["run_id"]))]
+    out = [
+        {label: r.get(c) for c, label in RUN_COLUMNS} for r in sorted(rows, key=lambda r: str(r["run_id"]))
+    ]
     return Table("runs", "Every run (one row per record), with status, reason and warnings", frame(out),
                  pooled="Nothing: one row per run.")
 
@@ -473,7 +589,9 @@ def runs_table(rows: Rows, ctx: Context) -> Table:
 @table("utilisation")
 def utilisation_table(rows: Rows, ctx: Context) -> Table:
     """Per-GPU utilisation (DataParallel's GPU 0 busy while the others wait; DDP even) and the CPU's."""
-    ok = Rows(r for r in rows.ok(None) if r.get("gpu_util_by_device") or r.get("cpu_util_percent_mean") is not None)
+    ok = Rows(
+        r for r in rows.ok(None) if r.get("gpu_util_by_device") or r.get("cpu_util_percent_mean") is not None
+    )
     if not ok.has("gpu_util_by_device"):
         raise NoData("no record has per-GPU utilisation (GPU runs sample it with NVML)")
     show = varying_keys(ok) or ["platform"]
@@ -484,16 +602,25 @@ def utilisation_table(rows: Rows, ctx: Context) -> Table:
             for d, v in (r.get("gpu_util_by_device") or {}).items():
                 per_gpu.setdefault(d, []).append(v)
         med = {d: statistics.median(v) for d, v in per_gpu.items()}
-        out.append({**key_cols(keys, show), "runs": len(sub),
-                    "GPU utilisation per device [%]": " ".join(f"{d}:{v:.0f}" for d, v in med.items()) or None,
-                    "mean over GPUs [%]": statistics.fmean(med.values()) if med else None,
-                    "least busy GPU [%]": min(med.values(), default=None),
-                    "busiest GPU [%]": max(med.values(), default=None),
-                    "CPU utilisation [%]": sub.median("cpu_util_percent_mean"),
-                    "process CPU [% of a core]": sub.median("process_cpu_percent_mean")})
-    return Table("utilisation", "GPU utilisation per device over the timed windows, and the CPU's", frame(out),
-                 note=constant_caption(ok) + " NVML, sampled beside the timed windows on every rank: a GPU far below "
-                 "the others (nn.DataParallel's replicas waiting on GPU 0) is the imbalance to look for.")
+        out.append(
+            {
+                **key_cols(keys, show),
+                "runs": len(sub),
+                "GPU utilisation per device [%]": " ".join(f"{d}:{v:.0f}" for d, v in med.items()) or None,
+                "mean over GPUs [%]": statistics.fmean(med.values()) if med else None,
+                "least busy GPU [%]": min(med.values(), default=None),
+                "busiest GPU [%]": max(med.values(), default=None),
+                "CPU utilisation [%]": sub.median("cpu_util_percent_mean"),
+                "process CPU [% of a core]": sub.median("process_cpu_percent_mean"),
+            }
+        )
+    return Table(
+        "utilisation",
+        "GPU utilisation per device over the timed windows, and the CPU's",
+        frame(out),
+        note=constant_caption(ok) + " NVML, sampled beside the timed windows on every rank: a GPU far below "
+        "the others (nn.DataParallel's replicas waiting on GPU 0) is the imbalance to look for.",
+    )
 
 
 @table("exchange_rates")
@@ -505,10 +632,14 @@ def exchange_rates_table(rows: Rows, ctx: Context) -> Table:
                          "platforms": join_unique(x.get("platform") for x in rows
                                                   if str(x.get("price_currency", "")).upper() == r.currency)}
                         for r in ctx.rates])
-    return Table("exchange_rates", "Exchange rates used to show every cost in one currency", out,
-                 note="Each price is converted at the rate of the year it is dated (platform.price_as_of), never "
-                      "dropped; --currency and --fx CUR=RATE change the currency and the rates.",
-                 pooled="Each row: one currency pair and date.")
+    return Table(
+        "exchange_rates",
+        "Exchange rates used to show every cost in one currency",
+        out,
+        note="Each price is converted at the rate of the year it is dated (platform.price_as_of), never "
+        "dropped; --currency and --fx CUR=RATE change the currency and the rates.",
+        pooled="Each row: one currency pair and date.",
+    )
 
 
 # LLM pretraining's tables, in their own module: DDP vs the sharded strategies, which Llama sizes fit.
@@ -525,7 +656,9 @@ def findings_of(rows: Rows, ctx: Context) -> tuple[list[Finding], str]:
     return findings(rows, currency(rows), n, ctx.baseline_text)
 
 
-def build_tables(df: pd.DataFrame, ctx: Context, rows: Rows | None = None) -> tuple[list[Table], dict[str, str]]:
+def build_tables(
+    df: pd.DataFrame, ctx: Context, rows: Rows | None = None
+) -> tuple[list[Table], dict[str, str]]:
     """(tables drawn, {table name: why it was skipped}); `rows`: the frame already prepared (rows.prepare)."""
     rows = rows if rows is not None else prepare(df, ctx)
     measured = Rows(r for r in rows if r.get("bench_mode") != SEARCHES)

@@ -22,7 +22,8 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "xla": ("xbench.runtimes.xla:XlaRuntime", ("torch_xla",)),
     "xla_compile": ("xbench.runtimes.xla:XlaCompileRuntime", ("torch_xla",)),
     "accelerate": ("xbench.runtimes.accelerate:AccelerateRuntime", ("accelerate",)),
-    # torchax, jax and optax: checked by its own rules (no xbench extra installs them; its module imports none)
+    # torchax, jax and optax: checked by its own rules (no xbench extra installs them; its module
+    # imports none)
     "torchax": ("xbench.runtimes.torchax:TorchaxRuntime", ()),
 }
 
@@ -47,7 +48,8 @@ def runtime_class(name: str):
 
 def rules(name: str):
     """`name`'s compat rules, (cfg, facts, dev) -> reasons, without importing torch_xla for the XLA runtimes
-    (the same checks as the class's `rules`: the base Runtime rule refuses nothing for a runtime that drives XLA)."""
+    (the same checks as the class's `rules`: the base Runtime rule refuses nothing for a runtime that drives
+    XLA)."""
     if name in LIGHT_RULES:
         module, fn = LIGHT_RULES[name].split(":")
         return getattr(importlib.import_module(module), fn)

@@ -31,10 +31,13 @@ class AccelerateRuntime(Runtime):
         self.version = accelerate.__version__
         threads = torch.get_num_threads()
         self.accelerator = Accelerator(cpu=self.device.type == "cpu", mixed_precision="no")
-        # Multi-process on a CPU, Accelerate resets torch's threads when OMP_NUM_THREADS is unset: keep xbench's.
+        # Multi-process on a CPU, Accelerate resets torch's threads when OMP_NUM_THREADS is unset:
+        # keep xbench's.
         torch.set_num_threads(threads)
         if self.accelerator.device.type != self.device.type:
-            raise RuntimeError(f"Accelerate chose device {self.accelerator.device}, xbench expects {self.device}")
+            raise RuntimeError(
+                f"Accelerate chose device {self.accelerator.device}, xbench expects {self.device}"
+            )
         world = dist.get_world_size() if dist.is_initialized() else 1
         if self.accelerator.num_processes != world:  # a silent world of one would train unsynced copies
             raise RuntimeError(f"Accelerate sees {self.accelerator.num_processes} process(es), the process "

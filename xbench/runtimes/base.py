@@ -11,7 +11,8 @@ from xbench.training.step import make_train_step
 class Runtime:
     name = "base"
     drives_xla = False  # only XLA runtimes can drive an XLA device
-    dynamo: DynamoMeter | None = None  # dynamo's compile figures, when anything in the step compiles through it
+    # dynamo's compile figures, when anything in the step compiles through it
+    dynamo: DynamoMeter | None = None
 
     @classmethod
     def rules(cls, cfg, facts, dev: str) -> list[str]:
@@ -43,7 +44,8 @@ class Runtime:
         return make_train_step(model, optimizer, task, precision, options=options)
 
     def meter_compiled_blocks(self, model) -> None:
-        """Blocks a strategy compiled in place (parallel=fsdp's compile_blocks, backend BLOCKS_BACKEND) compile
+        """Blocks a strategy compiled in place (parallel=fsdp's compile_blocks, backend BLOCKS_BACKEND)
+        compile
         inside this runtime's step: dynamo's meter counts them, from here."""
         if self.dynamo is None and compiled_blocks(model):
             self.dynamo = DynamoMeter(BLOCKS_BACKEND, None, "blocks")
@@ -110,7 +112,8 @@ class Runtime:
         return {} if self.dynamo is None else self.dynamo.figures()
 
     def mark_timed(self) -> None:
-        """The timed windows begin: figures that split warm-up from the windows (`*_timed`) count from here."""
+        """The timed windows begin: figures that split warm-up from the windows (`*_timed`) count from
+        here."""
         if self.dynamo is not None:
             self.dynamo.mark_timed()
 
@@ -119,7 +122,8 @@ class Runtime:
         return [] if self.dynamo is None else self.dynamo.warnings()
 
     def adapt_precision(self, precision):
-        """The precision policy as this runtime runs it (XLA:CUDA fp16 takes torch-xla's autocast and scaler)."""
+        """The precision policy as this runtime runs it (XLA:CUDA fp16 takes torch-xla's autocast and
+        scaler)."""
         return precision
 
     def memory(self) -> dict:

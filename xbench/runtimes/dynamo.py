@@ -1,4 +1,5 @@
-"""The compile meter for everything in a run that compiles through TorchDynamo: runtime=compile (the model or the
+"""The compile meter for everything in a run that compiles through TorchDynamo: runtime=compile (the model or
+the
 whole step) and modules compiled in place before the runtime's step is built (parallel=fsdp's compile_blocks).
 
 Dynamo's bookkeeping is process-wide, so one meter serves every way of compiling; it reads deltas from the
@@ -37,8 +38,12 @@ def _dynamo_state() -> dict:
         "graphs": counters["stats"]["unique_graphs"],
         "graph_breaks": sum(counters["graph_break"].values()),
         "compile_s": seconds(lambda k: k == "_compile.compile_inner" or k.endswith("bw_compiler")),
-        "recompiles": sum(max(0, n - 1) for n in getattr(convert_frame, "FRAME_COMPILE_COUNTER", {}).values()),
-        "cache_limit_hits": sum(n for reason, n in counters["unimplemented"].items() if _is_limit_hit(reason)),
+        "recompiles": sum(
+            max(0, n - 1) for n in getattr(convert_frame, "FRAME_COMPILE_COUNTER", {}).values()
+        ),
+        "cache_limit_hits": sum(
+            n for reason, n in counters["unimplemented"].items() if _is_limit_hit(reason)
+        ),
         "eager_frames": frames["total"] - frames["ok"],
         "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
     }
@@ -68,7 +73,8 @@ def compiled_blocks(model: nn.Module) -> int:
 
 
 class DynamoMeter:
-    """Dynamo's compile figures from its start (`backend`, `mode`, `target`: what was compiled, for the record)."""
+    """Dynamo's compile figures from its start (`backend`, `mode`, `target`: what was compiled, for the
+    record)."""
 
     def __init__(self, backend: str, mode: str | None, target: str):
         self.backend, self.mode, self.target = backend, mode or "default", target
@@ -89,8 +95,13 @@ class DynamoMeter:
 
     def figures(self) -> dict:
         d = self._delta()
-        out = {"compile_time_s": d["compile_s"], "graphs_compiled": d["graphs"], "compile_backend": self.backend,
-               "compile_mode": self.mode, "compile_target": self.target}
+        out = {
+            "compile_time_s": d["compile_s"],
+            "graphs_compiled": d["graphs"],
+            "compile_backend": self.backend,
+            "compile_mode": self.mode,
+            "compile_target": self.target,
+        }
         out.update({name: d[key] for key, name in DYNAMO_FIGURES.items()})
         if self._timed is not None:
             t = self._delta(self._timed)
@@ -106,8 +117,15 @@ class DynamoMeter:
         if f["cudagraph_skips"]:
             out.append(f"{f['cudagraph_skips']} graph(s) skipped CUDA graphs (inductor's cudagraph_skips; "
                        f"mode {self.mode}): they replayed as plain kernel launches")
-        timed = {k: f.get(f"{k}_timed") for k in ("dynamo_recompiles", "dynamo_graph_breaks", "dynamo_eager_frames")}
+        timed = {
+            k: f.get(f"{k}_timed")
+            for k in ("dynamo_recompiles", "dynamo_graph_breaks", "dynamo_eager_frames")
+        }
         if any(timed.values()):
-            out.append("torch.compile was not steady during the timed windows: "
-                       + ", ".join(f"{v} {k.removeprefix('dynamo_').replace('_', ' ')}" for k, v in timed.items() if v))
+            out.append(
+                "torch.compile was not steady during the timed windows: "
+                + ", ".join(
+                    f"{v} {k.removeprefix('dynamo_').replace('_', ' ')}" for k, v in timed.items() if v
+                )
+            )
         return out

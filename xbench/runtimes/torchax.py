@@ -1,4 +1,5 @@
-"""torchax: the torch model run as JAX code, the whole train step (forward, backward, optimizer) one `jax.jit`.
+"""torchax: the torch model run as JAX code, the whole train step (forward, backward, optimizer) one
+`jax.jit`.
 
 torchax (google/torchax) executes torch ops as JAX ops on torchax tensors. xbench builds the same model, data
 and precision policy as for every runtime, then hands the model's parameters and buffers to JAX (functional
@@ -18,9 +19,12 @@ The loop hands the step host tensors (the torch side of this runtime is the CPU)
 mesh itself, so the host-to-device copy is inside the step's time, as the other runtimes' H2D copies are in
 theirs. Figures (`overhead`): JAX's own compile events (jax.monitoring; process-wide, as deltas from this
 runtime's start): `jax_compiles` (XLA backend compilations: the loop's compile count, 0 after warm-up),
-`jax_traces` (functions traced to a jaxpr: a jit cache miss traces again), `compile_time_s` (trace + lowering +
-backend compile); the JAX platform and devices. (The jitted step's `_cache_size()` is not a compile count: with
-2 devices its C++ dispatch cache takes a second entry at the third call, with no trace and no compilation.) Memory: `Device.memory_stats()` of the mesh's devices; on the CPU it is None, and the record says so.
+`jax_traces` (functions traced to a jaxpr: a jit cache miss traces again), `compile_time_s` (trace + lowering
++
+backend compile); the JAX platform and devices. (The jitted step's `_cache_size()` is not a compile count:
+with
+2 devices its C++ dispatch cache takes a second entry at the third call, with no trace and no compilation.)
+Memory: `Device.memory_stats()` of the mesh's devices; on the CPU it is None, and the record says so.
 
 Limits, refused by `rules` before any work: amp_fp16 (torchax has no gradient scaler), tf32 (a CUDA setting
 of torch's matmuls), gradient accumulation, train_to_target (the trained weights stay in JAX; the
@@ -117,7 +121,8 @@ class OnMesh(nn.Module):
 
 
 class TorchaxPrecision(Precision):
-    """The policy with torchax's autocast (its own op table, `torchax.amp`), which torch's autocast state does not
+    """The policy with torchax's autocast (its own op table, `torchax.amp`), which torch's autocast state does
+    not
     show: `executed` reads the dtype torchax's environment holds inside the context."""
 
     def executed(self) -> dict:
@@ -141,14 +146,18 @@ def _torchax_precision(precision: Precision) -> TorchaxPrecision:
 
 
 def optax_of(optimizer, names: dict[int, str]):
-    """xbench's torch optimizer (its param groups: lr after the scaling rule, weight decay per group) as one optax
+    """xbench's torch optimizer (its param groups: lr after the scaling rule, weight decay per group) as one
+    optax
     transformation with the same update, over a dict of parameters named as `names` (id(param) -> name).
 
     SGD (torch, dampening 0): g += wd w; b = m b + g; w -= lr (g + m b if nesterov else b): optax's
     add_decayed_weights -> trace -> scale(-lr) (the trace starts at zero, so its first step is g, as torch's).
-    AdamW: w -= lr (m_hat / (sqrt(v_hat) + eps) + wd w): optax's scale_by_adam -> add_decayed_weights -> scale.
-    LAMB (training/optim.py): scale_by_adam -> add_decayed_weights -> scale_by_trust_ratio (||w|| / ||u||, 1 where
-    either is 0; not on a group with `adapt` False) -> scale. LARS: `_lars` (optax.lars divides by ||g + wd w||,
+    AdamW: w -= lr (m_hat / (sqrt(v_hat) + eps) + wd w): optax's scale_by_adam -> add_decayed_weights ->
+    scale.
+    LAMB (training/optim.py): scale_by_adam -> add_decayed_weights -> scale_by_trust_ratio (||w|| / ||u||, 1
+    where
+    either is 0; not on a group with `adapt` False) -> scale. LARS: `_lars` (optax.lars divides by ||g + wd
+    w||,
     xbench's MLPerf LARS by ||g|| + wd ||w||)."""
     import optax
 
@@ -187,7 +196,8 @@ def optax_of(optimizer, names: dict[int, str]):
 def _lars(lr: float, momentum: float, nesterov: bool, wd: float, trust: float, eps: float, adapt: bool):
     """xbench's LARS (training/optim.LARS, MLPerf's) as an optax transformation: g' = g + wd w; with `adapt`,
     lr_l = lr x trust ||w|| / (||g|| + wd ||w|| + eps) (lr where a norm is 0), else lr; v = m v + lr_l g';
-    the update is -(v), or -(lr_l g' + m v) with Nesterov. Its state is v (zeros at first, as torch's buffer)."""
+    the update is -(v), or -(lr_l g' + m v) with Nesterov. Its state is v (zeros at first, as torch's
+    buffer)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -230,39 +240,54 @@ class TorchaxRuntime(Runtime):
 
     @classmethod
     def rules(cls, cfg, facts, dev):
-        """What torchax runs here (its packages, precisions, optimizers, modes, strategies); the base rule is not
+        """What torchax runs here (its packages, precisions, optimizers, modes, strategies); the base rule is
+        not
         asked: on a TPU platform (device xla) torchax drives the TPU through JAX, without torch-xla."""
         absent = [m for m in PACKAGES if not installed(m)]
         if absent:
-            return [f"runtime torchax needs {', '.join(absent)}, which {'is' if len(absent) == 1 else 'are'} not "
-                    "installed here: pip install torchax jax optax (GPUs: jax[cuda13]; TPUs: jax[tpu])"]
+            return [
+                f"runtime torchax needs {', '.join(absent)}, which {'is' if len(absent) == 1 else 'are'} not "
+                "installed here: pip install torchax jax optax (GPUs: jax[cuda13]; TPUs: jax[tpu])"
+            ]
         out, p, o = [], cfg.precision.name, cfg.optim
         if p == "amp_fp16":
-            out.append("runtime torchax: precision amp_fp16 needs a gradient scaler, and torchax has none "
-                       "(torch.amp.GradScaler scales torch's backward; torchax's is jax.grad): use amp_bf16 or bf16")
+            out.append(
+                "runtime torchax: precision amp_fp16 needs a gradient scaler, and torchax has none "
+                "(torch.amp.GradScaler scales torch's backward; torchax's is jax.grad): use amp_bf16 or bf16"
+            )
         elif p == "tf32":
-            out.append("runtime torchax: precision tf32 is a CUDA setting of torch's matmuls, which JAX does not "
-                       "read (its matmuls follow jax_default_matmul_precision): use fp32, amp_bf16 or bf16")
+            out.append(
+                "runtime torchax: precision tf32 is a CUDA setting of torch's matmuls, which JAX does not "
+                "read (its matmuls follow jax_default_matmul_precision): use fp32, amp_bf16 or bf16"
+            )
         elif p not in PRECISIONS:
             out.append(f"runtime torchax: precision {p!r} is not supported; allowed: {', '.join(PRECISIONS)}")
         if o.name not in OPTIMIZERS:
             out.append(f"runtime torchax: optim.name={o.name} is not mapped to optax here; allowed: "
                        f"{', '.join(OPTIMIZERS)}")
         if o.accumulate_steps != 1:
-            out.append(f"runtime torchax: optim.accumulate_steps={o.accumulate_steps} (gradient accumulation) is "
-                       "not in its jitted step: use 1")
+            out.append(
+                f"runtime torchax: optim.accumulate_steps={o.accumulate_steps} (gradient accumulation) is "
+                "not in its jitted step: use 1"
+            )
         if cfg.bench.mode == "train_to_target":
-            out.append("runtime torchax: bench.mode=train_to_target evaluates and checkpoints the torch model, but "
-                       "torchax trains the weights as JAX arrays and does not write them back: use "
-                       "bench.mode=throughput")
+            out.append(
+                "runtime torchax: bench.mode=train_to_target evaluates and checkpoints the torch model, but "
+                "torchax trains the weights as JAX arrays and does not write them back: use "
+                "bench.mode=throughput"
+            )
         if cfg.parallel.name not in STRATEGIES:
             out.append(f"runtime torchax: parallel={cfg.parallel.name} is a torch strategy; torchax runs "
                        f"{' or '.join(STRATEGIES)} (parallel=jax_dp: data parallel over a JAX mesh)")
         if cfg.model.channels_last:
-            out.append("runtime torchax: model.channels_last is a torch memory format; XLA chooses its own layouts")
+            out.append(
+                "runtime torchax: model.channels_last is a torch memory format; XLA chooses its own layouts"
+            )
         if cfg.bench.profile:
-            out.append(f"runtime torchax: bench.profile={cfg.bench.profile} cannot see JAX's execution (torch's "
-                       "profiler sees the host's dispatch only): use bench.profile=null")
+            out.append(
+                f"runtime torchax: bench.profile={cfg.bench.profile} cannot see JAX's execution (torch's "
+                "profiler sees the host's dispatch only): use bench.profile=null"
+            )
         return out
 
     def __init__(self, cfg, device_type: str, local_rank: int = 0):
@@ -375,15 +400,20 @@ class TorchaxRuntime(Runtime):
         d = {k: (now[k][0] - self._start[k][0], now[k][1] - self._start[k][1]) for k in now}
         out = {
             "compile_time_s": sum(s for _, s in d.values()),
-            "jax_trace_s": d["trace"][1], "jax_lower_s": d["lower"][1], "jax_backend_compile_s": d["backend"][1],
-            "jax_compiles": d["backend"][0], "jax_traces": d["trace"][0],
+            "jax_trace_s": d["trace"][1],
+            "jax_lower_s": d["lower"][1],
+            "jax_backend_compile_s": d["backend"][1],
+            "jax_compiles": d["backend"][0],
+            "jax_traces": d["trace"][0],
             "jax_platform": self.jax_platform,
             "jax_mesh_devices": None if self.mesh is None else int(self.mesh.devices.size),
             "jax_version": jax.__version__,
             "torchax_version": _version("torchax"),
-            "step_time_clock": ("host wall clock; each step waits for its loss (jax.block_until_ready)"
-                                if self.jax_platform == "cpu" else
-                                "host dispatch per step; the window's wall time between jax.block_until_ready"),
+            "step_time_clock": (
+                "host wall clock; each step waits for its loss (jax.block_until_ready)"
+                if self.jax_platform == "cpu"
+                else "host dispatch per step; the window's wall time between jax.block_until_ready"
+            ),
         }
         if self._timed is not None:
             out["jax_compiles_timed"] = now["backend"][0] - self._timed["backend"][0]
@@ -394,18 +424,24 @@ class TorchaxRuntime(Runtime):
         out = []
         want = JAX_PLATFORM.get(self.asked, self.asked)
         if want != self.jax_platform:
-            out.append(f"the platform is {self.asked}, but JAX ran on {self.jax_platform} (install JAX's plugin "
-                       "for the device: jax[cuda13] for NVIDIA GPUs, jax[tpu] for TPUs)")
-        # bench/meters/breakdown.py profiles with torch.profiler, which sees torch's ops only: under torchax none computes
-        out.append("host_s_per_step/device_s_per_step (bench.breakdown_steps) are torch.profiler's, which does not "
-                   "see JAX's execution: they are not torchax's host/device split")
+            out.append(
+                f"the platform is {self.asked}, but JAX ran on {self.jax_platform} (install JAX's plugin "
+                "for the device: jax[cuda13] for NVIDIA GPUs, jax[tpu] for TPUs)"
+            )
+        # bench/meters/breakdown.py profiles with torch.profiler, which sees torch's ops only: under
+        # torchax none computes
+        out.append(
+            "host_s_per_step/device_s_per_step (bench.breakdown_steps) are torch.profiler's, which does not "
+            "see JAX's execution: they are not torchax's host/device split"
+        )
         if self.has_bn_stats:
             out.append("torchax's batch norm does not write its running statistics back (they stay at their "
                        "initial values): the training loss is unaffected, an evaluation would not be")
         return out
 
     def memory(self) -> dict:
-        """The mesh's devices' allocator figures (the largest over them); the CPU's Device.memory_stats() is None."""
+        """The mesh's devices' allocator figures (the largest over them); the CPU's Device.memory_stats() is
+        None."""
         devices = [] if self.mesh is None else list(self.mesh.devices.flat)
         stats = [d.memory_stats() for d in devices]
         if not stats or any(s is None for s in stats):

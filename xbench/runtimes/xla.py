@@ -87,14 +87,18 @@ def xla_cuda_amp(precision, device, hw: str | None = None, amp=None):
 
 
 def set_mat_mul_precision(precision):
-    """torch_xla's matmul/conv precision for fp32 operands as `precision.name` needs it (XLA_MAT_MUL_PRECISION),
-    set before any graph is traced (it applies when a graph is lowered; torch_xla's own default is `default`, one
-    bf16 pass on a TPU even for fp32). -> the policy with the read-back for the record (Precision.executed)."""
+    """torch_xla's matmul/conv precision for fp32 operands as `precision.name` needs it
+    (XLA_MAT_MUL_PRECISION),
+    set before any graph is traced (it applies when a graph is lowered; torch_xla's own default is `default`,
+    one
+    bf16 pass on a TPU even for fp32). -> the policy with the read-back for the record
+    (Precision.executed)."""
     want = XLA_MAT_MUL_PRECISION[precision.name]
     if xla_backends.get_mat_mul_precision() != want:
         quiet = logging.getLogger(xla_backends.__name__)
         level = quiet.level
-        quiet.setLevel(logging.ERROR)  # "setting it multiple times is not recommended": once per run, on purpose
+        # "setting it multiple times is not recommended": once per run, on purpose
+        quiet.setLevel(logging.ERROR)
         try:
             xla_backends.set_mat_mul_precision(want)
         finally:
@@ -169,7 +173,9 @@ class XlaRuntime(Runtime):
         try:
             info = xm.get_memory_info(self.device)
         except RuntimeError as e:  # XLA:CPU: "UNIMPLEMENTED: GetAllocatorStats is not supported"
-            return {"device_memory_unavailable": f"{os.environ.get('PJRT_DEVICE')}: {str(e).splitlines()[0][:160]}"}
+            return {
+                "device_memory_unavailable": f"{os.environ.get('PJRT_DEVICE')}: {str(e).splitlines()[0][:160]}"
+            }
         out = {"device_memory_used_gib": info["bytes_used"] / 2**30,
                "device_memory_limit_gib": info["bytes_limit"] / 2**30}
         if "peak_bytes_used" in info:
@@ -177,7 +183,8 @@ class XlaRuntime(Runtime):
         return out
 
     def device_feed(self, loader, prepare=None, input_sharding=None) -> DeviceFeed:
-        """Real data onto this device through MpDeviceLoader (`input_sharding`: SPMD's split, see DeviceFeed)."""
+        """Real data onto this device through MpDeviceLoader (`input_sharding`: SPMD's split, see
+        DeviceFeed)."""
         return DeviceFeed(loader, self.device, prepare, input_sharding)
 
     def metrics_report(self) -> str:
@@ -216,7 +223,9 @@ class XlaCompileRuntime(XlaRuntime):
             # torch_xla.compile syncs when the function returns; the outer sync then finds nothing to do.
             return torch_xla.compile(make_train_step(model, optimizer, task, precision, options=options),
                                      full_graph=c.fullgraph, name="xbench_step")
-        raise ValueError(f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: {', '.join(self.BACKENDS)}")
+        raise ValueError(
+            f"runtime xla_compile: backend {c.backend!r} is unknown; allowed: {', '.join(self.BACKENDS)}"
+        )
 
 
 # ---- data parallelism over XLA devices (called by xbench.parallel.xla_spmd / xla_mp and launch.xla) ----
@@ -325,7 +334,9 @@ def batch_sharding(mesh, minibatch: bool = False):
             if t.dim() == 0:
                 return None
             if t.dim() not in self.by_rank:
-                self.by_rank[t.dim()] = xs.ShardingSpec(self.mesh, (axis,) + (None,) * (t.dim() - 1), minibatch)
+                self.by_rank[t.dim()] = xs.ShardingSpec(
+                    self.mesh, (axis,) + (None,) * (t.dim() - 1), minibatch
+                )
             return self.by_rank[t.dim()].xla_spec(t)
 
         def can_apply(self, t):
@@ -360,7 +371,8 @@ class DeviceFeed:
         self.feed = "spmd_sharded" if input_sharding is not None else "mp_device_loader"
         self.prepare = prepare
         self.loader = loader
-        self._next = None  # the loader's threads start when the loop first asks (the rank is still being built)
+        # the loader's threads start when the loop first asks (the rank is still being built)
+        self._next = None
         weakref.finalize(self, _close_parallel_loader, self.mp_loader)
 
     def __call__(self):
@@ -440,7 +452,8 @@ _LAUNCH_LOCK = threading.Lock()
 
 
 def serialise_graph_launches() -> None:
-    """Make replica threads on PJRT CPU launch their graphs one at a time (idempotent; call before any XLA work).
+    """Make replica threads on PJRT CPU launch their graphs one at a time (idempotent; call before any XLA
+    work).
 
     XLA:CPU matches the two halves of an all-reduce by the HLO module's id (the op has no channel id),
     so every replica must run the one executable. Two threads that sync the same graph at the same
@@ -481,7 +494,8 @@ class _ThreadExchange:
 
 _STATE_LOCK = threading.Lock()
 _EXCHANGE: list[_ThreadExchange] = []
-GATHER_TIMEOUT_S = 1800.0  # a replica that never arrives (hung) breaks the others' gather instead of hanging them
+# a replica that never arrives (hung) breaks the others' gather instead of hanging them
+GATHER_TIMEOUT_S = 1800.0
 
 
 def _exchange(world: int) -> _ThreadExchange:

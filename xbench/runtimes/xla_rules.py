@@ -27,10 +27,12 @@ def xla(cfg, facts, dev) -> list[str]:
                    f"the {pjrt}: unset PJRT_DEVICE (xbench then uses CUDA) or use a CPU platform")
     plugin = XLA_PLUGINS.get(pjrt)
     if plugin and not getattr(facts, plugin, False):
-        out.append(f"XLA on PJRT {pjrt} needs the {plugin} package matching torch-xla {_xla_version()}, which is "
-                   "not installed here; torch-xla 2.9 removed XLA on NVIDIA GPUs and no plugin was published for "
-                   "it (the last pair: torch 2.8 + torch-xla 2.8 + torch_xla_cuda_plugin 2.8). For XLA on NVIDIA "
-                   "GPUs today use runtime=torchax (JAX's XLA, jax[cuda13])")
+        out.append(
+            f"XLA on PJRT {pjrt} needs the {plugin} package matching torch-xla {_xla_version()}, which is "
+            "not installed here; torch-xla 2.9 removed XLA on NVIDIA GPUs and no plugin was published for "
+            "it (the last pair: torch 2.8 + torch-xla 2.8 + torch_xla_cuda_plugin 2.8). For XLA on NVIDIA "
+            "GPUs today use runtime=torchax (JAX's XLA, jax[cuda13])"
+        )
     return out
 
 
@@ -38,5 +40,7 @@ def xla_compile(cfg, facts, dev) -> list[str]:
     """runtime=xla's rules, and a backend it knows."""
     out = xla(cfg, facts, dev)
     if cfg.runtime.backend not in BACKENDS:
-        out.append(f"runtime xla_compile: backend {cfg.runtime.backend!r} is unknown; allowed: {', '.join(BACKENDS)}")
+        out.append(
+            f"runtime xla_compile: backend {cfg.runtime.backend!r} is unknown; allowed: {', '.join(BACKENDS)}"
+        )
     return out

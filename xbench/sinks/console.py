@@ -1,5 +1,6 @@
 """Console output: a progress bar through warm-up and the timed steps, a summary table, and a run in one line
-(`headline`: the SLURM launcher's end lines). Every figure to the digits it supports, beside its target and unit."""
+(`headline`: the SLURM launcher's end lines). Every figure to the digits it supports, beside its target and
+unit."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from xbench.metrics.numbers import by_spread, finite_number, granular, human
 from xbench.rank import startup_phase
 from xbench.records.record import RunRecord
 
-# What each start-up phase (rank.startup_phase; measurements.startup_phases_s) is doing, as the console says it.
+# What each start-up phase (rank.startup_phase; measurements.startup_phases_s) is doing, as the console says
+# it.
 STARTUP_LABELS = {"imports": "imports", "compose": "composing the config", "record": "writing the record",
                   "torch_import": "importing torch", "checks": "checking the config against this host",
                   "wandb_start": "waiting for W&B to start", "launch": "starting the ranks",
@@ -85,8 +87,16 @@ class Progress:
         for other, bar in self.bars.items():
             self._finish(other, bar)
         self.bars.clear()  # a phase that comes again (the next trial's warm-up) gets a bar of its own
-        bar = self.bars[phase] = tqdm(total=total, desc=desc, unit="step", file=sys.stderr,
-                                      disable=not self.enabled, mininterval=0.2, leave=True, dynamic_ncols=True)
+        bar = self.bars[phase] = tqdm(
+            total=total,
+            desc=desc,
+            unit="step",
+            file=sys.stderr,
+            disable=not self.enabled,
+            mininterval=0.2,
+            leave=True,
+            dynamic_ncols=True,
+        )
         return bar
 
     def _finish(self, phase: str, bar: tqdm) -> None:
@@ -147,7 +157,8 @@ class Progress:
 
 
 def seconds(v) -> str:
-    """A duration in the unit it reads best in: 850.0 us, 21.17 ms, 2.415 s, 5.00 min, 4.00 h (tests/test_console.py)."""
+    """A duration in the unit it reads best in: 850.0 us, 21.17 ms, 2.415 s, 5.00 min, 4.00 h
+    (tests/test_console.py)."""
     if not finite_number(v):
         return str(v)
     a = abs(v)
@@ -176,7 +187,8 @@ def scaled(v, unit: str) -> str:
 
 def throughput_spread(v: dict) -> float | None:
     """Half the throughput's interval, relative to it, as analysis/spread.py reads one run: the 95% CI over
-    whole-process repeats, else over timed windows, else samples/s at the p90 and p10 step times; None: none."""
+    whole-process repeats, else over timed windows, else samples/s at the p90 and p10 step times; None:
+    none."""
     tp = v.get("throughput_samples_per_s")
     if not finite_number(tp) or tp <= 0:
         return None
@@ -201,7 +213,11 @@ def _throughput(v: dict) -> str | None:
     tp = v.get("throughput_samples_per_s")
     if not finite_number(tp):
         return None
-    steps = tp / v["global_batch_size"] if finite_number(v.get("global_batch_size")) and v["global_batch_size"] else None
+    steps = (
+        tp / v["global_batch_size"]
+        if finite_number(v.get("global_batch_size")) and v["global_batch_size"]
+        else None
+    )
     return f"{rate(tp, v)} samples/s" + (f" ({rate(steps, v, 3)} steps/s)" if steps else "")
 
 
@@ -225,8 +241,9 @@ def _warmup(v: dict) -> str | None:
     n, t = v.get("warmup_steps"), v.get("warmup_s")
     if n is None and t is None:
         return None
-    return " in ".join(x for x in (f"{n} steps" if n is not None else None, seconds(t) if t is not None else None)
-                       if x)
+    return " in ".join(
+        x for x in (f"{n} steps" if n is not None else None, seconds(t) if t is not None else None) if x
+    )
 
 
 def _flops_rate(v: dict) -> str | None:
@@ -251,7 +268,8 @@ def _flops_per_sample(v: dict) -> str | None:
 
 
 def epochs(n, v: dict, at_evaluation: bool = True) -> str:
-    """Epochs as counted: whole ones as integers, a fraction to the granularity it was counted at (an evaluation's,
+    """Epochs as counted: whole ones as integers, a fraction to the granularity it was counted at (an
+    evaluation's,
     `epochs_per_eval`, or one step's, `epochs_per_step`; `figures` reads them from the config)."""
     return granular(n, v.get("epochs_per_eval" if at_evaluation else "epochs_per_step"))
 
@@ -278,8 +296,14 @@ def _training(v: dict) -> str | None:
     t, n = v.get("train_time_s"), v.get("epochs_done")
     if t is None and n is None:
         return None
-    return " over ".join(x for x in (seconds(t) if t is not None else None,
-                                     f"{epochs(n, v, at_evaluation=False)} epochs" if n is not None else None) if x)
+    return " over ".join(
+        x
+        for x in (
+            seconds(t) if t is not None else None,
+            f"{epochs(n, v, at_evaluation=False)} epochs" if n is not None else None,
+        )
+        if x
+    )
 
 
 def _memory(used: str, total: str):
@@ -291,7 +315,8 @@ def _memory(used: str, total: str):
 
 
 def _cost(key: str, what: str = ""):
-    """A cost in the platform's currency (the figures are named after it: `summary` reads them as `cost_*`)."""
+    """A cost in the platform's currency (the figures are named after it: `summary` reads them as
+    `cost_*`)."""
     return lambda v: None if v.get(key) is None else f"{human(v[key])} {v['currency']}{what}"
 
 
@@ -324,9 +349,14 @@ SUMMARY_ROWS = (
     ("cost", _cost("cost_per_million_samples", " per 1M samples")),
     ("loss first / last", _pair("loss_first", "loss_last", human)),
     ("target reached", _target),
-    ("epochs to target", lambda v: None if v.get("epochs_to_target") is None else epochs(v["epochs_to_target"], v)),
-    ("time to target", _pair("train_time_to_target_s", "wall_time_to_target_s", seconds, sep=" training, ",
-                             suffix=" wall")),
+    (
+        "epochs to target",
+        lambda v: None if v.get("epochs_to_target") is None else epochs(v["epochs_to_target"], v),
+    ),
+    (
+        "time to target",
+        _pair("train_time_to_target_s", "wall_time_to_target_s", seconds, sep=" training, ", suffix=" wall"),
+    ),
     ("start-up / evaluation", _pair("startup_s", "eval_time_s", seconds)),
     ("cost to target train / wall", _costs("cost_train_to_target", "cost_to_target")),
     ("final metric", goal),
@@ -335,8 +365,14 @@ SUMMARY_ROWS = (
     ("resumes", _one("resumes", human)),
     # runs that did not end ok, and the batch search
     ("largest batch that fits", _one("max_batch_size_per_device", lambda x: f"{human(x)} per device")),
-    ("smallest that does not fit", _one("min_failing_batch_size_per_device", lambda x: f"{human(x)} per device")),
-    ("throughput before the stop", _one("throughput_samples_per_s_partial", lambda x: f"{human(x)} samples/s")),
+    (
+        "smallest that does not fit",
+        _one("min_failing_batch_size_per_device", lambda x: f"{human(x)} per device"),
+    ),
+    (
+        "throughput before the stop",
+        _one("throughput_samples_per_s_partial", lambda x: f"{human(x)} samples/s"),
+    ),
     ("diverged at step", _one("diverged_at_step", human)),
     ("host RSS peak", _memory("host_peak_rss_gib", "host_available_gib")),
     ("device memory peak", _memory("device_peak_allocated_gib", "device_total_gib")),
@@ -351,8 +387,11 @@ def figures(config: dict, measurements: dict, derived: dict) -> dict:
     """What the console's lines read: the record's figures, its costs under one name each (COST_KEYS), and the
     granularity its epochs were counted at (`epochs_per_eval`, `epochs_per_step`)."""
     values = {**measurements, **derived}
-    cur = currency(config.get("platform") or {}).lower()  # cost figures are named after it (metrics/derived.py)
-    values.update(currency=cur.upper(), **{alias: values.get(key.format(cur=cur)) for alias, key in COST_KEYS.items()})
+    # cost figures are named after it (metrics/derived.py)
+    cur = currency(config.get("platform") or {}).lower()
+    values.update(
+        currency=cur.upper(), **{alias: values.get(key.format(cur=cur)) for alias, key in COST_KEYS.items()}
+    )
     g, per_epoch = config.get("goal") or {}, values.get("steps_per_epoch")
     if finite_number(per_epoch) and per_epoch > 0:
         values["epochs_per_step"] = 1 / per_epoch
@@ -362,17 +401,25 @@ def figures(config: dict, measurements: dict, derived: dict) -> dict:
 
 
 # Warnings whose first words do not name them; the others say their kind before a colon ("noisy: ...").
-WARNING_KINDS = ((r"^warm-up did not stabilise", "warm-up unstable"), (r"^timed windows capped", "windows capped"),
-                 (r"compilation\(s\) during a timed window", "compiled while timed"),
-                 (r"^MFU .* is above", "MFU high"), (r"^throughput fell", "throughput fell with batch"),
-                 (r"recompile limit", "recompile limit"), (r"skipped CUDA graphs", "CUDA graphs skipped"),
-                 (r"^target .* not reached", "target not reached"), (r"^resumed \d+ time", "resumed"),
-                 (r"^ranks computed different", "ranks' curves differ"),
-                 (r"^find_max_batch stopped", "search time limit"), (r"live curve feed stopped", "curve feed stopped"))
+WARNING_KINDS = (
+    (r"^warm-up did not stabilise", "warm-up unstable"),
+    (r"^timed windows capped", "windows capped"),
+    (r"compilation\(s\) during a timed window", "compiled while timed"),
+    (r"^MFU .* is above", "MFU high"),
+    (r"^throughput fell", "throughput fell with batch"),
+    (r"recompile limit", "recompile limit"),
+    (r"skipped CUDA graphs", "CUDA graphs skipped"),
+    (r"^target .* not reached", "target not reached"),
+    (r"^resumed \d+ time", "resumed"),
+    (r"^ranks computed different", "ranks' curves differ"),
+    (r"^find_max_batch stopped", "search time limit"),
+    (r"live curve feed stopped", "curve feed stopped"),
+)
 
 
 def warning_kind(text: str) -> str:
-    """A warning's first words, the kind it says it is: "noisy: spread above ..." -> "noisy", a sentence without
+    """A warning's first words, the kind it says it is: "noisy: spread above ..." -> "noisy", a sentence
+    without
     a "kind:" head by WARNING_KINDS, else its first four words."""
     for pattern, kind in WARNING_KINDS:
         if re.search(pattern, text):

@@ -1,4 +1,5 @@
-"""Figures as they are measured, from rank 0 to W&B: rank 0 appends each point as one JSON line to a file in the
+"""Figures as they are measured, from rank 0 to W&B: rank 0 appends each point as one JSON line to a file in
+the
 run folder (flushed at once): `curve.jsonl` (train to target: each evaluation) or `windows.jsonl` (throughput:
 each timed window once it has closed). The process that owns the W&B run tails that file and logs each point.
 Rank 0 may run in a launched process (torchrun ranks, the XLA process, a fresh process per repeat), so a file
@@ -49,8 +50,10 @@ class CurveTail(threading.Thread):
     def _note(self, what: str, e: Exception) -> None:
         if self.problem is None:
             self.problem = f"{what}: {type(e).__name__}: {e}"
-            _say(f"xbench: the live feed from {self.path}: {self.problem}; the run goes on and its record keeps "
-                 "every figure")
+            _say(
+                f"xbench: the live feed from {self.path}: {self.problem}; the run goes on and its record keeps "
+                "every figure"
+            )
 
     def _chunk(self) -> str:
         """What was appended since the last read: a regular file only (a planted FIFO would block), never
@@ -92,8 +95,9 @@ class CurveTail(threading.Thread):
             self.points += 1
         if self.ack and lines:  # every whole line so far is handled: say how far (atomically)
             try:
-                safe_io.atomic_write(Path(f"{self.path}.ack"), str(self._offset - len(self._partial.encode())),
-                                     fsync=False)  # a progress mark for the writer, not a result
+                safe_io.atomic_write(
+                    Path(f"{self.path}.ack"), str(self._offset - len(self._partial.encode())), fsync=False
+                )  # a progress mark for the writer, not a result
             except OSError as e:
                 self._note("acknowledging", e)
 

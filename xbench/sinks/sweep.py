@@ -63,5 +63,7 @@ def end_lines(swept: list[str] | None = None) -> list[str]:
     lines.append("report: python -m xbench.report " + " ".join(shlex.quote(s) for s in stores))
     offline = [r["wandb_offline_dir"] for r in rows if r["wandb_offline_dir"]]
     if offline:
-        lines.append("W&B offline: upload later with: wandb sync " + " ".join(shlex.quote(d) for d in offline))
+        lines.append(
+            "W&B offline: upload later with: wandb sync " + " ".join(shlex.quote(d) for d in offline)
+        )
     return lines

@@ -84,9 +84,13 @@ def run_name(record: RunRecord) -> str:
     """What the run is, as its W&B name: model, platform, runtime, precision, strategy and batch per device
     (`resnet50 aws_p3_8xlarge compile amp_fp16 ddp x4 b64`); the run id stays in the config and summary."""
     c = record.config
-    names = [str((c.get(k) or {}).get("name")) for k in ("model", "platform", "runtime", "precision", "parallel")]
+    names = [
+        str((c.get(k) or {}).get("name")) for k in ("model", "platform", "runtime", "precision", "parallel")
+    ]
     world = (c.get("parallel") or {}).get("world_size") or 1
-    return " ".join(names) + (f" x{world}" if world > 1 else "") + f" b{(c.get('data') or {}).get('batch_size')}"
+    return (
+        " ".join(names) + (f" x{world}" if world > 1 else "") + f" b{(c.get('data') or {}).get('batch_size')}"
+    )
 
 
 def sweep_group() -> str | None:
@@ -110,14 +114,17 @@ def study_of(preset: str | None) -> str | None:
     try:
         from xbench import studies
 
-        return next((str(s["study"]) for s in studies.all_studies() if s.get("preset") == preset and s.get("study")),
-                    None)
+        return next(
+            (str(s["study"]) for s in studies.all_studies() if s.get("preset") == preset and s.get("study")),
+            None,
+        )
     except Exception:  # the manifest is the analysis side's: a tag is never worth failing a run
         return None
 
 
 def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
-    """The W&B group (logger.group, else the sweep's folder, else the preset, else model-data) and the tags: each
+    """The W&B group (logger.group, else the sweep's folder, else the preset, else model-data) and the tags:
+    each
     config choice, the preset and its study, the mode, and the user's (logger.tags, the config's tags)."""
     c = record.config
     group = (wcfg.get("group") or sweep_group() or record.experiment
@@ -135,8 +142,10 @@ def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
 
 @contextlib.contextmanager
 def _no_pandas_probe():
-    """W&B asks of every summary value that is not a plain scalar (None, a list) whether it is a pandas DataFrame,
-    importing pandas to ask: 0.45 s of every run's end here. With pandas not imported no value can be one, so the
+    """W&B asks of every summary value that is not a plain scalar (None, a list) whether it is a pandas
+    DataFrame,
+    importing pandas to ask: 0.45 s of every run's end here. With pandas not imported no value can be one, so
+    the
     question is answered from the type's name, without the import."""
     util = sys.modules.get("wandb.util")
     if util is None or "pandas" in sys.modules or not getattr(util, "pd_available", False):
@@ -154,7 +163,8 @@ def _no_field_docstrings():
     """W&B's settings and artifacts are pydantic models that read each field's docstring from their source
     (use_attribute_docstrings), and pydantic finds a class's source with inspect.getmodule, which walks every
     loaded module per class: with torch's thousands loaded, 1.2-1.9 s of a run's `import wandb` (2.1-3.4 ->
-    0.95-1.5 s without, at load 10 on 2 cores), for help texts a run never shows. While W&B is imported and its
+    0.95-1.5 s without, at load 10 on 2 cores), for help texts a run never shows. While W&B is imported and
+    its
     run opened here, no field docstrings are read (they are read again after)."""
     try:
         from pydantic._internal import _fields
@@ -178,8 +188,10 @@ SERVICE_POLL_S = 0.005  # how often the wandb-core start is looked for (W&B's ow
 @contextlib.contextmanager
 def _quick_service_poll():
     """W&B starts its service process (wandb-core) and reads the port file it writes, looking every 0.2 s:
-    wandb-core listens 2-10 ms after its start here, so every run waited ~0.2 s for the next look. While the run
-    is opened here, it looks every SERVICE_POLL_S (W&B's own hook for the sleep, which its tests replace too)."""
+    wandb-core listens 2-10 ms after its start here, so every run waited ~0.2 s for the next look. While the
+    run
+    is opened here, it looks every SERVICE_POLL_S (W&B's own hook for the sleep, which its tests replace
+    too)."""
     try:
         from wandb.sdk.lib.service import service_port_file as port_file
     except ImportError:  # another layout: W&B's own pace
@@ -198,7 +210,8 @@ def _quick_service_poll():
 
 @contextlib.contextmanager
 def _no_launch_probe():
-    """wandb.init asks W&B Launch for job inputs staged for the run, importing wandb.sdk.launch to ask (its agent,
+    """wandb.init asks W&B Launch for job inputs staged for the run, importing wandb.sdk.launch to ask (its
+    agent,
     the public API, their pydantic models: 0.4-0.8 s of every run's init here). Inputs are staged only by code
     that imported wandb.sdk.launch; with it not imported there are none, so the question is skipped."""
     from wandb.sdk import wandb_run
@@ -218,7 +231,8 @@ def _offline_process(wandb) -> None:
     """An offline run's log() still reports W&B's own telemetry (encode times) through the process's W&B
     settings, which say online unless WANDB_MODE does: the first log built OpenTelemetry exporters for
     api.wandb.ai (0.1-0.2 s, inside the first window's logging) and the exit sent to it. xbench's offline
-    runs send nothing: the process's W&B settings say offline too (an online run later still says so itself)."""
+    runs send nothing: the process's W&B settings say offline too (an online run later still says so
+    itself)."""
     if os.environ.get("WANDB_MODE") not in ("offline", "dryrun"):
         wandb.setup(wandb.Settings(mode="offline"))
 
@@ -235,8 +249,10 @@ def redacted_argv():
 
 
 def comparison(row: dict) -> str:
-    """The config key the W&B Report's bars group by (`comparison`): the configuration the HTML report's tables
-    group runs by (analysis/workload.py CONFIGURATION) of a tidy row, every column in order ("-": none), so two
+    """The config key the W&B Report's bars group by (`comparison`): the configuration the HTML report's
+    tables
+    group runs by (analysis/workload.py CONFIGURATION) of a tidy row, every column in order ("-": none), so
+    two
     runs share a bar exactly when they share a table row: "FAKE / cnn_small / - / synthetic_cifar10 / ... /
     16/device / batch 16 / 1 device / 2 threads"."""
     return " / ".join(configuration_label({k: row.get(k)}, [k], "-") for k in CONFIGURATION)
@@ -251,18 +267,33 @@ def env_summary(env: dict) -> dict:
     """Hardware, versions and the environment of a record (record.env) as the W&B config's `env`."""
     cpu, git, t = env.get("cpu") or {}, env.get("git") or {}, env.get("torch") or {}
     acc = t.get("accelerators") or []
-    return {k: v for k, v in {
-        "hostname": env.get("hostname"), "os": env.get("os"), "python": env.get("python"),
-        "xbench_version": env.get("xbench_version"), "cpu_model": cpu.get("model"),
-        "cpu_logical_cores": cpu.get("logical_cores"), "cpu_physical_cores": cpu.get("physical_cores"),
-        "cpu_affinity_cores": cpu.get("affinity_cores"), "memory_gib": cpu.get("memory_gib"),
-        "cpu_flags": " ".join(cpu.get("flags") or []) or None, "git_revision": git.get("revision"),
-        "git_dirty": git.get("dirty"), "torch": t.get("torch"), "cuda_runtime": t.get("cuda_runtime"),
-        "cudnn": t.get("cudnn"), "nvidia_driver": t.get("driver"), "cpu_capability": t.get("cpu_capability"),
-        "accelerators": "; ".join(f"{a.get('index')}: {a.get('name')}" for a in acc) or None,
-        "accelerator_count": len(acc), "packages": {k: v for k, v in (env.get("packages") or {}).items() if v},
-        "environ": env.get("environ") or None,
-    }.items() if v is not None}
+    return {
+        k: v
+        for k, v in {
+            "hostname": env.get("hostname"),
+            "os": env.get("os"),
+            "python": env.get("python"),
+            "xbench_version": env.get("xbench_version"),
+            "cpu_model": cpu.get("model"),
+            "cpu_logical_cores": cpu.get("logical_cores"),
+            "cpu_physical_cores": cpu.get("physical_cores"),
+            "cpu_affinity_cores": cpu.get("affinity_cores"),
+            "memory_gib": cpu.get("memory_gib"),
+            "cpu_flags": " ".join(cpu.get("flags") or []) or None,
+            "git_revision": git.get("revision"),
+            "git_dirty": git.get("dirty"),
+            "torch": t.get("torch"),
+            "cuda_runtime": t.get("cuda_runtime"),
+            "cudnn": t.get("cudnn"),
+            "nvidia_driver": t.get("driver"),
+            "cpu_capability": t.get("cpu_capability"),
+            "accelerators": "; ".join(f"{a.get('index')}: {a.get('name')}" for a in acc) or None,
+            "accelerator_count": len(acc),
+            "packages": {k: v for k, v in (env.get("packages") or {}).items() if v},
+            "environ": env.get("environ") or None,
+        }.items()
+        if v is not None
+    }
 
 
 def _number(v) -> bool:
@@ -280,7 +311,12 @@ def flat_summary(record: RunRecord) -> dict:
                 out[k] = v
             elif k in SAMPLE_LISTS and isinstance(v, list) and all(map(_number, v)):
                 out[k] = v  # a ratio's or scaling's CI is computed from these (analysis/frame.py)
-            elif k.endswith("_ci95_samples_per_s") and isinstance(v, list) and len(v) == 2 and all(map(_number, v)):
+            elif (
+                k.endswith("_ci95_samples_per_s")
+                and isinstance(v, list)
+                and len(v) == 2
+                and all(map(_number, v))
+            ):
                 stem = k.removesuffix("_ci95_samples_per_s")
                 out[f"{stem}_ci95_low_samples_per_s"], out[f"{stem}_ci95_high_samples_per_s"] = v
     by_gpu = utilisation.gpu_util_by_device(record.measurements, record.ranks)
@@ -330,10 +366,13 @@ OFFLINE_SETTLE_S = 2.0  # a cut file is one that stopped growing this long witho
 
 
 def offline_cut_short(folder: Path, settle_s: float = OFFLINE_SETTLE_S, poll_s: float = 0.05) -> str | None:
-    """Why a finished offline run's file is not whole (None: it is): a W&B folder that filled up or stopped taking
-    writes cuts the file where the write failed, and wandb-core says nothing (it went on; `wandb sync` would upload
+    """Why a finished offline run's file is not whole (None: it is): a W&B folder that filled up or stopped
+    taking
+    writes cuts the file where the write failed, and wandb-core says nothing (it went on; `wandb sync` would
+    upload
     the part). A whole file ends with the run's exit record. run.finish() can return before wandb-core has
-    written the file out (header only, or the history without the end: 1 of 3 sweeps on a loaded 2-core machine),
+    written the file out (header only, or the history without the end: 1 of 3 sweeps on a loaded 2-core
+    machine),
     so a file without its end is read again until it is whole or has stopped growing for `settle_s`."""
     last, still_since = None, time.monotonic()
     while True:
@@ -350,8 +389,10 @@ def offline_cut_short(folder: Path, settle_s: float = OFFLINE_SETTLE_S, poll_s: 
         elif time.monotonic() - still_since >= settle_s:
             break
         time.sleep(poll_s)
-    return (f"the offline run {folder} is cut short ({len(kinds)} records, {size:,} bytes, no end: its folder filled "
-            "up or stopped taking writes); `wandb sync` would upload only that part")
+    return (
+        f"the offline run {folder} is cut short ({len(kinds)} records, {size:,} bytes, no end: its folder filled "
+        "up or stopped taking writes); `wandb sync` would upload only that part"
+    )
 
 
 class WandbSink:
@@ -400,13 +441,19 @@ class WandbSink:
             return
         try:
             first, timed_from = point.get("steps_first"), point.get("steps_timed_from")
-            tp, wall, n = (point.get(k) for k in ("window_throughput_samples_per_s", "window_s", "window_steps"))
-            if self.per_sample is None and tp and wall and n:  # the global batch: the window's samples per step
+            tp, wall, n = (
+                point.get(k) for k in ("window_throughput_samples_per_s", "window_s", "window_steps")
+            )
+            # the global batch: the window's samples per step
+            if self.per_sample is None and tp and wall and n:
                 self.per_sample = round(tp * wall / n)
             t0 = time.perf_counter()
             if first is not None and self.steps_live and first == self.steps_logged:
-                at = point.get("steps_step") or []  # each row's optimizer step (a re-measured window is a gap)
-                for k, (t, loss) in enumerate(zip(point.get("steps_time_s") or [], point.get("steps_loss") or [])):
+                # each row's optimizer step (a re-measured window is a gap)
+                at = point.get("steps_step") or []
+                for k, (t, loss) in enumerate(
+                    zip(point.get("steps_time_s") or [], point.get("steps_loss") or [])
+                ):
                     self.run.log(self._step_row(at[k] if k < len(at) else first + k, loss, t,
                                                 timed=first + k >= timed_from))
                     self.steps_logged = first + k + 1
@@ -447,8 +494,13 @@ class WandbSink:
         os.environ.setdefault("WANDB_SILENT", "true")
         wdir = self.wdir = self._dir(run_dir)
         group, tags = group_and_tags(record, self.wcfg)
-        config = {**redact(record.config), "run_id": record.run_id, "xbench_version": record.env.get("xbench_version"),
-                  "comparison": bar_key(record), "env": redact(env_summary(record.env))}
+        config = {
+            **redact(record.config),
+            "run_id": record.run_id,
+            "xbench_version": record.env.get("xbench_version"),
+            "comparison": bar_key(record),
+            "env": redact(env_summary(record.env)),
+        }
         kwargs = dict(project=self.wcfg.get("project", "xbench"), entity=self.wcfg.get("entity"),
                       group=group, tags=tags, name=run_name(record), config=config,
                       dir=str(wdir), job_type=record.config.get("bench", {}).get("mode", "throughput"),
@@ -464,15 +516,19 @@ class WandbSink:
         return run
 
     def _dir(self, run_dir: Path) -> Path:
-        """Where W&B writes its files: logger.wandb.dir, else the run's folder. One W&B cannot write (its own test,
+        """Where W&B writes its files: logger.wandb.dir, else the run's folder. One W&B cannot write (its own
+        test,
         os.access: a read-only mount fails it even for root) turns W&B off for the run with the reason: W&B
-        itself would put the run in the system's shared temp folder without a word (wandb_init.try_create_root_dir)."""
+        itself would put the run in the system's shared temp folder without a word
+        (wandb_init.try_create_root_dir)."""
         asked = self.wcfg.get("dir")
         d = Path(asked or run_dir)
         d.mkdir(parents=True, exist_ok=True)
         if not os.access(d, os.W_OK | os.R_OK):
-            raise PermissionError(f"{'logger.wandb.dir=' if asked else 'the run folder '}{d} is not writable; W&B is "
-                                  "off for this run (never the system's shared temp folder)")
+            raise PermissionError(
+                f"{'logger.wandb.dir=' if asked else 'the run folder '}{d} is not writable; W&B is "
+                "off for this run (never the system's shared temp folder)"
+            )
         return d
 
     def _log_series(self, run, record: RunRecord) -> None:
@@ -487,8 +543,14 @@ class WandbSink:
         for i, step in enumerate(s.get("step", [])):  # the steps not logged live, after those that were
             if i < self.steps_logged:  # counted in the series' rows: its steps skip a re-measured window's
                 continue
-            run.log(self._step_row(step, s["loss"][i] if "loss" in s else None,
-                                   s["step_time_s"][i] if "step_time_s" in s else None, s["phase"][i] == "timed"))
+            run.log(
+                self._step_row(
+                    step,
+                    s["loss"][i] if "loss" in s else None,
+                    s["step_time_s"][i] if "step_time_s" in s else None,
+                    s["phase"][i] == "timed",
+                )
+            )
 
     def _step_row(self, step: int, loss, step_time_s, timed: bool) -> dict:
         row = {"step": step, "phase_timed": int(timed)}
@@ -505,13 +567,16 @@ class WandbSink:
         if run is None:
             if self.live_error is not None:  # start() already failed and said so
                 return {"wandb_mode": self.mode_used, "wandb_error": self.live_error}
-            if self.tried and self.mode_used in ("disabled", "unavailable"):  # start() found W&B off, and said so
+            # start() found W&B off, and said so
+            if self.tried and self.mode_used in ("disabled", "unavailable"):
                 return {"wandb_mode": self.mode_used,
                         **({"wandb_error": "wandb not installed"} if self.mode_used == "unavailable" else {})}
             try:
                 run = self.run = self._open(record, run_dir)
             except Exception as e:  # W&B trouble never fails a run
-                self.say(f"W&B: could not start a run ({type(e).__name__}: {e}); the local record is complete")
+                self.say(
+                    f"W&B: could not start a run ({type(e).__name__}: {e}); the local record is complete"
+                )
                 return {"wandb_mode": self.mode_used, "wandb_error": f"{type(e).__name__}: {e}"}
             if run is None:
                 return {"wandb_mode": self.mode_used,
@@ -524,7 +589,8 @@ class WandbSink:
                 raise RuntimeError(self.live_error)
             with _no_pandas_probe():
                 run.summary.update(redact(flat_summary(record)))
-            # The bar key again from the final record: its measured threads and devices are in the configuration.
+            # The bar key again from the final record: its measured threads and devices are in
+            # the configuration.
             run.config.update({"comparison": bar_key(record)}, allow_val_change=True)
             upload_record(run, record, run_dir)
             upload_profile(run, record, run_dir)
@@ -565,7 +631,9 @@ class WandbSink:
         # console="off": W&B would otherwise copy this process's console output into the run files.
         if mode == "online" and _base_url() in _UNREACHABLE:
             self.skipped_online = _UNREACHABLE[_base_url()]
-            self.say(f"W&B: {_base_url()} did not answer earlier in this process ({self.skipped_online}); offline")
+            self.say(
+                f"W&B: {_base_url()} did not answer earlier in this process ({self.skipped_online}); offline"
+            )
         elif mode == "online":
             t0 = time.monotonic()
             try:
@@ -577,8 +645,10 @@ class WandbSink:
             except Exception as e:
                 self.fallback_s = time.monotonic() - t0
                 _UNREACHABLE[_base_url()] = f"init failed after {self.fallback_s:.1f} s: {type(e).__name__}"
-                self.say(f"W&B: online init failed after {self.fallback_s:.1f} s (init_timeout_s={timeout:g}; "
-                         f"{type(e).__name__}); falling back to offline")
+                self.say(
+                    f"W&B: online init failed after {self.fallback_s:.1f} s (init_timeout_s={timeout:g}; "
+                    f"{type(e).__name__}); falling back to offline"
+                )
         _offline_process(wandb)
         with _no_launch_probe():
             run = wandb.init(mode="offline", settings=wandb.Settings(**SETTINGS), **kwargs)

@@ -1,7 +1,8 @@
 """A study's sweep points, as `python -m xbench -m ...` makes them, and the CLI's check that they differ.
 
 `python -m xbench -m ...` runs one job per point of the grid xbench's sweeper (hydra_plugins/xbench_sweeper)
-builds from the config's `hydra.sweeper.params` and the command line. When a preset overrides a group the sweep
+builds from the config's `hydra.sweeper.params` and the command line. When a preset overrides a group the
+sweep
 varies (the old `cpu_vs_gpu`: `+workload=...` applied before `+experiment=cpu_vs_gpu`, whose `override /model:
 mlp` won), several points are one config measured again under another name. The sweeper refuses that, and this
 module asks the sweeper's own grid and check (`grid_axes`, `repeated_values`, `Seen`): `distinct_points`
@@ -47,8 +48,12 @@ def _hydra(config_dir: str | Path | None):
 def _axes(overrides: list[str]) -> dict[str, list]:
     """The sweeper's axes: the config's sweeper params first, the command line winning on the same key."""
     parser = OverridesParser.create()
-    fixed = [o for o, p in zip(overrides, parser.parse_overrides(list(overrides))) if not p.is_sweep_override()]
-    params = compose(config_name="config", overrides=fixed, return_hydra_config=True).hydra.sweeper.params or {}
+    fixed = [
+        o for o, p in zip(overrides, parser.parse_overrides(list(overrides))) if not p.is_sweep_override()
+    ]
+    params = (
+        compose(config_name="config", overrides=fixed, return_hydra_config=True).hydra.sweeper.params or {}
+    )
     return grid_axes(parser.parse_overrides([f"{k}={v}" for k, v in params.items()] + list(overrides)))
 
 

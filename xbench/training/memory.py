@@ -117,4 +117,7 @@ class SavedActivations:
     def figures(self) -> dict:
         if self.nbytes is None:
             return {}
-        return {"memory_activations_gib": self.nbytes / GIB, "memory_activations_source": "saved_tensors_hooks"}
+        return {
+            "memory_activations_gib": self.nbytes / GIB,
+            "memory_activations_source": "saved_tensors_hooks",
+        }

@@ -139,7 +139,8 @@ _REPEATS: dict = {}  # (device, numels) -> the numels as a device tensor: made o
 
 
 def _spread(values: torch.Tensor, like: list) -> list:
-    """values[i] over a tensor shaped like like[i], for every i: views of one buffer that one repeat_interleave
+    """values[i] over a tensor shaped like like[i], for every i: views of one buffer that one
+    repeat_interleave
     fills on the device (output_size given: no host read), so a foreach op taking them beside `like` has
     tensors of one shape pairwise, its fast route. Element for element the same products and quotients as
     a 0-dim factor per tensor."""
@@ -160,7 +161,8 @@ def _scaler_grads(optimizer, params: list):
     (None, with `params`' own gradients, when no scaler handed its flag: the plain step). Under the scaler
     the gradients are unscaled (grad_scale None: scaler.unscale_ ran already, for clipping) into views of one
     buffer, zeroed on the device when skipped: every factor below stays finite, so the update can be
-    zeroed by a multiply (an inf or nan gradient times 0 would still be nan) and nothing is read on the host."""
+    zeroed by a multiply (an inf or nan gradient times 0 would still be nan) and nothing is read on the
+    host."""
     grads = [p.grad for p in params]
     found_inf = getattr(optimizer, "found_inf", None)
     if found_inf is None:
@@ -169,7 +171,8 @@ def _scaler_grads(optimizer, params: list):
     skip = found_inf.to(device, non_blocking=True) > 0
     flat = torch.cat([g.reshape(-1) for g in grads])
     grad_scale = getattr(optimizer, "grad_scale", None)
-    if grad_scale is not None:  # the reciprocal as GradScaler.unscale_ takes it: the same gradients, bit for bit
+    # the reciprocal as GradScaler.unscale_ takes it: the same gradients, bit for bit
+    if grad_scale is not None:
         flat.mul_(grad_scale.to(device, non_blocking=True).double().reciprocal().float())
     flat.masked_fill_(skip, 0.0)
     return [v.view(g.shape) for v, g in zip(flat.split([g.numel() for g in grads]), grads)], skip
@@ -211,8 +214,9 @@ class LARS(torch.optim.Optimizer):
             upd = torch._foreach_add(grads, params, alpha=wd) if wd else grads
             if group["adapt"]:
                 w_norm = _norms(params)
-                scale = _gated(skip, lr) * _trust(w_norm, _norms(grads) + wd * w_norm, group["trust_coefficient"],
-                                                  group["eps"])
+                scale = _gated(skip, lr) * _trust(
+                    w_norm, _norms(grads) + wd * w_norm, group["trust_coefficient"], group["eps"]
+                )
                 upd = torch._foreach_mul(upd, _spread(scale, upd))
             else:
                 upd = torch._foreach_mul(upd, _gated(skip, lr))
@@ -230,7 +234,9 @@ class LARS(torch.optim.Optimizer):
                     torch._foreach_mul_(upd, _gated(skip, 1.0))
                 torch._foreach_sub_(params, upd)
             else:  # the buffer, kept as it was on a skipped step, is not applied either
-                torch._foreach_sub_(params, bufs if skip is None else torch._foreach_mul(bufs, _gated(skip, 1.0)))
+                torch._foreach_sub_(
+                    params, bufs if skip is None else torch._foreach_mul(bufs, _gated(skip, 1.0))
+                )
         return loss
 
 
@@ -263,7 +269,8 @@ class LAMB(torch.optim.Optimizer):
             steps = [self.state[p]["step"] for p in params]
             ms = [self.state[p]["exp_avg"] for p in params]
             vs = [self.state[p]["exp_avg_sq"] for p in params]
-            # a tensor increment as a list (0-dim beside 0-dim): a lone 0-dim tensor binds to the Scalar overload,
+            # a tensor increment as a list (0-dim beside 0-dim): a lone 0-dim tensor binds to
+            # the Scalar overload,
             # which reads it on the host
             torch._foreach_add_(steps, 1.0 if skip is None else [_gated(skip, 1.0)] * len(steps))
             torch._foreach_mul_(ms, _unless(skip, b1))
@@ -271,7 +278,8 @@ class LAMB(torch.optim.Optimizer):
             torch._foreach_mul_(vs, _unless(skip, b2))
             torch._foreach_addcmul_(vs, grads, grads, value=1 - b2)
             t = torch.stack(steps)
-            if skip is not None:  # a skipped first step leaves t = 0, and 1 - b ** 0 = 0 would make 0 / 0 = nan
+            # a skipped first step leaves t = 0, and 1 - b ** 0 = 0 would make 0 / 0 = nan
+            if skip is not None:
                 t = t.clamp_min(1.0)
             u = torch._foreach_div(ms, _spread(1 - b1 ** t, ms))
             denom = torch._foreach_div(vs, _spread(1 - b2 ** t, vs))

@@ -53,7 +53,9 @@ def base_lr(optim, global_batch: int) -> float:
 def warmup_epochs(optim, global_batch: int) -> float:
     """The warm-up's length at this global batch: x sqrt(B/B0) under the sqrt rule, else as configured."""
     w, r = optim.schedule.warmup_epochs, batch_ratio(optim, global_batch)
-    return w * math.sqrt(r) if r is not None and _rule(optim) == "sqrt" and not optim.lr_reference_batch else w
+    return (
+        w * math.sqrt(r) if r is not None and _rule(optim) == "sqrt" and not optim.lr_reference_batch else w
+    )
 
 
 def scaled_schedule(optim, global_batch: int):
@@ -67,7 +69,8 @@ def scaled_schedule(optim, global_batch: int):
 
 
 def scaled_max_epochs(optim, global_batch: int, max_epochs: float) -> float:
-    """The epoch budget the rule implies at this global batch: the warm-up's growth added, so the decay after it
+    """The epoch budget the rule implies at this global batch: the warm-up's growth added, so the decay after
+    it
     keeps its tuned length (the sqrt rule); as configured under the linear rule (Goyal et al. train the same
     epochs at every batch). Only reported: the run keeps goal.max_epochs."""
     return max_epochs + warmup_epochs(optim, global_batch) - optim.schedule.warmup_epochs
@@ -82,9 +85,11 @@ def batch_warning(optim, global_batch: int, max_epochs: float | None = None) -> 
     rule = "lr_reference_batch (linear)" if optim.lr_reference_batch else _rule(optim)
     budget = ""
     if max_epochs:
-        budget = (f", epoch budget goal.max_epochs={max_epochs:g} (tuned at global batch {optim.tuned_global_batch},"
-                  f" this batch {global_batch}) would scale to {scaled_max_epochs(optim, global_batch, max_epochs):.3g}"
-                  " epochs (kept as set)")
+        budget = (
+            f", epoch budget goal.max_epochs={max_epochs:g} (tuned at global batch {optim.tuned_global_batch},"
+            f" this batch {global_batch}) would scale to {scaled_max_epochs(optim, global_batch, max_epochs):.3g}"
+            " epochs (kept as set)"
+        )
     return (f"global batch {global_batch} is {r:.3g}x the batch this recipe was tuned at "
             f"(optim.tuned_global_batch={optim.tuned_global_batch}); scaling rule {rule}: lr {optim.lr:g} -> "
             f"{base_lr(optim, global_batch):.4g}, warm-up {optim.schedule.warmup_epochs:g} -> "
@@ -129,7 +134,8 @@ def end_factor(schedule, base: float) -> float:
 
 
 class Schedule:
-    """lr(step) for one run: the optimizer's base rate (scaled by global batch) times the schedule's factor."""
+    """lr(step) for one run: the optimizer's base rate (scaled by global batch) times the schedule's
+    factor."""
 
     def __init__(self, optim, global_batch: int, steps_per_epoch: int, max_epochs: float):
         self.optim, self.schedule = optim, scaled_schedule(optim, global_batch)
@@ -141,7 +147,9 @@ class Schedule:
         self.steps_per_epoch, self.max_epochs = steps_per_epoch, max_epochs
 
     def lr(self, step: int) -> float:
-        return self.base * factor(self.schedule, step / self.steps_per_epoch, self.max_epochs, self.end_factor)
+        return self.base * factor(
+            self.schedule, step / self.steps_per_epoch, self.max_epochs, self.end_factor
+        )
 
     def apply(self, optimizer, step: int) -> float:
         """Set the rate of `step` on every parameter group (a group may carry its own `lr_scale`)."""
@@ -189,8 +197,10 @@ def _scaling_rules(optim) -> list[str]:
     if rule != "none" and tuned is None:
         out.append(f"optim.scaling_rule={rule} scales from optim.tuned_global_batch, which is not set")
     if rule == "sqrt" and optim.lr_reference_batch:
-        out.append("optim.scaling_rule=sqrt with optim.lr_reference_batch (the linear rule's reference): give "
-                   "optim.lr at optim.tuned_global_batch and optim.lr_reference_batch=null")
+        out.append(
+            "optim.scaling_rule=sqrt with optim.lr_reference_batch (the linear rule's reference): give "
+            "optim.lr at optim.tuned_global_batch and optim.lr_reference_batch=null"
+        )
     return out
 
 
@@ -198,8 +208,12 @@ def hyperparameters(optim, global_batch: int, steps_per_epoch: int, max_epochs: 
     """The schedule as plain figures (for the record and, under MLPerf's keys, the MLPerf log): the rate and
     warm-up at this global batch, and how they were scaled from the recipe's."""
     s = scaled_schedule(optim, global_batch)
-    out = {"lr_base": base_lr(optim, global_batch), "lr_schedule": s.name, "lr_warmup_epochs": s.warmup_epochs,
-           "lr_warmup_steps": round(s.warmup_epochs * steps_per_epoch)}
+    out = {
+        "lr_base": base_lr(optim, global_batch),
+        "lr_schedule": s.name,
+        "lr_warmup_epochs": s.warmup_epochs,
+        "lr_warmup_steps": round(s.warmup_epochs * steps_per_epoch),
+    }
     r = batch_ratio(optim, global_batch)
     if r is not None:
         out.update(lr_recipe=optim.lr, lr_tuned_global_batch=optim.tuned_global_batch, lr_batch_ratio=r,

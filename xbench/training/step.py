@@ -6,7 +6,8 @@ A recipe adds three things here (`StepOptions`): label smoothing in the classifi
 accumulation (one step = `accumulate` micro-batches, then one optimizer update; under DDP the gradients of
 all but the last micro-batch stay local, `no_sync`), and gradient clipping (`grad_clip_norm`: the global L2
 norm of every gradient the optimizer steps clipped to it before the update, as `clip_grad_norm_`; under a
-gradient scaler the gradients are unscaled first, so the norm is the true one). The learning rate is set outside the step
+gradient scaler the gradients are unscaled first, so the norm is the true one). The learning rate is set
+outside the step
 (training/schedule.py), and the optimizer is built in training/optim.py.
 """
 
@@ -65,7 +66,8 @@ def make_train_step(model, optimizer, task, precision, backward=None, options: S
     def update():
         if clip:
             if scaler is not None:
-                scaler.unscale_(optimizer)  # the true gradients' norm; scaler.step then does not unscale again
+                # the true gradients' norm; scaler.step then does not unscale again
+                scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], clip)
         if scaler is not None:
             scaler.step(optimizer)

@@ -22,7 +22,8 @@ edges, NVML sampled on GPUs), `memory` (peaks reset at the first window's edge, 
 `profiler` (torch.profiler) is the same protocol over a window of its own: the untimed steps run after
 the timed windows (`profiled_window`), so profiling never slows a measured step: its `window_start`
 starts the profiler, `window_end` stops it on every path, `close` returns what the profile says. The
-host/device breakdown (bench/meters/breakdown.BreakdownMeter) and bench.profile=torch's trace (bench/profile.py)
+host/device breakdown (bench/meters/breakdown.BreakdownMeter) and bench.profile=torch's trace
+(bench/profile.py)
 are its two users.
 """
 

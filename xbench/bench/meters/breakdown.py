@@ -43,14 +43,52 @@ from __future__ import annotations
 from xbench.bench.meters.profiler import ProfilerMeter, profiled_window
 
 # Ops that move no data through arithmetic: their self time is dispatch, not compute.
-NO_COMPUTE = frozenset({
-    "aten::as_strided", "aten::view", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg", "detach",
-    "aten::detach", "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::t", "aten::transpose",
-    "aten::expand", "aten::reshape", "aten::_reshape_alias", "aten::unsqueeze", "aten::squeeze", "aten::permute",
-    "aten::alias", "aten::select", "aten::slice", "aten::lift_fresh", "aten::numpy_T", "aten::result_type",
-    "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense", "aten::to", "aten::_to_copy", "aten::set_",
-    "aten::contiguous", "aten::expand_as", "aten::flatten", "aten::view_as", "aten::unbind", "aten::split",
-    "aten::chunk", "aten::narrow", "aten::zero_", "aten::size", "aten::stride", "aten::is_same_size"})
+NO_COMPUTE = frozenset(
+    {
+        "aten::as_strided",
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "detach",
+        "aten::detach",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::t",
+        "aten::transpose",
+        "aten::expand",
+        "aten::reshape",
+        "aten::_reshape_alias",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::permute",
+        "aten::alias",
+        "aten::select",
+        "aten::slice",
+        "aten::lift_fresh",
+        "aten::numpy_T",
+        "aten::result_type",
+        "aten::is_nonzero",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::set_",
+        "aten::contiguous",
+        "aten::expand_as",
+        "aten::flatten",
+        "aten::view_as",
+        "aten::unbind",
+        "aten::split",
+        "aten::chunk",
+        "aten::narrow",
+        "aten::zero_",
+        "aten::size",
+        "aten::stride",
+        "aten::is_same_size",
+    }
+)
 
 
 # Dispatch keys under which an op has a kernel of its own on a CPU. An op registered only as a
@@ -66,8 +104,10 @@ KERNEL_RANGES = ("## Call CompiledFxGraph ", "cpp_fused_")
 
 
 def kernel_ops() -> frozenset[str]:
-    """Names (the profiler's: no overload) of the dispatcher's ops with a CPU kernel of their own, less NO_COMPUTE;
-    read at each call (~10 ms), so ops registered since (torch.library) count. Out= overloads say nothing of the
+    """Names (the profiler's: no overload) of the dispatcher's ops with a CPU kernel of their own, less
+    NO_COMPUTE;
+    read at each call (~10 ms), so ops registered since (torch.library) count. Out= overloads say nothing of
+    the
     op's own (aten::linear.out has a kernel, the aten::linear a model calls none)."""
     import torch
 
@@ -81,9 +121,12 @@ def kernel_ops() -> frozenset[str]:
 
 
 def cpu_compute_us(events) -> float:
-    """Time inside compute kernels on a CPU, from torch.profiler's FunctionEvents: the self time of every op with a
-    kernel of its own, whether or not it has child events (a parent's self time excludes its children, so nothing
-    counts twice), and of KERNEL_RANGES. Autograd's nodes, the optimizer's ranges, decompositions, metadata ops and
+    """Time inside compute kernels on a CPU, from torch.profiler's FunctionEvents: the self time of every op
+    with a
+    kernel of its own, whether or not it has child events (a parent's self time excludes its children, so
+    nothing
+    counts twice), and of KERNEL_RANGES. Autograd's nodes, the optimizer's ranges, decompositions, metadata
+    ops and
     Python are the host's."""
     ops = kernel_ops()
     return sum(e.self_cpu_time_total for e in events if e.name in ops or e.name.startswith(KERNEL_RANGES))
@@ -134,8 +177,11 @@ def cuda_split(events, steps: int) -> dict:
     device_us = max((_busy_us(v) for v in busy.values()), default=0.0)
     host_us = sum(e.self_cpu_time_total for e in cpu)
     wait_us = sum(e.cpu_time_total for e in cpu if e.name in SYNC_WAITS and not _inside_wait(e))
-    return {"host_s_per_step": max(0.0, host_us - wait_us) / steps / 1e6, "device_s_per_step": device_us / steps / 1e6,
-            "sync_wait_s_per_step": wait_us / steps / 1e6}
+    return {
+        "host_s_per_step": max(0.0, host_us - wait_us) / steps / 1e6,
+        "device_s_per_step": device_us / steps / 1e6,
+        "sync_wait_s_per_step": wait_us / steps / 1e6,
+    }
 
 
 BACKWARD = "autograd::engine::evaluate_function:"
@@ -159,12 +205,20 @@ def phases(events, cuda: bool) -> dict:
     steps = [e for e in events if e.name.startswith(STEP) and e.cpu_children]
     if not steps:
         return {"phases_unavailable": "no ProfilerStep spans in the profile"}
-    cpu = [e for e in events if not e.name.startswith(STEP) and not e.is_async and e.device_type.name == "CPU"]
+    cpu = [
+        e for e in events if not e.name.startswith(STEP) and not e.is_async and e.device_type.name == "CPU"
+    ]
     bwd = [e for e in cpu if e.name.startswith(BACKWARD) and _outermost(e, BACKWARD)]
-    opt = [e for e in cpu if e.name.startswith(OPTIMIZER) and _outermost(e, OPTIMIZER[0]) and _outermost(e, OPTIMIZER[1])]
+    opt = [
+        e
+        for e in cpu
+        if e.name.startswith(OPTIMIZER) and _outermost(e, OPTIMIZER[0]) and _outermost(e, OPTIMIZER[1])
+    ]
     if not bwd:
-        return {"phases_unavailable": "the profiled step shows no autograd backward ops (the step runs as one "
-                                      "graph: a CUDA graph replay or a fully compiled step)"}
+        return {
+            "phases_unavailable": "the profiled step shows no autograd backward ops (the step runs as one "
+            "graph: a CUDA graph replay or a fully compiled step)"
+        }
 
     def device_us(evs) -> float:
         return sum(getattr(e, "device_time_total", 0.0) for e in evs)
@@ -177,7 +231,8 @@ def phases(events, cuda: bool) -> dict:
         s_opt = [e for e in opt if a <= e.time_range.start <= b]
         marked = {id(e) for e in s_bwd + s_opt}
         others = [e for e in st.cpu_children if id(e) not in marked]
-        # Backward regions: runs of backward ops with no other top-level op starting between them (the engine's
+        # Backward regions: runs of backward ops with no other top-level op starting between them
+        # (the engine's
         # time between its nodes is backward's; a micro-batch's forward between two backwards splits them).
         regions: list[list[float]] = []
         for e in s_bwd:
@@ -204,11 +259,14 @@ def phases(events, cuda: bool) -> dict:
     if not cuda:
         return {f"{k}_s_per_step": v / n / 1e6 for k, v in host.items()} | {
             "phases_source": "torch.profiler per ProfilerStep: autograd evaluate_function regions (backward), Optimizer."
-                             "step/zero_grad (optimizer), the step up to its last backward less those (forward); wall"}
-    return {**{f"{k}_s_per_step": v / n / 1e6 for k, v in dev.items()},
-            **{f"{k}_host_s_per_step": v / n / 1e6 for k, v in host.items()},
-            "phases_source": "torch.profiler per ProfilerStep: GPU time of the kernels each phase's ops launched "
-                             "(*_s_per_step), the phase's CPU span (*_host_s_per_step)"}
+            "step/zero_grad (optimizer), the step up to its last backward less those (forward); wall"
+        }
+    return {
+        **{f"{k}_s_per_step": v / n / 1e6 for k, v in dev.items()},
+        **{f"{k}_host_s_per_step": v / n / 1e6 for k, v in host.items()},
+        "phases_source": "torch.profiler per ProfilerStep: GPU time of the kernels each phase's ops launched "
+        "(*_s_per_step), the phase's CPU span (*_host_s_per_step)",
+    }
 
 
 def profile_steps(configured: int, window_steps: int) -> int:
@@ -221,9 +279,12 @@ def xla_split(overhead: dict) -> dict:
     execs, total = overhead.get("xla_executions"), overhead.get("xla_execute_s_total")
     if trace is None or not execs:
         return {}
-    return {"host_s_per_step": trace + (sync or 0.0), "device_s_per_step": total / execs,
-            "breakdown_source": "xla: trace + sync (host), ExecuteTime per execution (device)",
-            "phases_unavailable": "xla: forward, backward and optimizer are one graph (fused), executed as one"}
+    return {
+        "host_s_per_step": trace + (sync or 0.0),
+        "device_s_per_step": total / execs,
+        "breakdown_source": "xla: trace + sync (host), ExecuteTime per execution (device)",
+        "phases_unavailable": "xla: forward, backward and optimizer are one graph (fused), executed as one",
+    }
 
 
 class BreakdownMeter(ProfilerMeter):
@@ -234,8 +295,11 @@ class BreakdownMeter(ProfilerMeter):
     def __init__(self, device_type: str, configured: int, window_steps: int, steady_s: float,
                  overhead: dict | None = None):
         xla = device_type == "xla"
-        super().__init__(device_type == "cuda", 0 if xla else profile_steps(configured, window_steps),
-                         {"breakdown_unavailable": "torch.profiler could not start (another profiler is active?)"})
+        super().__init__(
+            device_type == "cuda",
+            0 if xla else profile_steps(configured, window_steps),
+            {"breakdown_unavailable": "torch.profiler could not start (another profiler is active?)"},
+        )
         self.xla, self.on, self.steady_s, self.overhead = xla, configured > 0, steady_s, overhead or {}
 
     def close(self) -> dict:
@@ -251,9 +315,16 @@ class BreakdownMeter(ProfilerMeter):
         # the host/device figures are what they were without them.
         events = [e for e in got if not e.name.startswith(STEP)]
         if cuda:
-            source = ("torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
-                      "the ops less sync waits (host)")
-            return {**cuda_split(events, steps), "breakdown_source": source, "breakdown_steps": steps, **split_of}
+            source = (
+                "torch.profiler: GPU busy time of kernels/memcpys, union over streams (device), CPU time of "
+                "the ops less sync waits (host)"
+            )
+            return {
+                **cuda_split(events, steps),
+                "breakdown_source": source,
+                "breakdown_steps": steps,
+                **split_of,
+            }
         device = cpu_compute_us(events) / steps / 1e6
         host = max(0.0, self.steady_s - device)
         source = "torch.profiler: self time of ops with a kernel of their own (device), steady step minus that (host)"
@@ -261,7 +332,9 @@ class BreakdownMeter(ProfilerMeter):
                 "breakdown_steps": steps, **split_of}
 
 
-def split(hooks, device_type: str, overhead: dict, configured: int, window_steps: int, steady_s: float) -> dict:
+def split(
+    hooks, device_type: str, overhead: dict, configured: int, window_steps: int, steady_s: float
+) -> dict:
     """The breakdown for the record: XLA from its clocks, the rest profiled over a window of its own after the
     timed ones; {} when off."""
     return profiled_window(hooks, BreakdownMeter(device_type, configured, window_steps, steady_s, overhead))

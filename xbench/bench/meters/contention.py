@@ -47,7 +47,8 @@ import psutil
 from xbench.bench.meters import Meter, nvml
 from xbench.env_vars import launched_rank
 
-ROOT_ENV = "XBENCH_POINT"  # "<root pid>:<wall time the point started>", set by the runner (launch/isolation.py)
+# "<root pid>:<wall time the point started>", set by the runner (launch/isolation.py)
+ROOT_ENV = "XBENCH_POINT"
 PROBE_S = 0.25  # default probe before the run
 SLACK_CORES = 0.25  # others' use under this does not count (daemons, the kernel, the probe itself)
 STEAL_FRACTION = 0.05
@@ -120,7 +121,10 @@ def _run_waits() -> dict[int, int]:
     out = {}
     with contextlib.suppress(OSError):
         for tid in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/self/task/{tid}/schedstat") as f:
+            with (
+                contextlib.suppress(OSError, ValueError, IndexError),
+                open(f"/proc/self/task/{tid}/schedstat") as f,
+            ):
                 out[int(tid)] = int(f.read().split()[1])
     return out
 
@@ -180,13 +184,21 @@ def between(a: Snapshot, b: Snapshot) -> dict:
         "wall_s": wall,
         "other_cores": max(0.0, system - own) / wall,
         "own_cores": own / wall,
-        "steal_fraction": (b.cpu.steal - a.cpu.steal) / total if total > 0 and hasattr(b.cpu, "steal") else 0.0,
-        "top": [{"pid": pid, "name": name, "cores": round(cpu / wall, 3)} for pid, (name, cpu) in top
-                if cpu / wall >= 0.05],
+        "steal_fraction": (b.cpu.steal - a.cpu.steal) / total
+        if total > 0 and hasattr(b.cpu, "steal")
+        else 0.0,
+        "top": [
+            {"pid": pid, "name": name, "cores": round(cpu / wall, 3)}
+            for pid, (name, cpu) in top
+            if cpu / wall >= 0.05
+        ],
         "involuntary_switches_per_s": (b.switches - a.switches) / wall,
         # Threads born between the snapshots count from zero; those gone by the second are not counted.
-        "own_wait_cores": (sum(ns - a.run_wait_ns.get(tid, 0) for tid, ns in b.run_wait_ns.items()) / 1e9 / wall
-                           if b.run_wait_ns else None),
+        "own_wait_cores": (
+            sum(ns - a.run_wait_ns.get(tid, 0) for tid, ns in b.run_wait_ns.items()) / 1e9 / wall
+            if b.run_wait_ns
+            else None
+        ),
     }
 
 
@@ -250,11 +262,17 @@ def probe(seconds: float = PROBE_S, gpus: list[int] | None = None, reuse_s: floa
     b = snapshot()
     fig = between(a, b)
     phys = physical_cores()
-    out = {"probe_s": fig["wall_s"], "other_cores": fig["other_cores"], "steal_fraction": fig["steal_fraction"],
-           "top": fig["top"], "physical_cores": phys, "free_cores": max(1, phys - round(fig["other_cores"])),
-           "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-           "gpu_other_pids": gpu_others(a, a.own),
-           "gpu_util_percent": {str(i): g["util_percent"] for i, g in a.gpu.items() if isinstance(g, dict)}}
+    out = {
+        "probe_s": fig["wall_s"],
+        "other_cores": fig["other_cores"],
+        "steal_fraction": fig["steal_fraction"],
+        "top": fig["top"],
+        "physical_cores": phys,
+        "free_cores": max(1, phys - round(fig["other_cores"])),
+        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "gpu_other_pids": gpu_others(a, a.own),
+        "gpu_util_percent": {str(i): g["util_percent"] for i, g in a.gpu.items() if isinstance(g, dict)},
+    }
     if a.gpu:
         out["gpu_other_processes"], out["gpu_pid_namespace"] = gpu_other_counts(a, a.own)
     if gpu_error(a):
@@ -306,8 +324,11 @@ class ContentionMeter(Meter):
     def stop(self) -> dict:
         a, b = self._a, snapshot(self.gpus)
         d = between(a, b)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (psutil.cpu_count() or 1)
-        # Host cores this run needs: every local rank's threads on a CPU device; one issuing thread each otherwise.
+        cores = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (psutil.cpu_count() or 1)
+        )
+        # Host cores this run needs: every local rank's threads on a CPU device; one issuing thread
+        # each otherwise.
         need = cores_needed(self.threads, self.ranks_on_host, self.device_type == "cpu")
         pids = {**gpu_others(a, a.own), **gpu_others(b, b.own)}
         (count_a, ns_a), (count_b, ns_b) = gpu_other_counts(a, a.own), gpu_other_counts(b, b.own)

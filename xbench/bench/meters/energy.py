@@ -47,7 +47,8 @@ class EnergyMeter(Meter):
                 for h in handles:
                     pynvml.nvmlDeviceGetTotalEnergyConsumption(h)  # raises where unsupported
                 self.source = "nvml"
-                return lambda: sum(pynvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles) / 1e3  # mJ -> J
+                # mJ -> J
+                return lambda: sum(pynvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles) / 1e3
             except Exception as e:
                 self._shutdown()
                 self.reason = f"NVML total energy not readable: {type(e).__name__}: {e}"
@@ -55,7 +56,9 @@ class EnergyMeter(Meter):
         if self.device_type == "cpu":
             pkgs = _rapl_packages()
             if not pkgs:
-                self.reason = f"no RAPL domains under {RAPL_ROOT} (not an x86 host, or not exposed in this VM)"
+                self.reason = (
+                    f"no RAPL domains under {RAPL_ROOT} (not an x86 host, or not exposed in this VM)"
+                )
                 return None
             try:
                 ranges = [int((p / "max_energy_range_uj").read_text()) for p in pkgs]

@@ -10,7 +10,8 @@ found, in order:
    PCI bus id (`nvmlDeviceGetHandleByPciBusId`), whatever CUDA_DEVICE_ORDER says. Reading the properties
    initialises torch's CUDA state in this process (a CUDA run's rank does so a moment later anyway) but
    creates no context on any device (`held_contexts` still reads none);
-2. otherwise (no torch, or a torch without CUDA here): the environment read the way CUDA reads it. UUIDs (`GPU-...`, unique prefixes allowed; `MIG-...`) name one device
+2. otherwise (no torch, or a torch without CUDA here): the environment read the way CUDA reads it. UUIDs
+(`GPU-...`, unique prefixes allowed; `MIG-...`) name one device
    each; indices mean PCI order only under CUDA_DEVICE_ORDER=PCI_BUS_ID (NVML's devices sorted by bus
    id here, not by NVML index); on a host with one GPU there is nothing to get wrong;
 3. else no handle: `Unmapped` says why, and the figure says it is unavailable. Never a guess.
@@ -66,7 +67,8 @@ def _cuda_devices():
     cuda = getattr(sys.modules.get("torch"), "cuda", None)
     try:
         return cuda if cuda is not None and cuda.is_available() and cuda.device_count() > 0 else None
-    except Exception:  # a torch without CUDA support, or a driver that does not answer: the environment's rules
+    # a torch without CUDA support, or a driver that does not answer: the environment's rules
+    except Exception:
         return None
 
 
@@ -152,13 +154,17 @@ def _by_environment(nvml, ordinal: int):
         visible = visible[:next((k for k, v in enumerate(visible) if v >= len(devices)), len(visible))]
     physical = list(range(len(devices))) if visible is None else visible
     if ordinal >= len(physical):
-        raise Unmapped(f"CUDA device {ordinal}, but {shown} leaves {len(physical)} of NVML's {len(devices)} GPUs")
+        raise Unmapped(
+            f"CUDA device {ordinal}, but {shown} leaves {len(physical)} of NVML's {len(devices)} GPUs"
+        )
     if len(devices) == 1:
         return devices[0]
     order = os.environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     if order != "PCI_BUS_ID":
-        raise Unmapped(f"{shown} with CUDA_DEVICE_ORDER={order}: CUDA numbers {len(devices)} GPUs fastest first, "
-                       "an order NVML cannot reproduce (set CUDA_DEVICE_ORDER=PCI_BUS_ID, or name GPUs by UUID)")
+        raise Unmapped(
+            f"{shown} with CUDA_DEVICE_ORDER={order}: CUDA numbers {len(devices)} GPUs fastest first, "
+            "an order NVML cannot reproduce (set CUDA_DEVICE_ORDER=PCI_BUS_ID, or name GPUs by UUID)"
+        )
     return sorted(devices, key=lambda h: _pci(nvml, h))[physical[ordinal]]
 
 

@@ -24,16 +24,21 @@ import tempfile
 from xbench.bench.meters import Meter
 
 # What kineto writes to the process's stderr from C++ around a profiler's start and stop: torch >= 2.14 logs
-# `USDT:... profiler_start/stop` (and `STAGE:` lines) whatever KINETO_LOG_LEVEL says, and a CUDA build on a host
+# `USDT:... profiler_start/stop` (and `STAGE:` lines) whatever KINETO_LOG_LEVEL says, and a CUDA build on a
+# host
 # without a GPU logs its failed device probe. None of it is the user's business; anything else is kept.
-KINETO_NOISE = re.compile(r"^(?:(?:USDT|STAGE|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] "
-                          r"|ERROR:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount)")
+KINETO_NOISE = re.compile(
+    r"^(?:(?:USDT|STAGE|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] "
+    r"|ERROR:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount)"
+)
 
 
 @contextlib.contextmanager
 def kineto_quieted():
-    """File descriptor 2 through a temporary file while the profiler starts, steps or stops; on the way out what
-    was written there goes back to stderr, less kineto's noise (KINETO_NOISE). The native library writes to the
+    """File descriptor 2 through a temporary file while the profiler starts, steps or stops; on the way out
+    what
+    was written there goes back to stderr, less kineto's noise (KINETO_NOISE). The native library writes to
+    the
     descriptor, not to Python's sys.stderr, so only swapping the descriptor can keep it off the console."""
     try:
         sys.stderr.flush()
@@ -59,7 +64,8 @@ def kineto_quieted():
 
 
 class ProfilerMeter(Meter):
-    """torch.profiler over the profiled window (the module doc says when); subclasses read it in `figures_of`."""
+    """torch.profiler over the profiled window (the module doc says when); subclasses read it in
+    `figures_of`."""
 
     def __init__(self, cuda: bool, steps: int, refused: dict | None = None, **options):
         super().__init__()
@@ -80,12 +86,14 @@ class ProfilerMeter(Meter):
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
-        if torch._C._autograd._profiler_enabled():  # another one runs: ours would stop it (torch does not refuse)
+        # another one runs: ours would stop it (torch does not refuse)
+        if torch._C._autograd._profiler_enabled():
             return
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         try:
-            with warnings.catch_warnings():  # no profiler warm-up step: the timed windows already warmed the step
+            # no profiler warm-up step: the timed windows already warmed the step
+            with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
                 prof = profile(activities=activities, on_trace_ready=self._trace_ready, **self.options,
                                schedule=schedule(wait=0, warmup=0, active=self.steps, repeat=1))

@@ -73,7 +73,9 @@ class UtilisationMeter(Meter):
         psutil.cpu_percent(percpu=True)  # prime the counters: the first real sample covers one interval
         self._process.cpu_percent()
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(self._current,), name="xbench-util", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, args=(self._current,), name="xbench-util", daemon=True
+        )
         self._thread.start()
 
     def window_end(self) -> None:
@@ -123,7 +125,8 @@ class UtilisationMeter(Meter):
             "util_samples": len(cpu),
             "cpu_util_percent_mean": _mean([statistics.fmean(s) for s in cpu if s]),
             "cpu_util_percent_per_core_mean": per_core,
-            "process_cpu_percent_mean": _mean([p for w in self._windows for p in w["proc"]]),  # 100 = one core
+            # 100 = one core
+            "process_cpu_percent_mean": _mean([p for w in self._windows for p in w["proc"]]),
         }
         if self.unavailable or not self._handles:
             out["gpu_util"] = "unavailable"
@@ -151,7 +154,9 @@ class UtilisationMeter(Meter):
     def _edge_figures(self) -> dict:
         wall = max(sum(w["wall_s"] for w in self._windows), 1e-9)
         cores = [list(c) for c in zip(*(w["cores"] for w in self._windows))]
-        per_core = [100.0 * sum(b for _, b in c) / t if (t := sum(x for x, _ in c)) > 0 else 0.0 for c in cores]
+        per_core = [
+            100.0 * sum(b for _, b in c) / t if (t := sum(x for x, _ in c)) > 0 else 0.0 for c in cores
+        ]
         return {
             "util_source": "edges",
             "util_span_s": wall,
