@@ -166,3 +166,17 @@ def test_fault_drill_short_every_row_as_expected(drill):
     expected = {r["expected"] for r in rows}
     assert {"rejected", "failed", "oom", "interrupted", "diverged", "ok"} <= expected
     assert len(rows) >= 15
+
+
+def test_hint_for_pins_every_branch():
+    # added forms: a group or package is Hydra's; an unknown added key is named, a known one passes
+    assert hint_for("+experiment=x", added=True) is None and hint_for("+a/b=1", added=True) is None
+    assert hint_for("+foo@bar=1", added=True) is None
+    assert "keys of the top level" in hint_for("++nosuch=1", added=True)
+    assert hint_for("+bench.threads=2", added=True) is None and hint_for("+bench.threads=2") is None
+    assert hint_for("~bench.threads") is None and hint_for("hydra.run.dir=x") is None
+    # a value has no sub-keys; a free-form value takes any; a section is a group choice; sweeps are Hydra's
+    assert hint_for("data.batch_size.x=1") == "'data.batch_size' is a value, it has no sub-key 'x'"
+    assert hint_for("model.options.width=8") is None and hint_for("bench=x") is None
+    assert hint_for("data.batch_size=1,x") is None and hint_for("data.batch_size=8") is None
+    assert "keys of data:" in hint_for("data.nosuch=1")

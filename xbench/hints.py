@@ -69,17 +69,39 @@ def moved_key_problems(argv: list[str]) -> list[str]:
     return [m for m in (moved_key(a) for a in argv) if m]
 
 
-def hint_for(override: str, added: bool = False) -> str | None:
-    """One override `a.b=value` checked against the schema: a hint, or None when it looks fine.
-    `added`: check the `+a.b=value` / `++a.b=value` forms too (Hydra would accept an unknown key)."""
-    if moved := moved_key(override):
-        return moved
+def _schema_override(override: str, added: bool) -> str | None:
+    """The override the schema judges (its `+`s stripped when `added`), or None when it is Hydra's: no
+    `=`, a deletion or append, hydra's own keys, and an added config group (+experiment=...) or package."""
     if added and override.startswith("+"):
         override = override.lstrip("+")
-        if "@" in override.partition("=")[0] or "/" in override.partition("=")[0] \
-                or (Path(config_dir()) / override.partition("=")[0]).is_dir():
-            return None  # a config group (+experiment=..., +workload=...) or a package: Hydra's business
+        key = override.partition("=")[0]
+        if "@" in key or "/" in key or (Path(config_dir()) / key).is_dir():
+            return None
     if "=" not in override or override[0] in "+~-" or override.startswith("hydra"):
+        return None
+    return override
+
+
+def _value_hint(key: str, value: str, scalar, path: list[str], rest: list[str]) -> str | None:
+    """A leaf field's hint: a sub-key a value cannot have, or a value its type cannot parse. A free-form
+    field (scalar None) takes anything; a multirun sweep (a,b / range(...)) is Hydra's to parse."""
+    if scalar is None:
+        return None
+    if rest:
+        return f"{'.'.join(path)!r} is a value, it has no sub-key {rest[0]!r}"
+    if "," in value or "(" in value or _parses(value, scalar):
+        return None
+    return f"{key} takes {_SCALARS[scalar]}, got {value!r}"
+
+
+def hint_for(override: str, added: bool = False) -> str | None:
+    """One override `a.b=value` checked against the schema: a hint, or None when it looks fine.
+    `added`: check the `+a.b=value` / `++a.b=value` forms too (Hydra would accept an unknown key).
+    The key is walked section by section: an unknown part is named, a section at the end is a group
+    choice (Hydra lists the options), a leaf is judged by `_value_hint`."""
+    if moved := moved_key(override):
+        return moved
+    if (override := _schema_override(override, added)) is None:
         return None
     key, _, value = override.partition("=")
     parts = key.split(".")
@@ -92,22 +114,11 @@ def hint_for(override: str, added: bool = False) -> str | None:
             guess = f"did you mean {'.'.join(path + [near[0]])!r}? " if near else ""
             return f"{key!r} is not a config key; {guess}keys of {where}: {', '.join(sorted(fields))}"
         tp, path = fields[part], path + [part]
-        if dataclasses.is_dataclass(tp):
-            if i == len(parts) - 1:
-                return None  # a group choice (model=foo): Hydra lists the options
-            cls = tp
-            continue
-        scalar = _scalar(tp)
-        if i < len(parts) - 1:
-            return (
-                None
-                if scalar is None
-                else f"{'.'.join(path)!r} is a value, it has no sub-key {parts[i + 1]!r}"
-            )
-        sweep = "," in value or "(" in value  # a multirun sweep (a,b / range(...)): Hydra parses it
-        if scalar is not None and not sweep and not _parses(value, scalar):
-            return f"{key} takes {_SCALARS[scalar]}, got {value!r}"
-        return None
+        if not dataclasses.is_dataclass(tp):
+            return _value_hint(key, value, _scalar(tp), path, parts[i + 1:])
+        if i == len(parts) - 1:
+            return None
+        cls = tp
     return None
 
 
