@@ -148,3 +148,22 @@ def test_a_run_trains_a_hugging_face_model_by_name(store):
     expected = flops_per_sample("hf/bert", InputSpec("tokens", 2, seq_len=16, vocab_size=128), BERT_TINY)
     assert rec["status"] == "ok" and m["flops_per_sample_train"] == expected["train"] > 0
     assert m["throughput_samples_per_s"] > 0 and rec["env"]["packages"]["transformers"]
+
+
+@needs_hf
+def test_hf_config_takes_options_and_the_data_and_refuses_what_the_data_owns():
+    from transformers import BertConfig, GPT2Config, ViTConfig
+
+    cfg = zoo._hf_config(GPT2Config(), {"n_layer": 1, "n_positions": 8}, TOKENS, "lm")
+    assert (cfg.n_layer, cfg.vocab_size, cfg.use_cache) == (1, TOKENS.vocab_size, False)
+    assert cfg.n_positions == TOKENS.seq_len and not hasattr(cfg, "num_channels")
+    assert zoo._hf_config(GPT2Config(n_positions=64), {}, TOKENS, "lm").n_positions == 64
+    vit = zoo._hf_config(ViTConfig(), {}, IMAGE, "classify")
+    assert (vit.image_size, vit.num_channels, vit.num_labels) == (32, 3, 10)
+    assert zoo._hf_config(ViTConfig(), {}, IMAGE, "mlm").num_labels == ViTConfig().num_labels
+    with pytest.raises(ValueError, match=r"vocab_size, num_labels come\(s\) from the data config: set "
+                                         r"data.vocab_size, data.num_classes instead"):
+        zoo._hf_config(BertConfig(), {"vocab_size": 9, "num_labels": 2}, TOKENS, "classify")
+    said = r"BertConfig has no attribute hidden_sise \(did you mean hidden_size\?\), zzz"
+    with pytest.raises(TypeError, match=said):
+        zoo._hf_config(BertConfig(), {"hidden_sise": 8, "zzz": 1}, TOKENS, "mlm")

@@ -256,31 +256,48 @@ def _hf(name: str, arch: str) -> ModelEntry:
     return ModelEntry(name, build, task, (modality,), ("transformers",), _probe(name, build, task))
 
 
-def _hf_config(config, options: dict, spec: InputSpec, task: str):
-    """The architecture's default config, with `model.options` and the data's shapes."""
-    unknown = [k for k in options if not hasattr(config, k)]
-    if unknown:
-        near = {k: difflib.get_close_matches(k, config.to_dict(), n=1) for k in unknown}
-        said = ", ".join(f"{k} (did you mean {near[k][0]}?)" if near[k] else k for k in unknown)
-        raise TypeError(f"{type(config).__name__} has no attribute {said}")
-    owned = [k for k in options if k in HF_FROM_DATA]
-    if owned:
-        raise ValueError(f"{', '.join(owned)} come(s) from the data config: set "
-                         f"{', '.join(HF_FROM_DATA[k] for k in owned)} instead")
-    for k, v in options.items():
-        setattr(config, k, v)
-    data = {"vocab_size": spec.vocab_size} if spec.modality == "tokens" else \
-        {"image_size": spec.image_size, "num_channels": spec.channels}
+def _with_near(keys: list[str], known) -> str:
+    """`a (did you mean b?), c`: each key with the closest of `known`, where one is close."""
+    near = {k: difflib.get_close_matches(k, known, n=1) for k in keys}
+    return ", ".join(f"{k} (did you mean {near[k][0]}?)" if near[k] else k for k in keys)
+
+
+def _option_problem(config, options: dict) -> Exception | None:
+    """Why `model.options` cannot go on this config: a key it lacks (with the closest it has), or a key
+    the data config owns (HF_FROM_DATA); None when they fit."""
+    if unknown := [k for k in options if not hasattr(config, k)]:
+        return TypeError(f"{type(config).__name__} has no attribute {_with_near(unknown, config.to_dict())}")
+    if owned := [k for k in options if k in HF_FROM_DATA]:
+        return ValueError(f"{', '.join(owned)} come(s) from the data config: set "
+                          f"{', '.join(HF_FROM_DATA[k] for k in owned)} instead")
+    return None
+
+
+def _data_fields(config, spec: InputSpec, task: str) -> dict:
+    """The fields the data sets on this config: its vocabulary or image shape, the classes of a
+    classifier, and positions enough for the sequence length; only those the config has."""
+    if spec.modality == "tokens":
+        data = {"vocab_size": spec.vocab_size}
+        data.update({k: max(getattr(config, k), spec.seq_len) for k in HF_POSITIONS
+                     if isinstance(getattr(config, k, None), int)})
+    else:
+        data = {"image_size": spec.image_size, "num_channels": spec.channels}
     if task == "classify":
         data["num_labels"] = spec.num_classes
-    for k, v in data.items():
-        if hasattr(config, k):
-            setattr(config, k, v)
-    for k in HF_POSITIONS:  # room for the data's sequence length
-        if spec.modality == "tokens" and isinstance(getattr(config, k, None), int):
-            setattr(config, k, max(getattr(config, k), spec.seq_len))
+    return {k: v for k, v in data.items() if hasattr(config, k)}
+
+
+def _hf_config(config, options: dict, spec: InputSpec, task: str):
+    """The architecture's default config, with `model.options` and the data's shapes (training: no
+    key/value cache)."""
+    if problem := _option_problem(config, options):
+        raise problem
+    for k, v in options.items():
+        setattr(config, k, v)
+    for k, v in _data_fields(config, spec, task).items():
+        setattr(config, k, v)
     if hasattr(config, "use_cache"):
-        config.use_cache = False  # training: no key/value cache
+        config.use_cache = False
     return config
 
 
