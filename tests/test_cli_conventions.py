@@ -82,6 +82,7 @@ def test_group_option_typos_get_the_closest_options():
     assert "+experiment=digits_to_target?" in group_hints(["+experiment=digits_to_targe"])[0]
     assert group_hints(["runtime=eager,compil"])[0].startswith("runtime=compil is not an option")
     assert group_hints(["model=resnet50", "model=timm/convnext_atto", "data.batch_size=3"]) == []
+    assert group_hints(["model=", "~model", "hydra/launcher=nosuch", "nosuchgroup=x", "model=tv/x,"]) == []
 
 
 def test_version_is_xbenchs(runs):

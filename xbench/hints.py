@@ -179,23 +179,29 @@ def group_options(group: str, search: list[Path] | None = None) -> list[str]:
     return sorted(out)
 
 
+def _group_override(a: str) -> tuple[str, str, str] | None:
+    """(its `+`/`~` prefix, group, value) of a group override; None for a dotted key or Hydra's own."""
+    plus = a[:len(a) - len(a.lstrip("+~"))]
+    key, eq, value = a.lstrip("+~").partition("=")
+    if not eq or "." in key or key.startswith("hydra") or not (Path(config_dir()) / key).is_dir():
+        return None
+    return plus, key, value
+
+
+def _unknown_choice(choice: str, options: list[str]) -> bool:
+    """A group choice that is none of its options and no zoo name (torchvision/..., timm/..., hf/...)."""
+    zoo = "/" in choice and choice.split("/")[0] in ("torchvision", "timm", "hf")
+    return bool(choice) and choice not in options and not zoo
+
+
 def group_hints(argv: list[str]) -> list[str]:
     """`model=resnet5`, `+experiment=digits_to_targe`: the closest options of that group, when the one named
     does not exist (Hydra lists them all but names none). A sweep's choices are checked one by one."""
     out = []
-    for a in argv:
-        plus = a[:len(a) - len(a.lstrip("+~"))]
-        key, eq, value = a.lstrip("+~").partition("=")
-        if not eq or "." in key or key.startswith("hydra") or not (Path(config_dir()) / key).is_dir():
-            continue
+    for plus, key, value in filter(None, map(_group_override, argv)):
         options = group_options(key)
         for choice in (c.strip().strip("'\"") for c in value.split(",")):
-            if (
-                not choice
-                or choice in options
-                or "/" in choice
-                and choice.split("/")[0] in ("torchvision", "timm", "hf")
-            ):
+            if not _unknown_choice(choice, options):
                 continue
             near = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
             if near:
