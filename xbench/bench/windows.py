@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from xbench.bench import loop, meters, profile
 from xbench.bench.figures import build_figures, closing_figures
 from xbench.bench.meters import breakdown, contention
 from xbench.bench.worker import PreparedRank, check_finite, device_gpus, prepare_rank, rank_meters
+from xbench.config.section import SectionView
 from xbench.metrics.stats import summarize
 from xbench.plan import Plan
 from xbench.rank import (
@@ -33,8 +34,9 @@ INPUT_BOUND_FRACTION = 0.1  # waiting for data more than this share of the windo
 
 
 @dataclass(frozen=True)
-class WindowPlan:
-    """How long to warm up and what to time (bench.*); a batch-search trial uses a short one."""
+class WindowPlan(SectionView):
+    """How long to warm up and what to time (bench.*; `WindowPlan.of(cfg.bench)`); a batch-search trial uses a
+    short one."""
 
     warmup_min_steps: int
     warmup_max_steps: int
@@ -47,11 +49,6 @@ class WindowPlan:
     stall_factor: float = 5.0
     stall_fraction: float = 0.05
     stall_remeasure: int = 0
-
-    @classmethod
-    def of(cls, bench) -> WindowPlan:
-        """Every field from the bench section's key of the same name."""
-        return cls(**{f.name: getattr(bench, f.name) for f in fields(cls)})
 
 
 @dataclass

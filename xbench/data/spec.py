@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from xbench.config.section import SectionView
 
 
 @dataclass(frozen=True)
-class InputSpec:
+class InputSpec(SectionView):
     modality: str  # image | tokens | features
     num_classes: int
     image_size: int = 32
@@ -18,4 +20,4 @@ class InputSpec:
     @classmethod
     def from_data(cls, data) -> InputSpec:
         """Every field from the data section's key of the same name."""
-        return cls(**{f.name: getattr(data, f.name) for f in fields(cls)})
+        return cls.of(data)
