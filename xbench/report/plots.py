@@ -39,6 +39,7 @@ from xbench.report.rows import (
     bar_keys,
     bar_label,
     baseline_rows,
+    configurations,
     constant_caption,
     pooled_text,
     prepare,
@@ -320,31 +321,34 @@ def cost_to_target(rows: Rows, ctx: Context):
                        f"cost to target [{C}]", _note(notes[0], missed, _fx_note(ctx)))
 
 
+def _curve_line(r: dict, x: str, label: str) -> Line:
+    """One run's evaluation curve against `x`; in colour first, the best runs (the lowest perplexity, the
+    highest accuracy)."""
+    pts = [(p[x], p["metric"]) for p in r["curve"] if p.get(x) is not None]
+    sign = 1 if goal_metrics.higher_is_better(r.get("goal_metric")) else -1
+    return Line(label, [p[0] for p in pts], [p[1] for p in pts], rank=max(sign * p[1] for p in pts))
+
+
+def _has_curve(r: dict, x: str) -> bool:
+    return bool(r.get("curve")) and any(p.get(x) is not None for p in r["curve"])
+
+
+def _curve_panel(wtitle: str, sub: Rows, ctx: Context, x: str) -> Panel:
+    """One work's curves: one line per run (repeats share a label and a colour), a level at every target of
+    the runs (goal.targets: each has its figures), not only the last one they stop at."""
+    lines = [_curve_line(r, x, label) for label, g in configurations(sub, ctx) for r in g]
+    goals = sorted(set(sub.nums("target")) | set(targets.targets_in(sub.columns())))
+    metric = " / ".join(sorted({goal_metrics.label(m) for m in sub.col("goal_metric") if m})) or "accuracy"
+    return Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in goals})
+
+
 def _accuracy(rows: Rows, ctx: Context, x: str, xlabel: str, title: str):
-    rows = Rows(r for r in rows if r.get("curve") and any(p.get(x) is not None for p in r["curve"]))
+    rows = Rows(r for r in rows if _has_curve(r, x))
     if not rows:
         series = "train_time_s" if x == "time_s" else x
         raise NoData(f"no record has an evaluation curve (series of the goal metric with {series})")
     wl, left_out = workloads(rows)
-    panels = []
-    for wtitle, sub in wl:
-        names = bar_keys(sub, ctx)
-        lines = []
-        for keys, g in groups(sub, names):
-            for r in g:  # one line per run; repeats share a label (and a colour)
-                pts = [(p[x], p["metric"]) for p in r["curve"] if p.get(x) is not None]
-                # in colour: the best runs (the lowest perplexity, the highest accuracy)
-                sign = 1 if goal_metrics.higher_is_better(r.get("goal_metric")) else -1
-                lines.append(Line(bar_label(keys, names), [p[0] for p in pts], [p[1] for p in pts],
-                                  rank=max(sign * p[1] for p in pts)))
-        # Every target of the runs (goal.targets: each has its figures), not only the last one they stop at.
-        goals = sorted(set(sub.nums("target")) | set(targets.targets_in(sub.columns())))
-        metric = (
-            " / ".join(sorted({goal_metrics.label(m) for m in sub.col("goal_metric") if m})) or "accuracy"
-        )
-        panels.append(
-            Panel(wtitle, lines, f"evaluation {metric}", hlines={f"target {t:g}": t for t in goals})
-        )
+    panels = [_curve_panel(wtitle, sub, ctx, x) for wtitle, sub in wl]
     drawn = sum(min(len(p.lines), layout.LEGEND_MAX + layout.MAX_GREY_LINES) for p in panels)
     total = sum(len(p.lines) for p in panels)
     return line_figure(
@@ -406,6 +410,20 @@ def scaling(rows: Rows, ctx: Context):
     )
 
 
+def _device_bars(g: Rows, cfg: str) -> list[Bar]:
+    """One bar per GPU of one configuration's runs (the median over them, min-max when there are two or
+    more). The GPU first in the label: a long label is cut at its end, and the colour names the
+    configuration."""
+    devices = sorted({d for r in g for d in r["gpu_util_by_device"]},
+                     key=lambda d: [int(p) if p.isdigit() else p for p in d.split(":")])
+    bars = []
+    for d in devices:
+        xs = [r["gpu_util_by_device"][d] for r in g if d in r["gpu_util_by_device"]]
+        lo, hi = (min(xs), max(xs)) if len(xs) > 1 else (None, None)
+        bars.append(Bar(f"GPU {d} · {cfg}", sorted(xs)[len(xs) // 2], lo, hi, cfg, len(xs)))
+    return bars
+
+
 @plot("gpu_utilisation")
 def gpu_utilisation(rows: Rows, ctx: Context):
     """Per-GPU utilisation over the timed windows: nn.DataParallel's GPU 0 busy and the others waiting
@@ -416,19 +434,7 @@ def gpu_utilisation(rows: Rows, ctx: Context):
     wl, left_out = workloads(ok)
     facets = []
     for title, sub in wl:
-        names = bar_keys(sub, ctx)
-        bars = []
-        for keys, g in groups(sub, names):
-            devices = sorted({d for r in g for d in r["gpu_util_by_device"]},
-                             key=lambda d: [int(p) if p.isdigit() else p for p in d.split(":")])
-            cfg = bar_label(keys, names)
-            for d in devices:
-                xs = [r["gpu_util_by_device"][d] for r in g if d in r["gpu_util_by_device"]]
-                med = sorted(xs)[len(xs) // 2]
-                # The GPU first in the label: a long label is cut at its end, and the colour
-                # names the configuration.
-                bars.append(Bar(f"GPU {d} · {cfg}", med, min(xs) if len(xs) > 1 else None,
-                                max(xs) if len(xs) > 1 else None, cfg, len(xs)))
+        bars = [b for cfg, g in configurations(sub, ctx) for b in _device_bars(g, cfg)]
         cap = layout.bar_cap(len(wl))
         facets.append(Facet(title, bars[:cap], left_out=max(0, len(bars) - cap), split=cap))
     hues = hue_colors({b.hue for f in facets for b in f.bars})

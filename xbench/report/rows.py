@@ -15,7 +15,7 @@ import pandas as pd
 from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
-from xbench.analysis.rows import NoData, Rows
+from xbench.analysis.rows import NoData, Rows, groups
 from xbench.analysis.workload import (
     CONFIGURATION,
     DETAILS,
@@ -101,6 +101,12 @@ def bar_keys(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -
 
 def bar_label(keys: dict, names: list[str]) -> str:
     return configuration_label(keys, names, "all runs", devices="dev")
+
+
+def configurations(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -> list[tuple[str, Rows]]:
+    """(label, runs) of each configuration of one work's rows: grouped by `bar_keys`, labelled by `bar_label`."""
+    names = bar_keys(rows, ctx, drop)
+    return [(bar_label(keys, names), g) for keys, g in groups(rows, names)]
 
 
 def pooled_text(
