@@ -206,3 +206,12 @@ def test_cli_sigterm_in_a_repeat_process_leaves_an_interrupted_record(runs):
     [rec] = records(store)
     assert rec["status"] == "interrupted" and rec["reason"].startswith("SIGTERM during"), rec["reason"]
     assert rec["measurements"]["process_repeat"] == 1
+
+
+def test_cpu_capability_is_refused_in_a_rank_another_launcher_started(monkeypatch):
+    facts = HostFacts(logical_cores=2, torch_version="2.9.0")
+    assert compat.cpu_capability_fits(_cfg(cpu_capability="default"), facts) == []
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert compat.cpu_capability_fits(_cfg(cpu_capability="default"), facts) == [
+        "bench.cpu_capability=default needs xbench to start the processes (torch reads it at start); run "
+        "python -m xbench without the torchrun command"]

@@ -49,6 +49,13 @@ def check(cfg: XBenchConfig, facts: HostFacts) -> list[str]:
     return [reason for fn in RULES for reason in fn(cfg, facts)]
 
 
+def _unless_launched(refusal: str) -> list[str]:
+    """[refusal] in a rank another launcher started (torchrun, srun), for a setting that needs xbench to
+    start the processes; [] otherwise. A read: compat sets no variable (launch/torchrun.launch gives a srun
+    task torch's while its rank runs)."""
+    return [refusal] if launched_rank() else []
+
+
 @rule
 def knobs_in_range(cfg, facts):
     """Every setting within the range or choices its field declares (xbench/config: `knob` beside the
@@ -77,12 +84,9 @@ def process_repeats_fit(cfg, facts):
     if cfg.bench.mode != "throughput":
         return [f"bench.process_repeats={n} applies to bench.mode=throughput only, not {cfg.bench.mode!r} "
                 "(use bench.process_repeats=1 with train_to_target and find_max_batch)"]
-    # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank
-    # runs)
-    if launched_rank():
-        return [f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench parallel=... "
-                "without the torchrun command): processes torchrun started cannot be started again"]
-    return []
+    return _unless_launched(f"bench.process_repeats={n} needs xbench to start the ranks (python -m xbench "
+                            "parallel=... without the torchrun command): processes torchrun started cannot "
+                            "be started again")
 
 
 @rule
@@ -263,12 +267,8 @@ def cpu_capability_fits(cfg, facts):
     dev = device_type(cfg.platform.device, cfg.runtime.name, facts)
     if dev != "cpu":
         return [f"bench.cpu_capability={cap} chooses ATen's CPU kernels; this run trains on {dev}"]
-    # a read: compat sets no variable (launch/torchrun.launch gives a srun task torch's while its rank
-    # runs)
-    if launched_rank():
-        return [f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads it at start); "
-                "run python -m xbench without the torchrun command"]
-    return []
+    return _unless_launched(f"bench.cpu_capability={cap} needs xbench to start the processes (torch reads "
+                            "it at start); run python -m xbench without the torchrun command")
 
 
 @rule
