@@ -45,3 +45,33 @@ def test_the_curve_is_the_goal_metrics_points_with_their_time_and_epoch():
     assert flatten(r)["curve"] == [{"metric": 0.5, "time_s": None, "epoch": None}]
     r.series = {"loss_curve": [1.0]}
     assert flatten(r)["curve"] is None
+
+
+def test_ci_columns_come_from_the_samples_and_a_bound_at_zero_is_dropped():
+    from xbench.metrics.stats import ci95
+
+    low, high = "throughput_ci95_low_samples_per_s", "throughput_ci95_high_samples_per_s"
+    assert low not in flatten(_rec({}, {"throughput_ci95_samples_per_s": [0.0, 9.0]}))
+    row = flatten(_rec({}, {"throughput_ci95_samples_per_s": [4.0, 9.0]}))
+    assert (row[low], row[high]) == (4.0, 9.0) and "throughput_log_n" not in row
+    w, p = [90.0, 100.0, 110.0, 105.0], [100.0, 120.0, 110.0]
+    row = flatten(_rec({}, {"throughput_ci95_samples_per_s": [4.0, 9.0], "throughput_samples_per_s_windows": w,
+                            "throughput_samples_per_s_processes": p}))
+    assert [row[low], row[high]] == list(ci95(w)) and row["throughput_log_n"] == 3  # over the processes
+    assert row["throughput_process_ci95_low_samples_per_s"] == ci95(p)[0]
+    row = flatten(_rec({}, {"throughput_samples_per_s_windows": w, "throughput_samples_per_s_processes": [99.0]}))
+    assert row["throughput_log_n"] == 4  # one process: over the windows
+
+
+def test_rows_in_another_currency_are_converted_copies():
+    from xbench.analysis.currency import in_currency
+
+    rows = [{"price_currency": "EUR", "price_as_of": "2025", "eur_per_million_samples": 2.0,
+             "samples_per_s_per_eur_per_hour": 10.0, "train_cost_eur": "n/a"},
+            {"price_currency": "USD", "usd_per_million_samples": 1.0}, {"throughput": 5}]
+    out, used = in_currency(rows, "USD", {"EUR": 1.5})
+    assert out[0] == {"price_currency": "EUR", "price_as_of": "2025", "usd_per_million_samples": 3.0,
+                      "samples_per_s_per_usd_per_hour": 10.0 / 1.5, "fx_rate": 1.5,
+                      "fx_date": "as given (--fx)"}
+    assert out[1:] == rows[1:] and out[1] is rows[1] and [u.rate for u in used] == [1.5]
+    assert in_currency(rows, None) == (rows, [])

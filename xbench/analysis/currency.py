@@ -93,6 +93,18 @@ def _money_columns(columns, cur: str) -> dict[str, tuple[str, bool]]:
     return out
 
 
+def _converted(r: dict, cur: str, to: str, fx: Rate) -> dict:
+    """A copy of row `r` (priced in `cur`) with its cost columns in `to` at `fx`: only the report's currency
+    is left, so every cost column has one name."""
+    new = dict(r)
+    for c, (pattern, divide) in _money_columns(r, cur).items():
+        v = new.pop(c)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            new[pattern.format(to=to)] = v / fx.rate if divide else v * fx.rate
+    new.update(fx_rate=fx.rate, fx_date=fx.date)
+    return new
+
+
 def in_currency(rows, to: str | None, given: dict[str, float] | None = None) -> tuple[list[dict], list[Rate]]:
     """(rows with every cost figure in `to`, the rates used). Rows already in `to`, or unpriced, are returned
     as they are; a converted row is a copy with its cost columns renamed (the frame keeps the recorded
@@ -109,12 +121,5 @@ def in_currency(rows, to: str | None, given: dict[str, float] | None = None) -> 
         key = (cur, r.get("price_as_of"))
         if key not in used:
             used[key] = rate(cur, to, r.get("price_as_of"), given)
-        fx = used[key]
-        new = dict(r)
-        for c, (pattern, divide) in _money_columns(r, cur).items():
-            v = new.pop(c)  # only the report's currency is left: every cost column has one name
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                new[pattern.format(to=to)] = v / fx.rate if divide else v * fx.rate
-        new.update(fx_rate=fx.rate, fx_date=fx.date)
-        out.append(new)
+        out.append(_converted(r, cur, to, used[key]))
     return out, sorted(set(used.values()), key=lambda x: (x.currency, x.date))

@@ -106,28 +106,35 @@ def _numbers(v) -> list[float] | None:
         isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) else None
 
 
+# (the stored CI, the samples it is recomputed from, the row's low and high columns)
+_CI_COLUMNS = (
+    ("throughput_ci95_samples_per_s", "throughput_samples_per_s_windows",
+     "throughput_ci95_low_samples_per_s", "throughput_ci95_high_samples_per_s"),
+    ("throughput_process_ci95_samples_per_s", "throughput_samples_per_s_processes",
+     "throughput_process_ci95_low_samples_per_s", "throughput_process_ci95_high_samples_per_s"),
+)
+
+
 def _ci_columns(m: dict) -> dict:
     """A run's CIs (windows; processes under bench.process_repeats), recomputed from the stored samples
     where the record has them, so a record written before the rules of metrics/stats.py (a linear CI
     from 2 windows, below zero) never reaches a table; a stored CI with a bound at or below zero is
     dropped. Plus the log moments a ratio's CI needs (over processes when there are several)."""
     out = {}
-    for stored, samples, low, high in (
-            ("throughput_ci95_samples_per_s", "throughput_samples_per_s_windows",
-             "throughput_ci95_low_samples_per_s", "throughput_ci95_high_samples_per_s"),
-            ("throughput_process_ci95_samples_per_s", "throughput_samples_per_s_processes",
-             "throughput_process_ci95_low_samples_per_s", "throughput_process_ci95_high_samples_per_s")):
-        xs, ci = _numbers(m.get(samples)), m.get(stored)
-        if xs is not None:
-            ci = ci95(xs)
+    for stored, samples, low, high in _CI_COLUMNS:
+        xs = _numbers(m.get(samples))
+        ci = ci95(xs) if xs is not None else m.get(stored)
         if ci is not None and len(ci) == 2 and None not in ci and ci[0] > 0:
             out[low], out[high] = ci
+    return out | _log_moment_columns(m)
+
+
+def _log_moment_columns(m: dict) -> dict:
+    """The log moments a ratio's CI needs, over processes when there are several, else over windows."""
     xs = _numbers(m.get("throughput_samples_per_s_processes"))
     xs = xs if xs and len(xs) > 1 else _numbers(m.get("throughput_samples_per_s_windows"))
     moments = log_moments(xs) if xs else None
-    if moments:
-        out["throughput_log_mean"], out["throughput_log_sd"], out["throughput_log_n"] = moments
-    return out
+    return dict(zip(("throughput_log_mean", "throughput_log_sd", "throughput_log_n"), moments or ()))
 
 
 def _config_columns(rec: RunRecord) -> dict:
