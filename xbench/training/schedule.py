@@ -105,6 +105,13 @@ def decay_epochs(schedule, max_epochs: float) -> float:
     return max_epochs - schedule.warmup_epochs
 
 
+# A decay's shape at `progress` (0 to 1 over its length after warm-up): 1 at its start, 0 at its end.
+DECAYS = {
+    "cosine": lambda s, progress: 0.5 * (1.0 + math.cos(math.pi * progress)),
+    "poly": lambda s, progress: (1.0 - progress) ** s.power,
+}
+
+
 def factor(schedule, epoch: float, max_epochs: float, end_factor: float | None = None) -> float:
     """Multiple of the base learning rate at `epoch` (fractional); `end_factor`: where a decay ends (default
     schedule.end_factor)."""
@@ -118,13 +125,9 @@ def factor(schedule, epoch: float, max_epochs: float, end_factor: float | None =
         return s.gamma ** sum(1 for m in s.milestones_epochs if epoch >= m)
     length = decay_epochs(s, max_epochs)
     progress = min(1.0, max(0.0, (epoch - warm) / length)) if length > 0 else 1.0
-    if s.name == "cosine":
-        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-    elif s.name == "poly":
-        shape = (1.0 - progress) ** s.power
-    else:
+    if s.name not in DECAYS:
         raise ValueError(f"optim.schedule.name={s.name!r} is unknown; allowed: {', '.join(SCHEDULES)}")
-    return end + (1.0 - end) * shape
+    return end + (1.0 - end) * DECAYS[s.name](s, progress)
 
 
 def end_factor(schedule, base: float) -> float:
