@@ -150,3 +150,18 @@ def test_real_slurm_point_end_line_names_its_warnings(cluster, tmp_path):  # noq
     assert kinds.group(1).split(", ") == list(dict.fromkeys(warning_kind(w) for w in rec["warnings"])), line
     tp, (lo, hi) = rec["measurements"]["throughput_samples_per_s"], rec["measurements"]["throughput_ci95_samples_per_s"]
     assert f" ok: {by_spread(tp, (hi - lo) / 2)} samples/s [" in line, line
+
+
+def test_throughput_spread_prefers_processes_then_windows_then_step_times():
+    from xbench.sinks.console import throughput_spread
+
+    base = {"throughput_samples_per_s": 100.0, "global_batch_size": 100, "step_time_s_p10": 0.5,
+            "step_time_s_p90": 2.0}
+    assert throughput_spread(base) == (200 - 50) / 2 / 100
+    assert throughput_spread({**base, "throughput_ci95_samples_per_s": [90, 110]}) == 0.1
+    assert throughput_spread({**base, "throughput_ci95_samples_per_s": [90, 110],
+                              "throughput_process_ci95_samples_per_s": [80, 120]}) == 0.2
+    assert throughput_spread({**base, "throughput_ci95_samples_per_s": [90, None]}) == 0.75
+    assert throughput_spread({**base, "step_time_s_p10": 0}) is None
+    assert throughput_spread({**base, "throughput_samples_per_s": 0}) is None
+    assert throughput_spread({"throughput_samples_per_s": float("nan")}) is None

@@ -192,10 +192,15 @@ def throughput_spread(v: dict) -> float | None:
     tp = v.get("throughput_samples_per_s")
     if not finite_number(tp) or tp <= 0:
         return None
-    for key in ("throughput_process_ci95_samples_per_s", "throughput_ci95_samples_per_s"):
-        ci = v.get(key)
-        if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(finite_number(x) for x in ci):
-            return (ci[1] - ci[0]) / 2 / tp
+    cis = [ci for ci in map(v.get, ("throughput_process_ci95_samples_per_s", "throughput_ci95_samples_per_s"))
+           if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(finite_number(x) for x in ci)]
+    if cis:
+        return (cis[0][1] - cis[0][0]) / 2 / tp
+    return _step_time_spread(v, tp)
+
+
+def _step_time_spread(v: dict, tp: float) -> float | None:
+    """Half the spread of samples/s at the p10 and p90 step times, relative to `tp`; None: none."""
     gb, p10, p90 = v.get("global_batch_size"), v.get("step_time_s_p10"), v.get("step_time_s_p90")
     if all(finite_number(x) and x > 0 for x in (gb, p10, p90)):
         return (gb / p10 - gb / p90) / 2 / tp
