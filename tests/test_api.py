@@ -70,3 +70,16 @@ def test_the_api_refuses_what_the_cli_refuses_and_redacts_its_messages():
     with pytest.raises(ValueError) as e:
         xbench.run(["+logger.wandb.api_key=hunter2-api", "bench.steps=hunter2-api"])
     assert "hunter2-api" not in str(e.value) and "<redacted>" in str(e.value)
+
+
+def test_overrides_come_as_a_list_a_string_or_a_nested_dict():
+    from xbench.api import _as_overrides
+
+    assert _as_overrides(None) == [] and _as_overrides("a=1  b=2") == ["a=1", "b=2"]
+    assert _as_overrides(("a=1",)) == ["a=1"]
+    assert _as_overrides({"data": {"batch_size": 8, "path": None}, "bench": {"x": True}, "o": {}}) == [
+        "data.batch_size=8", "data.path=null", "bench.x=true", "o={}"]
+    with pytest.raises(TypeError, match=r"got 3 \(int\)"):
+        _as_overrides(["a=1", 3])
+    with pytest.raises(TypeError, match="not int"):
+        _as_overrides(5)

@@ -29,8 +29,7 @@ def _as_overrides(overrides) -> list[str]:
     if isinstance(overrides, str):
         return overrides.split()
     if isinstance(overrides, Mapping):
-        return [f"{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
-                for k, v in _dotted(overrides)]
+        return [f"{k}={_override_value(v)}" for k, v in _dotted(overrides)]
     if isinstance(overrides, Iterable):
         out = list(overrides)
         if bad := [o for o in out if not isinstance(o, str)]:
@@ -40,6 +39,11 @@ def _as_overrides(overrides) -> list[str]:
         return out
     raise TypeError(f"overrides must be a list of 'key=value' strings, one such string or a dict, "
                     f"not {type(overrides).__name__}")
+
+
+def _override_value(v) -> str:
+    """A value as Hydra's grammar spells it: None is null, a bool is true/false."""
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else f"{v}"
 
 
 def _dotted(d: Mapping, prefix: str = ""):
