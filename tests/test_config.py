@@ -141,3 +141,16 @@ def test_the_default_config_and_every_preset_are_in_range():
     for group in ("experiment", "workload"):
         for option in _options(group):
             assert knob_problems(_compose([f"+{group}={option}"])) == [], option
+
+
+def test_knob_values_are_found_at_every_depth():
+    from xbench.config.knobs import _values
+
+    plain = {"platform": {"peak_tflops": {"bf16": 1.0, "fp32": 2.0}, "price": [{"amount": 3}, {"x": 1}]},
+             "optim": {"betas": [0.9, 0.99], "lr": 0.1}}
+    assert list(_values(plain, "platform.peak_tflops")) == [(".platform.peak_tflops.bf16", 1.0),
+                                                           (".platform.peak_tflops.fp32", 2.0)]
+    assert list(_values(plain, "platform.price.amount")) == [(".platform.price[0].amount", 3)]
+    assert list(_values(plain, "optim.betas")) == [(".optim.betas[0]", 0.9), (".optim.betas[1]", 0.99)]
+    assert list(_values(plain, "optim.lr")) == [(".optim.lr", 0.1)]
+    assert list(_values(plain, "optim.nosuch")) == [] and list(_values({"optim": 3}, "optim.lr")) == []

@@ -66,14 +66,17 @@ def _values(node, path: str):
     if not isinstance(node, dict) or head not in node:
         return
     value = node[head]
-    if rest:
-        yield from ((f".{head}{p}", v) for p, v in _values(value, rest))
-    elif isinstance(value, list):
-        yield from ((f".{head}[{i}]", v) for i, v in enumerate(value))
-    elif isinstance(value, dict):
-        yield from ((f".{head}.{k}", v) for k, v in value.items())
-    else:
-        yield f".{head}", value
+    inner = _values(value, rest) if rest else _elements(value)
+    yield from ((f".{head}{p}", v) for p, v in inner)
+
+
+def _elements(value):
+    """(where, value) below a field's value: a list's elements, a dict's values, else the value itself."""
+    if isinstance(value, list):
+        return ((f"[{i}]", v) for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return ((f".{k}", v) for k, v in value.items())
+    return [("", value)]
 
 
 def problems(schema, plain: dict) -> list[str]:
