@@ -427,3 +427,18 @@ def test_quality_parity_compares_final_metrics_of_one_work_across_machines(fixtu
     assert row["configurations"] == 2 and row["spread [metric]"] == pytest.approx(0.004)
     assert row["verdict"] == "same quality"  # within one point of accuracy
     assert "platform=cpu: 0.801" in row["final metric per configuration"]
+
+
+def test_quality_parity_needs_two_configurations_and_takes_each_ones_median():
+    from xbench.analysis.quality import quality_parity
+
+    def run(platform, final, epochs=3, mode="train_to_target"):
+        return {"status": "ok", "bench_mode": mode, "model": "m", "goal_metric": "accuracy", "epochs_done": epochs,
+                "platform": platform, "metric_final": final}
+
+    rows = [run("cpu", 0.80), run("cpu", 0.90), run("cpu", 0.70), run("gpu", 0.95), run("gpu", 0.5, epochs=4),
+            run("tpu", 0.1, mode="throughput")]
+    [row] = quality_parity(rows, tolerance=0.1)
+    assert (row["configurations"], row["final_min"], row["final_max"]) == (2, 0.80, 0.95)
+    assert row["spread"] == pytest.approx(0.15) and row["same_quality"] is False and row["epochs_done"] == 3
+    assert row["finals"] == "platform=cpu: 0.8; platform=gpu: 0.95"

@@ -20,14 +20,18 @@ def quality_parity(rows, tolerance: float = TOLERANCE) -> Rows:
     out = Rows()
     for keys, sub in groups(done, (*WORK, "goal_metric", "epochs_done")):
         configs = groups(sub)  # per configuration: repeated runs give their median
-        if len(configs) < 2:
-            continue
-        # what tells them apart
-        differ = [k for k in CONFIGURATION if len({c.get(k) for c, _ in configs}) > 1]
-        finals = {", ".join(f"{k}={c.get(k)}" for k in differ): g.median("metric_final") for c, g in configs}
-        spread = max(finals.values()) - min(finals.values())
-        out.append({**keys, "configurations": len(finals), "final_min": min(finals.values()),
-                    "final_max": max(finals.values()), "spread": spread, "tolerance": tolerance,
-                    "same_quality": spread <= tolerance,
-                    "finals": "; ".join(f"{k}: {v:.4g}" for k, v in finals.items())})
+        if len(configs) >= 2:
+            out.append(_parity(keys, configs, tolerance))
     return out
+
+
+def _parity(keys: dict, configs: list, tolerance: float) -> dict:
+    """One work's final metrics on its configurations (each named by what tells them apart), their spread
+    and the verdict."""
+    differ = [k for k in CONFIGURATION if len({c.get(k) for c, _ in configs}) > 1]
+    finals = {", ".join(f"{k}={c.get(k)}" for k in differ): g.median("metric_final") for c, g in configs}
+    spread = max(finals.values()) - min(finals.values())
+    return {**keys, "configurations": len(finals), "final_min": min(finals.values()),
+            "final_max": max(finals.values()), "spread": spread, "tolerance": tolerance,
+            "same_quality": spread <= tolerance,
+            "finals": "; ".join(f"{k}: {v:.4g}" for k, v in finals.items())}
