@@ -37,11 +37,23 @@ def _measured(pub: dict, spec: dict | None, mine: Rows) -> dict:
     """What the study's runs measured for one published figure under its compare spec, or why nothing was."""
     if not spec:
         return {"why_not": why_not_compared(pub)}
+    if mismatch := _kind_mismatch(pub, spec):
+        return {"why_not": mismatch}
+    return _median_under(spec, mine)
+
+
+def _kind_mismatch(pub: dict, spec: dict) -> str | None:
+    """Why a compare spec's column is not of the figure's kind; published_problems refuses this in the
+    manifest, so it is never drawn if it slips."""
+    kind = studies.column_kind(spec["column"], spec.get("where") or {})
+    if kind != pub["kind"]:
+        return f"{spec['column']} is {kind or 'of no kind'} here, the figure is {pub['kind']}: not comparable"
+    return None
+
+
+def _median_under(spec: dict, mine: Rows) -> dict:
+    """The median of the spec's column over the ok runs under its `where` (times its scale), or why none."""
     where_spec = spec.get("where") or {}
-    kind = studies.column_kind(spec["column"], where_spec)
-    if kind != pub["kind"]:  # published_problems refuses this in the manifest; never drawn if it slips
-        return {"why_not": f"{spec['column']} is {kind or 'of no kind'} here, the figure is {pub['kind']}: "
-                           "not comparable"}
     where = {k: [str(v)] for k, v in where_spec.items()}
     hit = Rows(r for r in mine.ok(spec["column"]) if matches(r, where))
     median = hit.median(spec["column"])
