@@ -520,3 +520,10 @@ def test_the_drill_reports_a_planted_defect(tmp_path):
 def test_drill_case_round_3(drill, case, rows):
     got = _drill(drill, case)
     assert len(got) == rows, [r["fault"] for r in got]
+
+
+def test_plural_secret_names_need_a_credential_word_before_keys_and_tokens():
+    for name in ("SECRETS", "DB_PASSWORDS", "COOKIES", "API_KEYS", "ACCESS_TOKENS", "APIKEYS", "X_AUTHTOKENS"):
+        assert R._secret_plural(name.split("_")), name
+    for name in ("MAX_TOKENS", "EXCLUDE_KEYS", "MONKEYS", "TOKENS", "KEYS_API", "HOME", "PASSES"):
+        assert not R._secret_plural(name.split("_")), name

@@ -81,16 +81,19 @@ def _secret_plural(parts: list[str]) -> bool:
     for i, p in enumerate(parts):
         if not p.endswith("S"):
             continue
-        if any(
-            p.endswith(w + "S") for w in SECRET_WORDS + SECRET_ENDINGS if w + "S" not in QUALIFIED_PLURALS
-        ):
+        if p.endswith(_ALWAYS_PLURALS) or _qualified_plural(p, parts[i - 1] if i else ""):
             return True
-        for w in QUALIFIED_PLURALS:
-            if p.endswith(w):
-                before = p[:-len(w)] or (parts[i - 1] if i else "")
-                if before.endswith(CREDENTIAL_QUALIFIERS):
-                    return True
     return False
+
+
+# The plurals that are secret wherever they stand (SECRETS, PASSWORDS, COOKIES, PWDS, ...).
+_ALWAYS_PLURALS = tuple(w + "S" for w in SECRET_WORDS + SECRET_ENDINGS if w + "S" not in QUALIFIED_PLURALS)
+
+
+def _qualified_plural(part: str, before: str) -> bool:
+    """KEYS or TOKENS after a credential word, in the same part (APIKEYS) or the one `before` (API_KEYS)."""
+    return any(part.endswith(w) and (part[:-len(w)] or before).endswith(CREDENTIAL_QUALIFIERS)
+               for w in QUALIFIED_PLURALS)
 
 
 def is_secret_name(name: str) -> bool:
