@@ -188,36 +188,15 @@ def unconfirmed_note(rows: Rows) -> str:
 @table("to_target")
 def to_target_table(rows: Rows, ctx: Context) -> Table:
     cur = currency(rows) or "usd"  # cost columns are named after the records' currency (derived.py)
-    cols = [(c.format(cur=cur), label.format(CUR=cur.upper())) for c, label in TO_TARGET]
-    several = targets.targets_in(rows.columns())  # runs with goal.targets carry figures per target
-    cols = [
-        (c, label) for c, label in cols if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)
-    ]
+    cols = _to_target_columns(rows, cur)
     if not any(c != "target_status" for c, _ in cols):
         raise NoData("no train-to-target figures (train_time_to_target_s, epochs_to_target, "
                      f"train_cost_to_target_{cur}) in these records")
-    sub_rows = Rows(r for r in rows if any(r.get(c) is not None for c, _ in cols)
-                    or r.get("bench_mode") == "train_to_target")
+    sub_rows = Rows(r for r in rows if _to_target_run(r, cols))
     show = varying_keys(sub_rows) or ["platform"]
-    out = []
-    for keys, sub in groups(sub_rows):
-        # Several targets in one run (goal.targets): one row per target, from its own figures.
-        for t in targets.targets_in(sub.columns()) or [None]:
-            row = {**key_cols(keys, show), "runs": len(sub), "status": status_text(sub.col("status")),
-                   "metric": join_unique(goals.label(m) for m in sub.col("goal_metric")),
-                   "target": sub.median("target") if t is None else t}
-            for c, label in cols:
-                row[label] = (join_unique(sub.col(c)) if c == "target_status"
-                              else sub.median(c if t is None else targets.column(c, t)))
-            if t is not None and "target status" in row:  # this target's own: reached, or why not
-                row["target status"] = join_unique("reached" if r.get(f"target_reached_{targets.label(t)}")
-                                                   else r.get("target_status") for r in sub)
-            row["contended"] = _contention(sub)
-            set_by_min = minimum_charged(sub, [c for c, label in cols if "cost" in c], t)
-            if set_by_min:
-                row["costs set by the minimum charge"] = set_by_min
-            row["reason"] = reasons(sub)
-            out.append(row)
+    # Several targets in one run (goal.targets): one row per target, from its own figures.
+    out = [_to_target_row(key_cols(keys, show), sub, cols, t) for keys, sub in groups(sub_rows)
+           for t in targets.targets_in(sub.columns()) or [None]]
     return Table(
         "to_target",
         "Time, epochs and cost to the quality target (median over runs; a run with several "
@@ -228,6 +207,47 @@ def to_target_table(rows: Rows, ctx: Context) -> Table:
         "too; no finding uses it); not measured: a record from before train-to-target metered it."
         + unconfirmed_note(sub_rows),
     )
+
+
+def _to_target_columns(rows: Rows, cur: str) -> list[tuple[str, str]]:
+    """(column, label) of each TO_TARGET figure in `cur` that some run has, itself or per target (runs with
+    goal.targets carry figures per target)."""
+    several = targets.targets_in(rows.columns())
+    cols = [(c.format(cur=cur), label.format(CUR=cur.upper())) for c, label in TO_TARGET]
+    return [(c, label) for c, label in cols if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)]
+
+
+def _to_target_row(head: dict, sub: Rows, cols: list[tuple[str, str]], t: float | None) -> dict:
+    """One configuration's row for target `t` (None: its runs' one target), from that target's figures."""
+    row = {**head, "runs": len(sub), "status": status_text(sub.col("status")),
+           "metric": join_unique(goals.label(m) for m in sub.col("goal_metric")),
+           "target": sub.median("target") if t is None else t}
+    row.update((label, _to_target_figure(sub, c, t)) for c, label in cols)
+    if t is not None and "target status" in row:
+        row["target status"] = _target_status(sub, t)
+    row["contended"] = _contention(sub)
+    if set_by_min := minimum_charged(sub, [c for c, _ in cols if "cost" in c], t):
+        row["costs set by the minimum charge"] = set_by_min
+    row["reason"] = reasons(sub)
+    return row
+
+
+def _to_target_run(r: dict, cols: list[tuple[str, str]]) -> bool:
+    """A run of train_to_target, or one with any of the table's figures."""
+    return r.get("bench_mode") == "train_to_target" or any(r.get(c) is not None for c, _ in cols)
+
+
+def _to_target_figure(sub: Rows, c: str, t: float | None):
+    """Column `c` over one configuration's runs: the statuses joined, a figure's median (of target `t`'s)."""
+    if c == "target_status":
+        return join_unique(sub.col(c))
+    return sub.median(c if t is None else targets.column(c, t))
+
+
+def _target_status(sub: Rows, t: float) -> str:
+    """Target `t`'s own status in the runs: reached, or why not."""
+    return join_unique("reached" if r.get(f"target_reached_{targets.label(t)}") else r.get("target_status")
+                       for r in sub)
 
 
 def minimum_charged(sub: Rows, cols: list[str], target: float | None = None) -> str | None:
