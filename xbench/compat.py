@@ -348,21 +348,16 @@ def profile_fits(cfg, facts):
     kind, b = cfg.bench.profile, cfg.bench
     if kind is None or kind not in choices_of(BenchConfig, "profile"):
         return []  # an unknown one: knobs_in_range says so
-    out = []
-    if b.mode != "throughput":
-        out.append(
-            f"bench.profile profiles steps after a throughput run's timed windows; bench.mode={b.mode} "
-            "is not supported (use bench.mode=throughput with the same model and data)"
-        )
     xla = device_type(cfg.platform.device, cfg.runtime.name, facts) == "xla"
-    if kind == "xla" and not xla:
-        out.append(
-            f"bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile); runtime={cfg.runtime.name} "
-            "takes bench.profile=torch"
-        )
-    if kind == "torch" and xla:
-        out.append(
-            "bench.profile=torch sees only the host side of an XLA step; use bench.profile=xla (metrics "
-            "report and HLO dump)"
-        )
-    return out
+    refusals = (  # (refused?, why)
+        (b.mode != "throughput",
+         f"bench.profile profiles steps after a throughput run's timed windows; bench.mode={b.mode} is not "
+         "supported (use bench.mode=throughput with the same model and data)"),
+        (kind == "xla" and not xla,
+         f"bench.profile=xla needs an XLA runtime (runtime=xla or xla_compile); runtime={cfg.runtime.name} "
+         "takes bench.profile=torch"),
+        (kind == "torch" and xla,
+         "bench.profile=torch sees only the host side of an XLA step; use bench.profile=xla (metrics report "
+         "and HLO dump)"),
+    )
+    return [why for refused, why in refusals if refused]
