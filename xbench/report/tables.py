@@ -70,6 +70,13 @@ def table(name: str, searches: bool = False):
     return deco
 
 
+def _some(found, why: str):
+    """What a table is made of (its rows, its columns), or NoData saying why there is none."""
+    if not found:
+        raise NoData(why)
+    return found
+
+
 def _flagged(rows: Rows, flag: str, figure: str, unit: str) -> str | None:
     """'2 of 3 runs (max 1.6 <unit>)' when runs raised `flag` (bench/meters/contention.py, the loop's
     stalls)."""
@@ -268,11 +275,10 @@ def projection_table(rows: Rows, ctx: Context) -> Table:
     samples at the run's samples/s, billed as one job (metrics/derived.py), with its basis in words."""
     cur = currency(rows) or "usd"
     C = cur.upper()
-    ok = rows.ok("projected_training_s")
-    if not ok:
-        raise NoData(
-            "no record has a projected training (needs data.dataset_size and goal.projection_epochs)"
-        )
+    ok = _some(
+        rows.ok("projected_training_s"),
+        "no record has a projected training (needs data.dataset_size and goal.projection_epochs)",
+    )
     show = varying_keys(ok) or ["platform"]
     out = []
     for keys, sub in groups(ok):
@@ -317,9 +323,7 @@ def projection_table(rows: Rows, ctx: Context) -> Table:
 
 @table("scaling")
 def scaling_table(rows: Rows, ctx: Context) -> Table:
-    s = scaling_rows(rows)
-    if not s:
-        raise NoData("no workload was run at two or more device counts")
+    s = _some(scaling_rows(rows), "no workload was run at two or more device counts")
     show = varying_keys(s, SCALING)
     out = pd.DataFrame([{
         **key_cols(r, show), "parallel": r["parallel"], "devices": r["devices"],
@@ -369,9 +373,10 @@ def _break_even(paired: Rows):
 @table("overhead")
 def overhead_table(rows: Rows, ctx: Context) -> Table:
     cols = [(c, f"{c.removesuffix('_s').replace('_', ' ')} [s]") for c in compile_columns(rows)]
-    cols = [(c, label) for c, label in (*cols, *OVERHEAD) if rows.has(c)]
-    if not cols:
-        raise NoData("no compile/first-step/step-time figures in these records")
+    cols = _some(
+        [(c, label) for c, label in (*cols, *OVERHEAD) if rows.has(c)],
+        "no compile/first-step/step-time figures in these records",
+    )
     ok = rows.ok(None)
     show = varying_keys(ok) or ["runtime"]
     if "runtime" not in show:
@@ -409,9 +414,7 @@ def overhead_table(rows: Rows, ctx: Context) -> Table:
 
 @table("efficiency")
 def efficiency_table(rows: Rows, ctx: Context) -> Table:
-    ok = rows.ok("achieved_tflops")
-    if not ok:
-        raise NoData("no FLOP counts in these records")
+    ok = _some(rows.ok("achieved_tflops"), "no FLOP counts in these records")
     show = varying_keys(ok) or ["platform"]
     out = []
     for keys, sub in groups(ok):
@@ -468,9 +471,10 @@ SEARCH_CAPTION = tuple(k for k in CONFIGURATION if k not in ("batch_size_per_dev
 
 @table("max_batch", searches=True)
 def max_batch_table(rows: Rows, ctx: Context) -> Table:
-    sub_rows = Rows(r for r in rows if r.get("bench_mode") == SEARCHES)
-    if not sub_rows:
-        raise NoData("no batch search (bench.mode=find_max_batch) among these records")
+    sub_rows = _some(
+        Rows(r for r in rows if r.get("bench_mode") == SEARCHES),
+        "no batch search (bench.mode=find_max_batch) among these records",
+    )
     show = varying_keys(sub_rows) or ["platform", "runtime"]
     out = []
     for keys, sub in groups(sub_rows):
@@ -540,9 +544,10 @@ RUN_COLUMNS = (
 
 @table("quality")
 def quality_table(rows: Rows, ctx: Context) -> Table:
-    q = quality_parity(rows)
-    if not q:
-        raise NoData("no work was trained to its end on two or more configurations (train_to_target runs)")
+    q = _some(
+        quality_parity(rows),
+        "no work was trained to its end on two or more configurations (train_to_target runs)",
+    )
     out = pd.DataFrame(
         [
             {
@@ -572,9 +577,10 @@ def quality_table(rows: Rows, ctx: Context) -> Table:
 
 @table("published")
 def published_table(rows: Rows, ctx: Context) -> Table:
-    pub = published_beside_measured(rows)
-    if not pub:
-        raise NoData("no run of a study preset (the studies' published figures are shown beside their runs)")
+    pub = _some(
+        published_beside_measured(rows),
+        "no run of a study preset (the studies' published figures are shown beside their runs)",
+    )
     out = pd.DataFrame([{
         "study": r["study"], "figure": r["what"], "kind": r.get("kind"), "published [unit]": r["value"],
         "unit": r["unit"], "measured here [unit]": r["measured"],
