@@ -527,3 +527,19 @@ def test_plural_secret_names_need_a_credential_word_before_keys_and_tokens():
         assert R._secret_plural(name.split("_")), name
     for name in ("MAX_TOKENS", "EXCLUDE_KEYS", "MONKEYS", "TOKENS", "KEYS_API", "HOME", "PASSES"):
         assert not R._secret_plural(name.split("_")), name
+
+
+def test_impossible_epochs_and_prices_are_named():
+    def rec(done, most, price):
+        return RunRecord(run_id="r", measurements={"epochs_done": done},
+                         config={"goal": {"max_epochs": most}, "platform": {"price": price}})
+
+    assert impossible_values(rec(5, 3, [{"amount": 1.0}])) == [
+        "measurements.epochs_done=5 is beyond the run's goal.max_epochs=3"]
+    assert impossible_values(rec(3, 3, [{"amount": -1}, {"x": 1}, "a"])) == [
+        "config.platform.price amount -1 is not a price (a finite number >= 0)",
+        "config.platform.price amount 'a' is not a price (a finite number >= 0)"]
+    assert impossible_values(rec(float("inf"), 3, {"amount": True})) == [
+        "measurements.epochs_done=inf is not a finite number",
+        "config.platform.price amount True is not a price (a finite number >= 0)"]
+    assert impossible_values(rec(True, 0, None)) == [] and impossible_values(rec(4, None, 2.5)) == []

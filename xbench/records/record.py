@@ -121,26 +121,39 @@ def impossible_values(rec: RunRecord) -> list[str]:
     """Figures no measurement can produce: non-finite numbers anywhere in the measurements and derived
     figures (xbench writes null), a negative throughput, step time, price or cost, more epochs done than the
     run's goal.max_epochs, a priced component with a negative or non-finite amount."""
+    return _figure_problems(rec) + _epochs_problems(rec) + _price_problems(rec)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _figure_problems(rec: RunRecord) -> list[str]:
+    """A measured or derived number that is not finite, or negative where it cannot be (NON_NEGATIVE)."""
     out = []
     for where, figures in (("measurements", rec.measurements), ("derived", rec.derived)):
         for k, v in figures.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if not _number(v):
                 continue
             if not math.isfinite(v):
                 out.append(f"{where}.{k}={v} is not a finite number")
             elif v < 0 and NON_NEGATIVE.search(k):
                 out.append(f"{where}.{k}={v} cannot be negative")
-    done, most = rec.measurements.get("epochs_done"), (rec.config.get("goal") or {}).get("max_epochs")
-    if (
-        all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (done, most))
-        and math.isfinite(done)
-        and done > most
-    ):  # a run stops at goal.max_epochs: more is a planted or damaged figure
-        out.append(f"measurements.epochs_done={done:g} is beyond the run's goal.max_epochs={most:g}")
-    price = (rec.config.get("platform") or {}).get("price") or []
-    for c in price if isinstance(price, list) else [price]:
-        amount = c.get("amount", 0.0) if isinstance(c, dict) else c
-        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or not math.isfinite(amount) \
-                or amount < 0:
-            out.append(f"config.platform.price amount {amount!r} is not a price (a finite number >= 0)")
     return out
+
+
+def _epochs_problems(rec: RunRecord) -> list[str]:
+    """More epochs done than goal.max_epochs: a run stops there, so more is a planted or damaged figure."""
+    done, most = rec.measurements.get("epochs_done"), (rec.config.get("goal") or {}).get("max_epochs")
+    if _number(done) and _number(most) and math.isfinite(done) and done > most:
+        return [f"measurements.epochs_done={done:g} is beyond the run's goal.max_epochs={most:g}"]
+    return []
+
+
+def _price_problems(rec: RunRecord) -> list[str]:
+    """A priced component whose amount is not a finite number >= 0."""
+    price = (rec.config.get("platform") or {}).get("price") or []
+    amounts = [c.get("amount", 0.0) if isinstance(c, dict) else c
+               for c in (price if isinstance(price, list) else [price])]
+    return [f"config.platform.price amount {a!r} is not a price (a finite number >= 0)" for a in amounts
+            if not _number(a) or not math.isfinite(a) or a < 0]
