@@ -543,3 +543,25 @@ def test_impossible_epochs_and_prices_are_named():
         "measurements.epochs_done=inf is not a finite number",
         "config.platform.price amount True is not a price (a finite number >= 0)"]
     assert impossible_values(rec(True, 0, None)) == [] and impossible_values(rec(4, None, 2.5)) == []
+
+
+def test_record_problems_check_the_shape_then_the_contents():
+    from xbench.records.record import SCHEMA_VERSION, STATUSES
+
+    bad = RunRecord(run_id="", status="weird", measurements=[], warnings={})
+    bad.schema_version = True
+    assert bad.problems() == [
+        "run_id is empty or not text",
+        f"schema_version True is not one this xbench reads (1..{SCHEMA_VERSION}; "
+        "a newer xbench wrote it?)",
+        "status 'weird' is not one of " + ", ".join(STATUSES), "status 'weird' needs a reason",
+        "measurements must be a mapping", "warnings must be a list"]
+    assert RunRecord(run_id="r", status="ok", config={"model": 3, "data": None}).problems() == [
+        "config.model must be a mapping"]
+    rec = RunRecord(run_id="r", status="ok", measurements={"x": -1.0, "throughput_samples_per_s_windows": [1]})
+    rec.series = {"a": [1, 2], "b": [1], "c": "x"}
+    assert rec.problems() == ["an ok throughput run has no throughput_samples_per_s",
+                              "series have unequal lengths: {'a': 2, 'b': 1}"]
+    rec.config = {"bench": {"mode": "find_max_batch"}}
+    rec.series = {}
+    assert rec.problems() == []

@@ -76,12 +76,16 @@ class RunRecord:
         return rec
 
     def problems(self) -> list[str]:
-        """What makes this record invalid (empty when valid)."""
+        """What makes this record invalid (empty when valid): its shape first; its contents only when the
+        shape is right (their checks read inside the mappings)."""
+        return self._shape_problems() or self._section_problems() or self._content_problems()
+
+    def _shape_problems(self) -> list[str]:
+        """Its id, schema version and status, and its mappings and lists of the right type."""
         out = []
         if not isinstance(self.run_id, str) or not self.run_id:
             out.append("run_id is empty or not text")
-        if not isinstance(self.schema_version, int) or isinstance(self.schema_version, bool) \
-                or not 1 <= self.schema_version <= SCHEMA_VERSION:
+        if not _readable_schema(self.schema_version):
             out.append(
                 f"schema_version {self.schema_version!r} is not one this xbench reads (1..{SCHEMA_VERSION}; "
                 "a newer xbench wrote it?)"
@@ -90,19 +94,18 @@ class RunRecord:
             out.append(f"status {self.status!r} is not one of {', '.join(STATUSES)}")
         if self.status not in ("ok", "running") and not self.reason:
             out.append(f"status {self.status!r} needs a reason")
-        for name in ("config", "env", "measurements", "derived", "series", "artifacts"):
-            if not isinstance(getattr(self, name), dict):
-                out.append(f"{name} must be a mapping")
-        for name in ("warnings", "ranks"):
-            if not isinstance(getattr(self, name), list):
-                out.append(f"{name} must be a list")
-        if out:
-            return out  # the checks below read inside the mappings
-        bad = [f"config.{k} must be a mapping" for k in ("model", "data", "platform", "runtime", "parallel",
-                                                           "precision", "bench", "goal", "store", "logger")
-               if k in self.config and not isinstance(self.config[k], (dict, type(None)))]
-        if bad:
-            return out + bad
+        return out + [f"{name} must be {what}" for name, kind, what in _FIELD_TYPES
+                      if not isinstance(getattr(self, name), kind)]
+
+    def _section_problems(self) -> list[str]:
+        """Sections of the config that are not mappings (nothing more is read then)."""
+        return [f"config.{k} must be a mapping" for k in ("model", "data", "platform", "runtime", "parallel",
+                                                            "precision", "bench", "goal", "store", "logger")
+                if k in self.config and not isinstance(self.config[k], (dict, type(None)))]
+
+    def _content_problems(self) -> list[str]:
+        """A throughput run without its throughput, impossible values, series of unequal lengths."""
+        out = []
         mode = (self.config.get("bench") or {}).get("mode", "throughput")
         if (
             self.status == "ok"
@@ -115,6 +118,16 @@ class RunRecord:
         if len(set(lengths.values())) > 1:
             out.append(f"series have unequal lengths: {lengths}")
         return out
+
+
+# (field, its type, the type in words) of a record's mappings and lists
+_FIELD_TYPES = (*((name, dict, "a mapping") for name in ("config", "env", "measurements", "derived", "series",
+                                                         "artifacts")),
+                ("warnings", list, "a list"), ("ranks", list, "a list"))
+
+
+def _readable_schema(version) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= SCHEMA_VERSION
 
 
 def impossible_values(rec: RunRecord) -> list[str]:
