@@ -55,11 +55,12 @@ def test_ci_columns_come_from_the_samples_and_a_bound_at_zero_is_dropped():
     row = flatten(_rec({}, {"throughput_ci95_samples_per_s": [4.0, 9.0]}))
     assert (row[low], row[high]) == (4.0, 9.0) and "throughput_log_n" not in row
     w, p = [90.0, 100.0, 110.0, 105.0], [100.0, 120.0, 110.0]
-    row = flatten(_rec({}, {"throughput_ci95_samples_per_s": [4.0, 9.0], "throughput_samples_per_s_windows": w,
-                            "throughput_samples_per_s_processes": p}))
+    row = flatten(_rec({}, {"throughput_ci95_samples_per_s": [4.0, 9.0],
+                            "throughput_samples_per_s_windows": w, "throughput_samples_per_s_processes": p}))
     assert [row[low], row[high]] == list(ci95(w)) and row["throughput_log_n"] == 3  # over the processes
     assert row["throughput_process_ci95_low_samples_per_s"] == ci95(p)[0]
-    row = flatten(_rec({}, {"throughput_samples_per_s_windows": w, "throughput_samples_per_s_processes": [99.0]}))
+    row = flatten(_rec({}, {"throughput_samples_per_s_windows": w,
+                            "throughput_samples_per_s_processes": [99.0]}))
     assert row["throughput_log_n"] == 4  # one process: over the windows
 
 

@@ -523,7 +523,8 @@ def test_drill_case_round_3(drill, case, rows):
 
 
 def test_plural_secret_names_need_a_credential_word_before_keys_and_tokens():
-    for name in ("SECRETS", "DB_PASSWORDS", "COOKIES", "API_KEYS", "ACCESS_TOKENS", "APIKEYS", "X_AUTHTOKENS"):
+    for name in ("SECRETS", "DB_PASSWORDS", "COOKIES", "API_KEYS", "ACCESS_TOKENS", "APIKEYS",
+                 "X_AUTHTOKENS"):
         assert R._secret_plural(name.split("_")), name
     for name in ("MAX_TOKENS", "EXCLUDE_KEYS", "MONKEYS", "TOKENS", "KEYS_API", "HOME", "PASSES"):
         assert not R._secret_plural(name.split("_")), name
@@ -558,7 +559,8 @@ def test_record_problems_check_the_shape_then_the_contents():
         "measurements must be a mapping", "warnings must be a list"]
     assert RunRecord(run_id="r", status="ok", config={"model": 3, "data": None}).problems() == [
         "config.model must be a mapping"]
-    rec = RunRecord(run_id="r", status="ok", measurements={"x": -1.0, "throughput_samples_per_s_windows": [1]})
+    rec = RunRecord(run_id="r", status="ok",
+                    measurements={"x": -1.0, "throughput_samples_per_s_windows": [1]})
     rec.series = {"a": [1, 2], "b": [1], "c": "x"}
     assert rec.problems() == ["an ok throughput run has no throughput_samples_per_s",
                               "series have unequal lengths: {'a': 2, 'b': 1}"]

@@ -433,8 +433,8 @@ def test_quality_parity_needs_two_configurations_and_takes_each_ones_median():
     from xbench.analysis.quality import quality_parity
 
     def run(platform, final, epochs=3, mode="train_to_target"):
-        return {"status": "ok", "bench_mode": mode, "model": "m", "goal_metric": "accuracy", "epochs_done": epochs,
-                "platform": platform, "metric_final": final}
+        return {"status": "ok", "bench_mode": mode, "model": "m", "goal_metric": "accuracy",
+                "epochs_done": epochs, "platform": platform, "metric_final": final}
 
     rows = [run("cpu", 0.80), run("cpu", 0.90), run("cpu", 0.70), run("gpu", 0.95), run("gpu", 0.5, epochs=4),
             run("tpu", 0.1, mode="throughput")]

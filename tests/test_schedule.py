@@ -21,7 +21,8 @@ def test_each_schedule_gives_its_factor():
     assert factor(warm, 12.0, 12, end_factor=0.1) == pytest.approx(0.1)
     poly = ScheduleConfig(name="poly", power=2.0, end_factor=0.2, decay_epochs=4)
     assert factor(poly, 2.0, 100) == pytest.approx(0.2 + 0.8 * 0.25) and factor(poly, 9.0, 100) == 0.2
-    assert factor(ScheduleConfig(name="cosine", warmup_epochs=3), 3.0, 3) == pytest.approx(0.0)  # no decay left
+    # no decay left after the warm-up
+    assert factor(ScheduleConfig(name="cosine", warmup_epochs=3), 3.0, 3) == pytest.approx(0.0)
     assert math.isclose(factor(ScheduleConfig(name="cosine"), 0.0, 10), 1.0)
     with pytest.raises(ValueError, match="optim.schedule.name='nosuch' is unknown; allowed: "):
         factor(ScheduleConfig(name="nosuch"), 5.0, 10)

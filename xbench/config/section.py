@@ -1,5 +1,6 @@
-"""A view of one config section: a frozen dataclass whose fields are some of the section's keys, each read by
-its own name (the data's shapes for a model: data/spec.InputSpec; a run's windows: bench/windows.WindowPlan)."""
+"""A view of one config section: a frozen dataclass whose fields are some of the section's keys, each read
+by its own name (the data's shapes for a model: data/spec.InputSpec; a run's windows:
+bench/windows.WindowPlan)."""
 
 from __future__ import annotations
 

@@ -103,8 +103,11 @@ def bar_label(keys: dict, names: list[str]) -> str:
     return configuration_label(keys, names, "all runs", devices="dev")
 
 
-def configurations(rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()) -> list[tuple[str, Rows]]:
-    """(label, runs) of each configuration of one work's rows: grouped by `bar_keys`, labelled by `bar_label`."""
+def configurations(
+    rows: Rows, ctx: Context | None = None, drop: Iterable[str] = ()
+) -> list[tuple[str, Rows]]:
+    """(label, runs) of each configuration of one work's rows: grouped by `bar_keys`, labelled by
+    `bar_label`."""
     names = bar_keys(rows, ctx, drop)
     return [(bar_label(keys, names), g) for keys, g in groups(rows, names)]
 

@@ -221,7 +221,8 @@ def _to_target_columns(rows: Rows, cur: str) -> list[tuple[str, str]]:
     goal.targets carry figures per target)."""
     several = targets.targets_in(rows.columns())
     cols = [(c.format(cur=cur), label.format(CUR=cur.upper())) for c, label in TO_TARGET]
-    return [(c, label) for c, label in cols if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)]
+    return [(c, label) for c, label in cols
+            if rows.has(c) or any(rows.has(targets.column(c, t)) for t in several)]
 
 
 def _to_target_row(head: dict, sub: Rows, cols: list[tuple[str, str]], t: float | None) -> dict:
