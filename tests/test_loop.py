@@ -85,6 +85,26 @@ def test_stop_flag_interrupts_with_partial_figures():
     assert e.value.partial["timed_steps"] == 4 and e.value.partial["phase"] == "timed"
 
 
+def test_an_error_mid_window_keeps_the_steps_the_window_finished():
+    """A collective whose peer stopped one step earlier (rule 10's unagreed stop, the race a 2-rank run under
+    SIGTERM hits) raises inside step 5: the error carries the 4 steps done, their times and the window's
+    wall time so far, which bench/windows.py hands the record as the lost rank's open window."""
+    p = Probe(sleep_s=0.002)
+    inner = p.step
+
+    def step(x, y):
+        if p.steps == 4:
+            raise RuntimeError("Connection closed by peer")
+        return inner(x, y)
+
+    p.step = step
+    with pytest.raises(RuntimeError) as e:
+        loop.timed_window(p.hooks(), steps=10)
+    part = e.value.xbench_open_window
+    assert part["phase"] == "timed" and part["timed_steps"] == 4 and len(part["timed_step_times_s"]) == 4
+    assert part["window_s"] == pytest.approx(sum(part["timed_step_times_s"])) and part["window_s"] >= 4 * 0.002
+
+
 def test_cv():
     assert loop.cv([1.0]) == 0.0
     assert loop.cv([1.0, 3.0]) == pytest.approx(0.5)

@@ -268,24 +268,34 @@ def timed_window(h: Hooks, steps: int) -> WindowResult:
     t0 = perf_counter()
     if timer:
         timer.start()
-    for i in range(steps):
-        tb = perf_counter()
-        inputs, targets = next_batch()
-        ta = perf_counter()
-        wait += ta - tb
-        losses[i] = step(inputs, targets)
-        if timer:
-            timer.mark(i)
-        stamps[i] = perf_counter()
-        if on_step:
-            on_step("timed", i)
-        if stop.requested and stop_seen is None:
-            done = i + 1
-            left_s = (stamps[i] - t0) / done * (steps - done)  # at the window's pace so far (rule 10)
-            if h.finish_window_s > 0 and left_s <= h.finish_window_s:
-                stop_seen = done  # run on to the edge: the ranks stop there together
-            else:
-                _stop_now(h, done, steps, left_s, stamps, t0)
+    i = 0
+    try:
+        for i in range(steps):
+            tb = perf_counter()
+            inputs, targets = next_batch()
+            ta = perf_counter()
+            wait += ta - tb
+            losses[i] = step(inputs, targets)
+            if timer:
+                timer.mark(i)
+            stamps[i] = perf_counter()
+            if on_step:
+                on_step("timed", i)
+            if stop.requested and stop_seen is None:
+                done = i + 1
+                left_s = (stamps[i] - t0) / done * (steps - done)  # at the window's pace so far (rule 10)
+                if h.finish_window_s > 0 and left_s <= h.finish_window_s:
+                    stop_seen = done  # run on to the edge: the ranks stop there together
+                else:
+                    _stop_now(h, done, steps, left_s, stamps, t0)
+    except StopRequested:
+        raise
+    except Exception as e:
+        # e.g. a collective whose peer stopped a step earlier (rule 10's unagreed stop): the steps this
+        # window finished are still measured (bench/windows.py keeps them for the record)
+        e.xbench_open_window = _timed_partial(i, stamps[i - 1] - t0 if i else 0.0,
+                                              _host_step_times(stamps[:i], t0) if i else [])
+        raise
 
     h.sync()
     t1 = perf_counter()

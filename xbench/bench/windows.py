@@ -259,7 +259,8 @@ def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: l
             raise
         # e.g. a collective whose peer has gone: the launcher may keep this rank's windows
         except Exception as e:
-            e.xbench_partial = _measured_so_far(p, wu, windows, {"phase": "timed"})  # (launch/torchrun.py)
+            part = dict(getattr(e, "xbench_open_window", None) or {"phase": "timed"})
+            e.xbench_partial = _measured_so_far(p, wu, windows, part)  # (launch/torchrun.py)
             raise
     figures = meters.collect(rank)
     kept = [i for i, st in enumerate(stalls) if st.stalled]
