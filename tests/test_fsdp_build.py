@@ -91,6 +91,9 @@ def _rank(rank: int, job: str, plan, folder: str, warm=None) -> None:
         with torch.no_grad():  # an evaluation's forward: no backward comes to free what forward kept gathered
             w.model(x)
         out["sharded_after_eval"] = all(type(p).__name__ == "DTensor" for p in w.model.parameters())
+    # both ranks done before either tears gloo down (a rank that left first once aborted its peer's pairs:
+    # "terminate called without an active exception", SIGABRT, in a CI run)
+    dist.barrier()
     dist.destroy_process_group()
     Path(f"{folder}/{job}_{rank}.json").write_text(json.dumps(out))
 
