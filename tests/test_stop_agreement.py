@@ -196,15 +196,26 @@ def test_sigterm_to_the_launcher_mid_window_keeps_both_ranks_closed_windows(stor
     assert exit_s < 60, exit_s
 
 
+def _rank_processes(launcher_pid: int) -> list:
+    """The launcher's ranks: spawned (multiprocessing's spawn_main) or forked from its warm template (children
+    of the forkserver, which is the launcher's own child)."""
+    import psutil
+
+    def cmd(c):
+        return " ".join(c.cmdline())
+
+    return [c for c in psutil.Process(launcher_pid).children(recursive=True)
+            if "resource_tracker" not in cmd(c)
+            and ("spawn_main" in cmd(c) or ("forkserver" in cmd(c) and c.ppid() != launcher_pid))]
+
+
 @pytest.mark.slow
 def test_a_killed_rank_still_ends_the_run_and_the_survivor_keeps_its_closed_windows(store):
     """SIGKILL to one rank mid-run: nothing can be agreed with it. Its peer's collective fails, the run ends
     `failed` (exit 1) naming both ranks, and the survivor's closed windows are in its entry of `ranks`."""
-    import psutil
 
     proc, r, seen = _start(store, at_step=WINDOW_STEPS + 10)  # into the second window (of 1,000)
-    ranks = [c for c in psutil.Process(proc.pid).children(recursive=True)
-             if "spawn_main" in " ".join(c.cmdline()) and "resource_tracker" not in " ".join(c.cmdline())]
+    ranks = _rank_processes(proc.pid)
     assert len(ranks) == 2, ranks
     max(ranks, key=lambda c: c.create_time()).send_signal(signal.SIGKILL)
     rc = _drain(proc, r)

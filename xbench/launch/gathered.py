@@ -21,6 +21,7 @@ class RankLost:
 
     error: str
     partial: dict
+    traceback: str | None = None  # the rank's own: the launcher may see only its peer's failure
 
 
 def results_of(gathered: list, stop) -> LaunchResult:

@@ -171,3 +171,23 @@ def in_template(fn, args: tuple, stop, what: str):
     """fn(*args) in a process forked from the template, waited for as child.in_fresh_process does."""
     with _pool(_context()) as pool:
         return child.wait(pool.submit(fn, *args), stop, what)
+
+
+def for_ranks(plan) -> str | None:
+    """Why torchrun's ranks of this run are spawned rather than forked from the template (None: forked). The
+    same rules as a point's (`refusal`, and the template clean): each spawned rank imported torch and the
+    rank wing anew, ~2.5 s of a 2-rank MLP run's 8.6-9.0 s on 2 cores."""
+    why = refusal(plan)
+    if why is None:
+        why = check()[1]
+    return why
+
+
+def adopt_rank(runner_pid: int, environ: dict) -> None:
+    """`adopt`, first thing in a rank the elastic agent forked from the template: the runner's environment as
+    it launched, plus what the agent set for this rank (RANK, MASTER_PORT, ...: the variables that differ
+    from the template's own)."""
+    from xbench.launch import warm
+
+    agent = {k: v for k, v in os.environ.items() if warm.START_ENV.get(k) != v}
+    adopt(runner_pid, {**environ, **agent})

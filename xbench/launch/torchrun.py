@@ -23,6 +23,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
+import traceback
 import uuid
 from datetime import timedelta
 
@@ -78,8 +80,9 @@ def process_group_timeout_s(plan) -> float:
     return max(plan.parallel.timeout_s, COMPILE_TIMEOUT_S) if compiles else plan.parallel.timeout_s
 
 
-def rank_main(work, on_step=None, stop=None):
-    """One rank: process group -> the work -> gather. Returns the RankResults on rank 0, else None."""
+def rank_main(work, on_step=None, stop=None, process: str = ""):
+    """One rank: process group -> the work -> gather. Returns the RankResults on rank 0, else None.
+    `process`: how the launcher started this rank's process (the record's rank_process)."""
     import torch
     import torch.distributed as dist
 
@@ -91,7 +94,7 @@ def rank_main(work, on_step=None, stop=None):
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     ctx = RankContext(rank, world, local_rank, local_world, **_threads_for_rank(plan, dev_type, local_world),
-                      warnings=world_size_warning(plan, world, f"torchrun started {world} ranks"))
+                      warnings=world_size_warning(plan, world, f"torchrun started {world} ranks"), process=process)
     if dev_type == "cuda":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(resolve_backend(plan.parallel.backend, dev_type),
@@ -165,22 +168,33 @@ def _left(exchange: str) -> dict:
     return out
 
 
-def _spawned_rank(work, exchange: str | None = None):
+def _spawned_rank(work, exchange: str | None = None, runner: tuple[int, dict] | None = None):
     """Entry point of a rank started by elastic_launch (picklable: a module-level function). Its console is
     EPIPE-proof and redacted, it dies with its parent, and a stop signal stops it after the step (it exits
-    at the latest bench.stop_grace_s later); a stopped rank leaves what it measured for the launcher."""
+    at the latest bench.stop_grace_s later); a stopped rank leaves what it measured for the launcher.
+    `runner`: (the launcher's pid, its environment) when the rank was forked from the warm template."""
+    if runner is not None:
+        from xbench.launch import template
+
+        template.adopt_rank(*runner)  # before anything else: signals, environment, seeds, death with the runner
     stop = process_stop(work.plan.bench)  # also: die_with_parent, EPIPE-proof redacting streams, the grace
     rank = int(os.environ.get("RANK", "0"))
     try:
         with child.reason_on_stop(stop):
-            out = rank_main(work, None, stop)
+            out = rank_main(work, None, stop, "template fork" if runner is not None else "spawn")
     except StopRequested as e:
         _leave(exchange, rank, e)
         raise
     except Exception as e:
         partial = getattr(e, "xbench_partial", None)  # bench/windows.py: the windows this rank had closed
         if partial is not None:
-            _leave(exchange, rank, RankLost(f"{type(e).__name__}: {e}", dict(partial, rank=rank)))
+            _leave(exchange, rank, RankLost(f"{type(e).__name__}: {e}", dict(partial, rank=rank),
+                                            traceback.format_exc()))
+        if _peer_lost(e):
+            # The agent reports the first failed rank its poll finds, the lower one of two that died together;
+            # this one failed because its peer did, so it leaves a few polls later and the peer is the cause.
+            # (A spawned rank's interpreter teardown used to give that margin by chance.)
+            time.sleep(PEER_LOST_EXIT_DELAY_S)
         raise
     if stop.requested:
         _leave(exchange, rank, out)
@@ -194,7 +208,7 @@ def _spawned_rank(work, exchange: str | None = None):
     return out
 
 
-def _launch_config(parallel):
+def _launch_config(parallel, start_method: str = "spawn"):
     from torch.distributed.launcher.api import LaunchConfig
 
     p = parallel
@@ -207,7 +221,19 @@ def _launch_config(parallel):
         rdzv_configs = {"rank": p.node_rank, "timeout": int(p.timeout_s)}
     return LaunchConfig(min_nodes=p.nnodes, max_nodes=p.nnodes, nproc_per_node=per_node,
                         rdzv_configs=rdzv_configs, max_restarts=0, monitor_interval=0.1,
-                        start_method="spawn", **rdzv)
+                        start_method=start_method, **rdzv)
+
+
+# what gloo and NCCL say in a rank whose peer process has gone
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+             "remote process exited")
+
+
+PEER_LOST_EXIT_DELAY_S = 0.5  # five of the agent's polls (monitor_interval 0.1 s)
+
+
+def _peer_lost(error) -> bool:
+    return any(s in str(error) for s in PEER_LOST)
 
 
 def _failures(err, left: dict | None = None) -> list[dict]:
@@ -224,11 +250,15 @@ def _failures(err, left: dict | None = None) -> list[dict]:
         lost = (left or {}).get(rank)
         if isinstance(lost, RankLost):
             out[-1]["figures"] = lost.partial
-    out.sort(key=lambda d: (d["timestamp"], d["rank"]))
-    # A rank the agent stopped once another had failed is not among its failures; what it left is kept.
-    return out + [{"rank": rank, "error": lost.error, "figures": lost.partial}
-                  for rank, lost in sorted((left or {}).items())
-                  if isinstance(lost, RankLost) and rank not in err.failures]
+    # The agent reports the first failed rank its poll found (two ranks that died together: the lower one);
+    # another that failed too is known by what it left, kept with its own error and traceback.
+    out += [{"rank": rank, "error": lost.error, "traceback": lost.traceback, "figures": lost.partial}
+            for rank, lost in sorted((left or {}).items())
+            if isinstance(lost, RankLost) and rank not in err.failures]
+    # A rank whose collective lost its peer failed because that peer did: never the cause while another
+    # failure is known; then the earliest (torch stamps failures to the second).
+    out.sort(key=lambda d: (_peer_lost(d["error"]), d.get("timestamp") or float("inf"), d["rank"]))
+    return out
 
 
 def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult | None:
@@ -245,11 +275,17 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    from xbench.launch import template
+
+    # the ranks forked from the warm template (its forkserver), as a sweep's points are, where that is safe
+    forked = template.for_ranks(work.plan) is None
+    runner = (os.getpid(), dict(os.environ)) if forked else None
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # the elastic agent replaces them for good
     exchange = tempfile.mkdtemp(prefix="xbench-ranks-")  # private (0700): where stopped ranks leave figures
     try:
         with _marks_stopping(exchange):
-            out = elastic_launch(_launch_config(work.plan.parallel), _spawned_rank)(work, exchange)
+            config = _launch_config(work.plan.parallel, "forkserver" if forked else "spawn")
+            out = elastic_launch(config, _spawned_rank)(work, exchange, runner)
         gathered = (out or {}).get(0)
         if gathered is None:  # rank 0 left its result instead of returning it (a stop only the ranks saw)
             gathered = _left(exchange).get(0)

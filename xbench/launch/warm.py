@@ -100,6 +100,10 @@ def facts() -> dict:
             "template_leaves_at_once": LEAVES_AT_ONCE}
 
 
+# The template's environment: what differs from it in a rank the elastic agent forked from here is what the
+# agent set for that rank (template.adopt_rank).
+START_ENV = dict(os.environ)
+
 LEAVES_AT_ONCE = TEMPLATE
 if LEAVES_AT_ONCE:
     atexit.register(_leave_at_once)
