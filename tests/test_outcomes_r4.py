@@ -26,14 +26,13 @@ def _no_traceback(p: subprocess.CompletedProcess) -> None:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """Two real ok records of a tiny run (mlp on digits)."""
+    """Two real ok records of a tiny run (mlp on digits): one sweep of two seeds, in one process (one start-up)."""
     root = tmp_path_factory.mktemp("r4") / "store"
-    for seed in (1, 2):
-        p = _cli("-m", "xbench", f"store.root={root}", "model=mlp", "data=digits", "bench.steps=3", "bench.repeats=1",
-                 "bench.min_window_s=0", "bench.warmup_max_steps=4", "bench.warmup_min_steps=1",
-                 "bench.warmup_stable_steps=1", "bench.warmup_cv_tol=10", "logger=none", "logger.progress=false",
-                 f"bench.seed={seed}")
-        assert p.returncode == 0, p.stderr[-2000:]
+    p = _cli("-m", "xbench", "-m", f"store.root={root}", "model=mlp", "data=digits", "bench.steps=3",
+             "bench.repeats=1", "bench.min_window_s=0", "bench.warmup_max_steps=4", "bench.warmup_min_steps=1",
+             "bench.warmup_stable_steps=1", "bench.warmup_cv_tol=10", "logger=none", "logger.progress=false",
+             "bench.isolation=shared", "bench.seed=1,2")
+    assert p.returncode == 0, p.stderr[-2000:]
     assert len(list(root.glob("*/record.json"))) == 2
     return root
 
