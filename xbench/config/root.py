@@ -26,26 +26,29 @@ from xbench.config.store import StoreConfig
 
 @dataclass
 class XBenchConfig:
+    # what trains, and to what end
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    goal: GoalConfig = field(default_factory=GoalConfig)
+    experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
+    tags: list[str] = field(default_factory=list)
+    # where and how it runs
     platform: PlatformConfig = field(default_factory=PlatformConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    bench: BenchConfig = field(default_factory=BenchConfig)
-    store: StoreConfig = field(default_factory=StoreConfig)
-    fault: FaultConfig = field(default_factory=FaultConfig)
-    goal: GoalConfig = field(default_factory=GoalConfig)
-    resume: str | None = None  # run id (under store.root) or run folder of a train_to_target run to continue
-    # run id or folder of a stored record: time and cost are normalised against it
-    baseline: str | None = None
-    experiment: str | None = None  # set by +experiment presets; groups runs in W&B and reports
-    tags: list[str] = field(default_factory=list)
     # A --multirun sweep of more points than this is refused before any point is composed (the count and
     # this key are named); raise it to run a bigger one.
     sweep_max_points: int = knobs.knob(1000, ge=1, le=10000000)
+    # how it is measured, kept and told
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    resume: str | None = None  # run id (under store.root) or run folder of a train_to_target run to continue
+    # run id or folder of a stored record: time and cost are normalised against it
+    baseline: str | None = None
 
 
 def _plain(cfg) -> dict:

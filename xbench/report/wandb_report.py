@@ -39,31 +39,37 @@ GROUPBY = [f"config.{BAR_GROUP}"]
 # Panels against the device count: drawn only when some workload was run at two or more counts.
 SCALING_X = "devices"
 
-# (kind, title, y, x, where y lives) -- a panel is in the report only when some record has its figure, so
-# every panel has data: sinks/wandb.py puts each record's scalar figures in its W&B summary under the same
-# names as the tidy frame's columns; the windows and the evaluation curve are its history.
-SUMMARY_PANELS = [
+# A panel is in the report only when some record has its figure, so every panel has data: sinks/wandb.py
+# puts each record's scalar figures in its W&B summary under the same names as the tidy frame's columns; the
+# windows and the evaluation curve are its history. {cur}/{CUR}: a panel per currency. (kind, title, y, x)
+SCATTER_PANELS = [
     ("scatter", "Throughput vs global batch size [samples/s]", "throughput_samples_per_s",
      "global_batch_size"),
-    ("bar", "Throughput [samples/s]", "throughput_samples_per_s", None),
-    ("bar", "Throughput per price [samples/s per {CUR}/hour]", "samples_per_s_per_{cur}_per_hour", None),
-    ("bar", "Cost [{CUR} per 1M samples]", "{cur}_per_million_samples", None),
-    ("bar", "Training time to target [s]", "train_time_to_target_s", None),
-    ("bar", "Training cost to target [{CUR}]", "train_cost_to_target_{cur}", None),
-    ("bar", "Epochs to target", "epochs_to_target", None),
-    ("bar", "Largest batch per device that fits [samples]", "max_batch_size_per_device", None),
     ("scatter", "Throughput vs devices [samples/s] (DataParallel vs DDP: group by parallel)",
-     "throughput_samples_per_s", "devices"),
+     "throughput_samples_per_s", SCALING_X),
     ("scatter", "Throughput per device vs devices [samples/s] (flat is linear scaling)",
-     "throughput_per_device_samples_per_s", "devices"),
-    ("bar", "Model FLOP utilisation (MFU)", "mfu", None),
-    ("bar", "GPU utilisation, mean over GPUs [%]", "gpu_util_percent_avg_devices", None),
-    ("bar", "Least busy GPU [%] (DataParallel leaves replicas idle)", "gpu_util_percent_min_device", None),
-    ("bar", "Energy per sample [J]", "energy_j_per_sample", None),
-    ("bar", "Peak device memory [GiB]", "peak_device_allocated_gib", None),
-    ("bar", "Steady step time [s]", "step_time_s_median", None),
-    ("bar", "First step [s]", "first_step_s", None),
-    ("bar", "Compile time [s]", "compile_time_s", None),
+     "throughput_per_device_samples_per_s", SCALING_X),
+]
+_BARS = """
+throughput_samples_per_s            | Throughput [samples/s]
+samples_per_s_per_{cur}_per_hour    | Throughput per price [samples/s per {CUR}/hour]
+{cur}_per_million_samples           | Cost [{CUR} per 1M samples]
+train_time_to_target_s              | Training time to target [s]
+train_cost_to_target_{cur}          | Training cost to target [{CUR}]
+epochs_to_target                    | Epochs to target
+max_batch_size_per_device           | Largest batch per device that fits [samples]
+mfu                                 | Model FLOP utilisation (MFU)
+gpu_util_percent_avg_devices        | GPU utilisation, mean over GPUs [%]
+gpu_util_percent_min_device         | Least busy GPU [%] (DataParallel leaves replicas idle)
+energy_j_per_sample                 | Energy per sample [J]
+peak_device_allocated_gib           | Peak device memory [GiB]
+step_time_s_median                  | Steady step time [s]
+first_step_s                        | First step [s]
+compile_time_s                      | Compile time [s]
+"""  # y | title: a bar per configuration
+SUMMARY_PANELS = SCATTER_PANELS + [
+    ("bar", title.strip(), y.strip(), None)
+    for y, title in (line.split("|") for line in _BARS.strip().splitlines())
 ]
 HISTORY_PANELS = [  # (title, y, x): lines over each run's history
     ("Throughput per timed window [samples/s], logged as each closed", "window_throughput_samples_per_s",
