@@ -169,8 +169,8 @@ def strategy_options_need_their_strategy(cfg, facts):
             continue
         default = options()
         out += [
-            f"parallel.{k}={getattr(p, k)} is a {OPTION_OWNERS[owner]} option: it applies to parallel={owner}, "
-            f"not parallel={p.name}"
+            f"parallel.{k}={getattr(p, k)} is a {OPTION_OWNERS[owner]} option: it applies to "
+            f"parallel={owner}, not parallel={p.name}"
             for k in option_names(options)
             if getattr(p, k) != getattr(default, k)
         ]
@@ -208,8 +208,8 @@ def platform_is_here(cfg, facts):
         if sku.is_tpu(p):
             if not facts.tpu_chips:
                 out.append(f"platform {p.name!r} expects {p.accelerator} chips, but this machine has no TPU "
-                           f"(no /dev/accel* or /dev/vfio/*; accelerators seen: {', '.join(seen) or 'none, CPU only'}); "
-                           "use platform=local to describe it")
+                           "(no /dev/accel* or /dev/vfio/*; accelerators seen: "
+                           f"{', '.join(seen) or 'none, CPU only'}); use platform=local to describe it")
             out += sku.tpu_mismatches(p, facts)
         else:
             out += sku.gpu_mismatches(p, facts)
@@ -313,12 +313,15 @@ def xla_elsewhere(cfg, facts) -> str:
     target = runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device)
     if target == "TPU" or "tpu" in str(cfg.platform.name).lower():
         return (
-            "on a TPU with a newer torch, PyTorch's own path is TorchTPU (pip install torch_tpu; device 'tpu'), "
-            "which xbench does not drive (never run here: docs/runtimes.md, TorchTPU), or runtime=torchax "
-            "with jax[tpu]"
+            "on a TPU with a newer torch, PyTorch's own path is TorchTPU (pip install torch_tpu; "
+            "device 'tpu'), which xbench does not drive (never run here: docs/runtimes.md, TorchTPU), or "
+            "runtime=torchax with jax[tpu]"
         )
     if target == "CUDA":
-        return "for XLA on NVIDIA GPUs use runtime=torchax (JAX's XLA, jax[cuda13]); torch-xla 2.9 removed XLA:CUDA"
+        return (
+            "for XLA on NVIDIA GPUs use runtime=torchax (JAX's XLA, jax[cuda13]); torch-xla 2.9 removed "
+            "XLA:CUDA"
+        )
     return "or runtime=torchax (JAX's XLA on this CPU, in xbench's default environment)"
 
 

@@ -132,7 +132,8 @@ class _Signals:
         phase, self.at_once = self.at_once, None
         if phase is not None:
             say(
-                f"\nxbench: {name} received during {phase} (nothing measured yet); stopping now and saving the record"
+                f"\nxbench: {name} received during {phase} (nothing measured yet); stopping now and saving "
+                "the record"
             )
         else:
             say(
@@ -235,8 +236,8 @@ class RunEnvelope:
             self.local.write_strict(self.record)
         except OSError as e:
             say(
-                f"xbench: the store cannot take run {self.record.run_id} ({type(e).__name__}: {e}); nothing was run "
-                f"(store.root={self.cfg.store.root})"
+                f"xbench: the store cannot take run {self.record.run_id} ({type(e).__name__}: {e}); nothing "
+                f"was run (store.root={self.cfg.store.root})"
             )
             if self.lock is not None:
                 self.lock.release()
@@ -343,8 +344,8 @@ class RunEnvelope:
             return
         if path is not None:
             say(
-                f"xbench: the store could not take the record ({self.local.unsaved}); it was written to {path} "
-                f"instead: move {path.parent} into {self.cfg.store.root} once the store is fixed"
+                f"xbench: the store could not take the record ({self.local.unsaved}); it was written to "
+                f"{path} instead: move {path.parent} into {self.cfg.store.root} once the store is fixed"
             )
         else:  # no folder at all: the console is the last place the result can go
             say(f"xbench: the record could not be written anywhere ({self.local.unsaved}); here it is:")

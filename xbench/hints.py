@@ -232,8 +232,9 @@ def resume_ignored(overrides: list[str]) -> list[str]:
     if not ignored:
         return []
     return [
-        f"resume= continues a stored run with its own config; these overrides are ignored: {' '.join(ignored)} "
-        f"(with resume= only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])} apply; start a new run to change them)"
+        f"resume= continues a stored run with its own config; these overrides are ignored: "
+        f"{' '.join(ignored)} (with resume= only {', '.join(k + '.*' for k in RESUME_KEEPS[1:4])} apply; "
+        "start a new run to change them)"
     ]
 
 

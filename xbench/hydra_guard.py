@@ -307,7 +307,8 @@ class _PreparingSignals:
     @staticmethod
     def _exit(signum, frame):
         say(
-            f"{signal.Signals(signum).name} received before this process started a point of the sweep; exited at once"
+            f"{signal.Signals(signum).name} received before this process started a point of the sweep; "
+            "exited at once"
         )
         raise SystemExit(130)
 
@@ -349,15 +350,15 @@ class HydraGuard(Callback):
         if n > limit:
             self.preparing.restore()
             say(
-                f"this sweep has {n:,} points, more than sweep_max_points={limit:,}; nothing was composed or run "
-                f"(to run it, add sweep_max_points={n})"
+                f"this sweep has {n:,} points, more than sweep_max_points={limit:,}; nothing was composed or "
+                f"run (to run it, add sweep_max_points={n})"
             )
             raise SystemExit(2)
         say(f"sweep: {n:,} point{'s' if n != 1 else ''}")
         if n > 1 and bound_basic_sweeper(config):
             say(
-                "hydra/sweeper=basic composes a whole batch before it runs a point; each point is its own batch "
-                "here (hydra.sweeper.max_batch_size=1): composed just before it runs"
+                "hydra/sweeper=basic composes a whole batch before it runs a point; each point is its own "
+                "batch here (hydra.sweeper.max_batch_size=1): composed just before it runs"
             )
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if make_folder(str(sweep_dir), "Hydra's sweep folder (hydra.sweep.dir)"):

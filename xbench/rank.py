@@ -100,7 +100,8 @@ class RankContext:
     devices_per_rank: int = 1  # devices this rank's process drives (DataParallel, SPMD: several)
     threads: int | None = None  # torch intra-op threads for this rank (None: torch's default)
     threads_policy: str = "bench.threads"  # how `threads` was chosen (recorded)
-    # how a launched rank's process started: "template fork" (launch/template.py), "spawn", or "" (no launcher's)
+    # how a launched rank's process started: "template fork" (launch/template.py), "spawn", or ""
+    # (no launcher's)
     process: str = ""
     warnings: tuple[str, ...] = ()  # what the launcher saw that the config did not say
 

@@ -92,8 +92,9 @@ def resume_config(dcfg: DictConfig, prior: dict, path: Path) -> DictConfig:
     `fault` come from this command line."""
     if not (path.parent / CHECKPOINT_FILE).is_file():
         raise Refused(
-            f"resume={dcfg.resume!r}: no {CHECKPOINT_FILE} in {path.parent} (set goal.checkpoint_every_evals, "
-            "or stop a run with SIGTERM, to leave one); its record is left as it is"
+            f"resume={dcfg.resume!r}: no {CHECKPOINT_FILE} in {path.parent} "
+            "(set goal.checkpoint_every_evals, or stop a run with SIGTERM, to leave one); its record is left "
+            "as it is"
         )
     config = copy.deepcopy(prior["config"])
     if planted := interpolations(config):  # xbench stores configs resolved: none of its records holds one

@@ -101,9 +101,9 @@ def fit_request(params: dict, part: Partition) -> tuple[dict, list[str]]:
     problems = []
     if p["cpus_per_task"] * tasks > part.max_cpus:
         problems.append(f"hydra.launcher.cpus_per_task={p['cpus_per_task']} x tasks_per_node={tasks} asks "
-                        f"{p['cpus_per_task'] * tasks} CPUs per node; partition {part.name}'s nodes have at most "
-                        f"{part.max_cpus} (set hydra.launcher.cpus_per_task<={part.max_cpus // tasks}, or null "
-                        f"for a whole node)")
+                        f"{p['cpus_per_task'] * tasks} CPUs per node; partition {part.name}'s nodes have "
+                        f"at most {part.max_cpus} (set hydra.launcher.cpus_per_task<="
+                        f"{part.max_cpus // tasks}, or null for a whole node)")
     if p.get("mem_gb") is not None and p["mem_gb"] * 1024 > part.mem_mb:
         problems.append(
             f"hydra.launcher.mem_gb={p['mem_gb']} is more than partition {part.name}'s largest node "
@@ -171,7 +171,8 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
         )
         job = os.environ.get("SLURM_JOB_ID", "")
         found = find_record(store, job, started) if store and job else None
-        ret.xbench_record = str(found) if found else None  # type: ignore[attr-defined]  # pickled back with ret
+        # pickled back with ret
+        ret.xbench_record = str(found) if found else None  # type: ignore[attr-defined]
         return ret
 
     def launch(self, job_overrides, initial_job_idx):
@@ -189,7 +190,8 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
         if fitted.get("cpus_per_task") != self.params.get("cpus_per_task"):
             say(
                 f"cpus_per_task={fitted['cpus_per_task']} (a whole node of partition {part.name}: "
-                f"{part.cpus} CPUs / {fitted.get('tasks_per_node') or 1} task(s); hydra.launcher.cpus_per_task=N to ask less)"
+                f"{part.cpus} CPUs / {fitted.get('tasks_per_node') or 1} task(s); "
+                "hydra.launcher.cpus_per_task=N to ask less)"
             )
         self.params = fitted
         try:
@@ -202,8 +204,8 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
             return self._wait(jobs, initial_job_idx)
         except BaseException:  # Ctrl-C twice, a kill: this process stops waiting, SLURM keeps the jobs
             say(
-                f"stopped waiting; the jobs go on (scancel {' '.join(sorted({j.job_id.split('_')[0] for j in jobs}))} "
-                "stops them)"
+                "stopped waiting; the jobs go on "
+                f"(scancel {' '.join(sorted({j.job_id.split('_')[0] for j in jobs}))} stops them)"
             )
             raise
 
@@ -272,7 +274,8 @@ class SlurmLauncher(Base):  # type: ignore[misc,valid-type]
             try:
                 ret = job.results()[0]
             except Exception as e:  # the job's Python raised: submitit hands back its traceback
-                error = f"job {job.job_id} failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+                last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                error = f"job {job.job_id} failed: {last}"
         record_path = getattr(ret, "xbench_record", None)
         if error is None and record_path:
             rec = json.loads(Path(record_path).read_text())

@@ -149,14 +149,15 @@ class Seen:
             return None
         idle = [o for o in job if o not in first_job]
         why = (
-            f"{', '.join(idle)} changes nothing (a preset or a later override sets the same keys, or the field's "
-            "type makes the values equal)"
+            f"{', '.join(idle)} changes nothing (a preset or a later override sets the same keys, or the "
+            "field's type makes the values equal)"
             if idle
             else "the sweep lists the same values twice"
         )
         line = (
-            f"point {num + 1}/{self.total:,} (#{num}) [{self.shown(job)}] and point {first_num + 1} (#{first_num}) "
-            f"[{self.shown(first_job)}] compose to the same config: {why}; point {num + 1} is not run"
+            f"point {num + 1}/{self.total:,} (#{num}) [{self.shown(job)}] and point {first_num + 1} "
+            f"(#{first_num}) [{self.shown(first_job)}] compose to the same config: {why}; point {num + 1} "
+            "is not run"
         )
         self.repeats.append(line)
         return line

@@ -491,8 +491,9 @@ class TargetTraining:
             up = goals.GOALS[metric].higher_is_better
             best = goals.GOALS[metric].best(p.curve[metric])
             self.warnings.append(f"target {metric} {'>=' if up else '<='} "
-                                 f"{', '.join(f'{t:g}' for t in missing)} not reached ({status}: {self.epoch_f():.3g} "
-                                 f"epochs, {p.train_time_s:.3g} s training); best {metric} {best}")
+                                 f"{', '.join(f'{t:g}' for t in missing)} not reached "
+                                 f"({status}: {self.epoch_f():.3g} epochs, {p.train_time_s:.3g} s training); "
+                                 f"best {metric} {best}")
         if p.resumes and self.ctx.rank == 0:
             self.warnings.append(
                 f"resumed {p.resumes} time(s) from a checkpoint; time after an attempt's last "

@@ -235,8 +235,8 @@ def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: l
                         m.discard()
                     dropped.append((w, st))
                     warnings.append(f"stalled window measured again: {st.outliers} step(s) over "
-                                    f"{plan.stall_factor:g}x the median took {st.excess_s:.3g} s extra of its "
-                                    f"{w.wall_s:.3g} s")
+                                    f"{plan.stall_factor:g}x the median took {st.excess_s:.3g} s extra of "
+                                    f"its {w.wall_s:.3g} s")
                     continue
                 windows.append(w)
                 stalls.append(st)

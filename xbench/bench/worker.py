@@ -116,8 +116,8 @@ class Workload:
 
     @functools.cached_property
     def flops(self) -> dict:
-        """Per sample: forward, train (model FLOPs), train_hardware (with recomputation, if any). Counted on the
-        meta device when the record first asks (after the timed windows): 0.2-0.5 s of start-up before."""
+        """Per sample: forward, train (model FLOPs), train_hardware (with recomputation, if any). Counted on
+        the meta device when the record first asks (after the timed windows): 0.2-0.5 s of start-up before."""
         return self.count_flops()
 
 

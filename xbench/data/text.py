@@ -263,7 +263,8 @@ def twitter_sentiment(data, task: str) -> Splits:
         header = f.readline().lstrip("\ufeff").rstrip("\r\n")
         if header.split(",") != TWITTER_HEADER:
             hint = (
-                " (it looks like the Sentiment140 CSV: 6 columns, no header, labels 0/4; use data=sentiment140)"
+                " (it looks like the Sentiment140 CSV: 6 columns, no header, labels 0/4; "
+                "use data=sentiment140)"
                 if len(next(csv.reader([header]), [])) == 6
                 else ""
             )
@@ -452,8 +453,8 @@ def text_bpe(data, task: str) -> Splits:
         size = len(source)
         print(
             f"xbench: data=text_bpe: training a byte-level BPE (vocabulary {data.vocab_size:,}) on {path} "
-            f"({size / 1e6:.3g} MB, the first {1 - data.eval_fraction:.0%} trains it), then encoding it: about "
-            f"{max(1, round(size / BPE_BYTES_PER_S))} s, once (cached beside the file)",
+            f"({size / 1e6:.3g} MB, the first {1 - data.eval_fraction:.0%} trains it), then encoding it: "
+            f"about {max(1, round(size / BPE_BYTES_PER_S))} s, once (cached beside the file)",
             file=sys.stderr,
             flush=True,
         )

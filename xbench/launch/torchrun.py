@@ -94,7 +94,8 @@ def rank_main(work, on_step=None, stop=None, process: str = ""):
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     ctx = RankContext(rank, world, local_rank, local_world, **_threads_for_rank(plan, dev_type, local_world),
-                      warnings=world_size_warning(plan, world, f"torchrun started {world} ranks"), process=process)
+                      warnings=world_size_warning(plan, world, f"torchrun started {world} ranks"),
+                      process=process)
     if dev_type == "cuda":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(resolve_backend(plan.parallel.backend, dev_type),
@@ -176,7 +177,8 @@ def _spawned_rank(work, exchange: str | None = None, runner: tuple[int, dict] | 
     if runner is not None:
         from xbench.launch import template
 
-        template.adopt_rank(*runner)  # before anything else: signals, environment, seeds, death with the runner
+        # before anything else: signals, environment, seeds, death with the runner
+        template.adopt_rank(*runner)
     stop = process_stop(work.plan.bench)  # also: die_with_parent, EPIPE-proof redacting streams, the grace
     rank = int(os.environ.get("RANK", "0"))
     try:

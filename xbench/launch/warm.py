@@ -35,12 +35,16 @@ with restored():
 
     import xbench.bench.training  # noqa: E402,F401
     import xbench.bench.windows  # noqa: E402,F401
-    import xbench.launch.preamble  # noqa: E402,F401 (a point's entry, launch/inline._fresh_rank, runs through it)
+
+    # (a point's entry, launch/inline._fresh_rank, runs through it)
+    import xbench.launch.preamble  # noqa: E402,F401
     import xbench.models.decoder  # noqa: E402,F401 (the registry's builders, imported by every build)
     import xbench.models.text  # noqa: E402,F401
     import xbench.models.vision  # noqa: E402,F401
     import xbench.parallel.base  # noqa: E402,F401
-    import xbench.runtimes.eager  # noqa: E402,F401 (the default runtime; the others import theirs in the point)
+
+    # (the default runtime; the others import theirs in the point)
+    import xbench.runtimes.eager  # noqa: E402,F401
     from xbench.launch import child  # noqa: E402
     from xbench.rank import STOP_SIGNALS  # noqa: E402
 

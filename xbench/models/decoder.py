@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xbench.data.spec import InputSpec
-from xbench.metrics.llm_sizes import LLAMA3_VOCAB, SIZES  # noqa: F401 - the shapes (torch-free, for the report too)
+
+# the shapes (torch-free, for the report too)
+from xbench.metrics.llm_sizes import LLAMA3_VOCAB, SIZES  # noqa: F401
 from xbench.models import register
 
 PUBLISHED_PARAMS = {"8b": 8.03e9}  # Meta's model card: "8B" is 8.03 billion with the 128,256-token vocabulary

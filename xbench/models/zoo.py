@@ -144,8 +144,8 @@ def _probe(name: str, build, task: str, channels: int | None = None):
         except Exception as e:  # the constructor's or the forward's own words are the reason
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             return [
-                f"model {name!r} cannot be built for this data ({spec.modality}, options {options or 'none'}): "
-                f"{type(e).__name__}: {first[:300]}"
+                f"model {name!r} cannot be built for this data ({spec.modality}, "
+                f"options {options or 'none'}): {type(e).__name__}: {first[:300]}"
             ]
         return []
 

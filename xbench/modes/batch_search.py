@@ -61,8 +61,8 @@ def _said(bs: int, row: dict) -> str:
     if not row["fits"]:
         return f"find_max_batch: batch {bs} does not fit"
     text = (
-        f"find_max_batch: batch {bs} fits: {row['throughput_samples_per_s']:.3g} samples/s over a timed window "
-        f"of {row['timed_steps']} steps ({row['window_s']:.3g} s)"
+        f"find_max_batch: batch {bs} fits: {row['throughput_samples_per_s']:.3g} samples/s over a timed "
+        f"window of {row['timed_steps']} steps ({row['window_s']:.3g} s)"
     )
     return text + (f"; contended: {row['contended_reason']}" if row["contended"] else "")
 
@@ -202,7 +202,8 @@ class FindMaxBatch(Mode):
                 )
             if search["batch_search_time_bound_reached"]:
                 run.record.warnings.append(
-                    f"find_max_batch stopped at bench.max_batch_search_s={run.cfg.bench.max_batch_search_s:g}: "
-                    "the largest batch that fitted so far, not the largest that fits"
+                    "find_max_batch stopped at "
+                    f"bench.max_batch_search_s={run.cfg.bench.max_batch_search_s:g}: the largest batch that "
+                    "fitted so far, not the largest that fits"
                 )
             run.record.finish("ok")

@@ -104,8 +104,8 @@ class TrainToTarget(Mode):
         if cfg.runtime.name == "compile" and cfg.runtime.target == "step" and (sched.name != "constant"
                                                                                or sched.warmup_epochs):
             out.append(
-                "runtime.target=step compiles the optimizer step, whose learning rate then changes every step "
-                f"(optim.schedule.name={sched.name}): torch.compile would recompile it each time; use "
+                "runtime.target=step compiles the optimizer step, whose learning rate then changes every "
+                f"step (optim.schedule.name={sched.name}): torch.compile would recompile it each time; use "
                 "runtime.target=model (the default) or runtime=xla"
             )
         return out

@@ -112,8 +112,9 @@ def tpu_mismatches(platform, facts) -> list[str]:
     got = facts.tpu_accelerator_type
     if got is None:
         return [f"platform {platform.name!r} expects {declared(platform)}, but the TPU runtime reports no "
-                f"accelerator type here ({facts.tpu_chips} chip(s) seen; $TPU_ACCELERATOR_TYPE unset and the VM's "
-                "metadata unreadable); set TPU_ACCELERATOR_TYPE to this VM's type, or use platform=local"]
+                f"accelerator type here ({facts.tpu_chips} chip(s) seen; $TPU_ACCELERATOR_TYPE unset and the "
+                "VM's metadata unreadable); set TPU_ACCELERATOR_TYPE to this VM's type, or use "
+                "platform=local"]
     if got.strip().lower() != want.strip().lower():
         return [f"platform {platform.name!r} expects {declared(platform)}, but this TPU VM is {got} (as its "
                 "runtime reports it); use the platform of that type, or platform=local to describe it"]

@@ -52,8 +52,8 @@ class CurveWriter:
     def _stop(self, e: Exception) -> None:
         self.problem = f"{type(e).__name__}: {e}"
         _say(
-            f"xbench: the live feed {self.path} stopped ({self.problem}); the run goes on and its record keeps "
-            "every figure"
+            f"xbench: the live feed {self.path} stopped ({self.problem}); the run goes on and its record "
+            "keeps every figure"
         )
         if self.f is not None:
             with contextlib.suppress(Exception):

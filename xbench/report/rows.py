@@ -138,7 +138,8 @@ class Table:
 
 def _varies(rows: Rows, k: str) -> bool:
     first = rows[0].get(k)
-    for r in rows:  # noqa: SIM110 (a loop: any() over a generator is ~2x slower, and a constant key reads every row)
+    # a loop: any() over a generator is ~2x slower, and a constant key reads every row
+    for r in rows:  # noqa: SIM110
         if r.get(k) != first:
             return True
     return False

@@ -184,8 +184,9 @@ def unconfirmed_note(rows: Rows) -> str:
     names = join_unique(r.get("platform") for r in rows if r.get("price_confirmed") is False)
     return (
         (
-            f" Unconfirmed price ({names}): not checked against its source (platform.price_confirmed: false); "
-            "its costs are only as good as that price: check it before quoting them."
+            f" Unconfirmed price ({names}): not checked against its source "
+            "(platform.price_confirmed: false); its costs are only as good as that price: check it before "
+            "quoting them."
         )
         if names
         else ""
@@ -287,7 +288,8 @@ def projection_table(rows: Rows, ctx: Context) -> Table:
         per_hour, cost = sub.median(f"{cur}_per_hour"), sub.median(f"projected_training_cost_{cur}")
         secs = sub.median("projected_training_s")
         basis = (
-            f"{size * epochs:,.0f} samples ({epochs:g} epochs of {size:,.0f}) at the measured {tp:,.4g} samples/s"
+            f"{size * epochs:,.0f} samples ({epochs:g} epochs of {size:,.0f}) at the measured "
+            f"{tp:,.4g} samples/s"
             if None not in (tp, size, epochs)
             else ""
         )
@@ -506,9 +508,10 @@ def max_batch_table(rows: Rows, ctx: Context) -> Table:
         "The largest per-device batch each configuration fits (bench.mode=find_max_batch)",
         frame(out),
         note=constant_caption(sub_rows, SEARCH_CAPTION) + " Compared: the per-device batch "
-        "(searched; a record's own batch is only where the search started). Each trial is a short real run (a warm-up, then one "
-        "timed window of several steps) through the run's own launcher; its samples/s are the window's, "
-        "marked (contended) where other processes used the machine in it and (one step) in records from "
+        "(searched; a record's own batch is only where the search started). Each trial is a short real "
+        "run (a warm-up, then one timed window of several steps) through the run's own launcher; its "
+        "samples/s are the window's, marked (contended) where other processes used the machine in it and "
+        "(one step) in records from "
         "before trials had windows, and neither counts as the throughput at the largest. Memory is the "
         "device's peak allocation, or the host's RSS on a CPU. A search that reached "
         "bench.max_batch_limit found no failure below it.",

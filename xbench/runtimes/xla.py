@@ -80,8 +80,8 @@ def xla_cuda_amp(precision, device, hw: str | None = None, amp=None):
         import torch_xla.amp as amp
     if not hasattr(amp, "GradScaler"):
         raise RuntimeError(f"precision amp_fp16 on XLA:{hw} needs torch_xla.amp.GradScaler, which torch-xla "
-                           f"{torch_xla.__version__} does not have (removed in 2.9, pytorch/xla#9608): install "
-                           "torch-xla 2.8 with its CUDA plugin")
+                           f"{torch_xla.__version__} does not have (removed in 2.9, pytorch/xla#9608): "
+                           "install torch-xla 2.8 with its CUDA plugin")
     return dataclasses.replace(precision, autocast_fn=lambda: amp.autocast(device, dtype=torch.float16),
                                scaler=amp.GradScaler())
 
@@ -174,7 +174,9 @@ class XlaRuntime(Runtime):
             info = xm.get_memory_info(self.device)
         except RuntimeError as e:  # XLA:CPU: "UNIMPLEMENTED: GetAllocatorStats is not supported"
             return {
-                "device_memory_unavailable": f"{os.environ.get('PJRT_DEVICE')}: {str(e).splitlines()[0][:160]}"
+                "device_memory_unavailable": (
+                    f"{os.environ.get('PJRT_DEVICE')}: {str(e).splitlines()[0][:160]}"
+                )
             }
         out = {"device_memory_used_gib": info["bytes_used"] / 2**30,
                "device_memory_limit_gib": info["bytes_limit"] / 2**30}

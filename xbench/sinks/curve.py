@@ -51,8 +51,8 @@ class CurveTail(threading.Thread):
         if self.problem is None:
             self.problem = f"{what}: {type(e).__name__}: {e}"
             _say(
-                f"xbench: the live feed from {self.path}: {self.problem}; the run goes on and its record keeps "
-                "every figure"
+                f"xbench: the live feed from {self.path}: {self.problem}; the run goes on and its record "
+                "keeps every figure"
             )
 
     def _chunk(self) -> str:

@@ -390,8 +390,8 @@ def offline_cut_short(folder: Path, settle_s: float = OFFLINE_SETTLE_S, poll_s: 
             break
         time.sleep(poll_s)
     return (
-        f"the offline run {folder} is cut short ({len(kinds)} records, {size:,} bytes, no end: its folder filled "
-        "up or stopped taking writes); `wandb sync` would upload only that part"
+        f"the offline run {folder} is cut short ({len(kinds)} records, {size:,} bytes, no end: its folder "
+        "filled up or stopped taking writes); `wandb sync` would upload only that part"
     )
 
 

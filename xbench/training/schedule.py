@@ -86,16 +86,16 @@ def batch_warning(optim, global_batch: int, max_epochs: float | None = None) -> 
     budget = ""
     if max_epochs:
         budget = (
-            f", epoch budget goal.max_epochs={max_epochs:g} (tuned at global batch {optim.tuned_global_batch},"
-            f" this batch {global_batch}) would scale to {scaled_max_epochs(optim, global_batch, max_epochs):.3g}"
-            " epochs (kept as set)"
+            f", epoch budget goal.max_epochs={max_epochs:g} (tuned at global batch "
+            f"{optim.tuned_global_batch}, this batch {global_batch}) would scale to "
+            f"{scaled_max_epochs(optim, global_batch, max_epochs):.3g} epochs (kept as set)"
         )
     return (f"global batch {global_batch} is {r:.3g}x the batch this recipe was tuned at "
             f"(optim.tuned_global_batch={optim.tuned_global_batch}); scaling rule {rule}: lr {optim.lr:g} -> "
             f"{base_lr(optim, global_batch):.4g}, warm-up {optim.schedule.warmup_epochs:g} -> "
-            f"{warmup_epochs(optim, global_batch):.3g} epochs{budget}. Untested so far from the tuned batch: the "
-            "target may not be reached; retune optim.lr, optim.schedule.warmup_epochs and goal.max_epochs for this "
-            "batch")
+            f"{warmup_epochs(optim, global_batch):.3g} epochs{budget}. Untested so far from the tuned batch: "
+            "the target may not be reached; retune optim.lr, optim.schedule.warmup_epochs and "
+            "goal.max_epochs for this batch")
 
 
 def decay_epochs(schedule, max_epochs: float) -> float:

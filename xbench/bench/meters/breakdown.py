@@ -258,8 +258,9 @@ def phases(events, cuda: bool) -> dict:
     n = len(steps)
     if not cuda:
         return {f"{k}_s_per_step": v / n / 1e6 for k, v in host.items()} | {
-            "phases_source": "torch.profiler per ProfilerStep: autograd evaluate_function regions (backward), Optimizer."
-            "step/zero_grad (optimizer), the step up to its last backward less those (forward); wall"
+            "phases_source": "torch.profiler per ProfilerStep: autograd evaluate_function regions "
+            "(backward), Optimizer.step/zero_grad (optimizer), the step up to its last backward less those "
+            "(forward); wall"
         }
     return {
         **{f"{k}_s_per_step": v / n / 1e6 for k, v in dev.items()},
@@ -327,7 +328,10 @@ class BreakdownMeter(ProfilerMeter):
             }
         device = cpu_compute_us(events) / steps / 1e6
         host = max(0.0, self.steady_s - device)
-        source = "torch.profiler: self time of ops with a kernel of their own (device), steady step minus that (host)"
+        source = (
+            "torch.profiler: self time of ops with a kernel of their own (device), steady step minus that "
+            "(host)"
+        )
         return {"host_s_per_step": host, "device_s_per_step": device, "breakdown_source": source,
                 "breakdown_steps": steps, **split_of}
 
