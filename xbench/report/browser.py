@@ -1,17 +1,13 @@
 """The HTML report checked in a real browser: headless Chromium opens it, and a script measures what a
 reader would see: every image loaded (decoded, with a size), every chart drawn, nothing wider than the page (a
 wide table scrolls inside its box; the page itself never scrolls sideways), and the page's height; then it
-uses
-the page: a header click sorts its table, the filter keeps the matching rows, hovering a bar shows its value,
-a
-legend click hides its series. No request may leave the page: Chromium's net log, the page's resource list and
-its content-policy refusals are all read. A full-page screenshot goes beside the report (`screenshot.png`),
-the
-measurements to `browser_check.json`.
+uses the page: a header click sorts its table, the filter keeps the matching rows, hovering a bar shows its
+value, a legend click hides its series. No request may leave the page: Chromium's net log, the page's resource
+list and its content-policy refusals are all read. A full-page screenshot goes beside the report
+(`screenshot.png`), the measurements to `browser_check.json`.
 
 The checking script runs in a copy of the report (`.browser_check.html`, removed after). Chromium is Debian's
-`chromium` package (`apt-get install -y chromium`; `make test` installs it
-when it can).
+`chromium` package (`apt-get install -y chromium`; `make test` installs it when it can).
 """
 
 from __future__ import annotations
@@ -31,16 +27,18 @@ WIDTH = 1280  # a laptop's browser window, in CSS pixels
 MAX_SHOT_H = 16000  # Chromium's screenshots stop being reliable beyond ~16k px
 
 # Runs after every image has loaded; writes its findings into the page for --dump-dom to read. Then it uses
-# the
-# page as a reader would: clicks a numeric column's header (are the rows in its order now?), types a row's
-# label
-# into that table's filter, hovers a chart's first bar or point (does the tooltip show its value?), clicks the
-# first legend entry (is that series hidden?); and lists every resource the page loaded.
+# the page as a reader would: clicks a numeric column's header (are the rows in its order now?), types a
+# row's label into that table's filter, hovers a chart's first bar or point (does the tooltip show its
+# value?), clicks the first legend entry (is that series hidden?); and lists every resource the page loaded.
 PROBE = """<script>
 const violations = [];
-document.addEventListener('securitypolicyviolation', e => violations.push(e.blockedURI + ' (' + e.violatedDirective + ')'));
+document.addEventListener('securitypolicyviolation',
+  e => violations.push(e.blockedURI + ' (' + e.violatedDirective + ')'));
 const sleep = ms => new Promise(r => setTimeout(r, ms));
-async function until(ok, ms = 3000) { for (let t = 0; t < ms && !ok(); t += 25) await sleep(25); return ok(); }
+async function until(ok, ms = 3000) {
+  for (let t = 0; t < ms && !ok(); t += 25) await sleep(25);
+  return ok();
+}
 const keyOf = td => td.dataset.v !== undefined ? parseFloat(td.dataset.v) : td.textContent.trim();
 function sortCheck() {
   for (const table of document.querySelectorAll('.xb-table table')) {
@@ -49,9 +47,11 @@ function sortCheck() {
     const ths = [...table.tHead.rows[0].cells];
     for (let c = 0; c < ths.length; c++) {
       const before = rows.map(r => r.cells[c]).filter(td => td && td.dataset.v !== undefined).map(keyOf);
-      if (before.length < 3 || new Set(before).size < 3 || before.every((v, i) => !i || before[i - 1] <= v)) continue;
+      if (before.length < 3 || new Set(before).size < 3 ||
+          before.every((v, i) => !i || before[i - 1] <= v)) continue;
       ths[c].click();
-      const after = [...table.tBodies[0].rows].map(r => r.cells[c]).filter(td => td.dataset.v !== undefined).map(keyOf);
+      const after = [...table.tBodies[0].rows].map(r => r.cells[c])
+        .filter(td => td.dataset.v !== undefined).map(keyOf);
       return {table: table.closest('.xb-table').id, column: ths[c].textContent, rows: rows.length,
               before: before.slice(0, 5), after: after.slice(0, 5), order: ths[c].getAttribute('aria-sort'),
               ascending: after.every((v, i) => !i || after[i - 1] <= v),
@@ -67,7 +67,8 @@ function filterCheck() {
   const input = box.querySelector('input.xb-filter'); if (!input || !label) return null;
   input.value = label; input.dispatchEvent(new Event('input'));
   const shown = rows.filter(r => !r.hidden).length;
-  const out = {table: box.id, typed: label, rows: rows.length, shown, first_shown: rows.find(r => !r.hidden) === rows[0]};
+  const out = {table: box.id, typed: label, rows: rows.length, shown,
+               first_shown: rows.find(r => !r.hidden) === rows[0]};
   input.value = ''; input.dispatchEvent(new Event('input'));
   out.after_clear = rows.filter(r => !r.hidden).length;
   return out;
@@ -80,20 +81,27 @@ async function hoverCheck() {
   const meta = chart.getDatasetMeta(i), j = chart.data.datasets[i].data.findIndex(v => v !== null);
   const el = meta.data[j], r = chart.canvas.getBoundingClientRect();
   const x = el.base !== undefined && chart.options.indexAxis === 'y' ? (el.base + el.x) / 2 : el.x;
-  chart.canvas.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + x, clientY: r.top + el.y, bubbles: true}));
+  chart.canvas.dispatchEvent(new MouseEvent('mousemove',
+    {clientX: r.left + x, clientY: r.top + el.y, bubbles: true}));
   // Chart.js handles pointer events on its next animation frame
-  await until(() => { const t = document.getElementById('xb-tip'); return t && getComputedStyle(t).opacity === '1'; });
+  await until(() => {
+    const t = document.getElementById('xb-tip');
+    return t && getComputedStyle(t).opacity === '1';
+  });
   const tip = document.getElementById('xb-tip');
   const b = chart.data.datasets[i].xb[j];
-  const out = {figure: fig.id, tooltip: tip ? tip.innerText : null, visible: !!tip && getComputedStyle(tip).opacity === '1',
-               expected: b && b.text !== undefined ? b.text : null, label: b && b.label !== undefined ? b.label : null};
+  const out = {figure: fig.id, tooltip: tip ? tip.innerText : null,
+               visible: !!tip && getComputedStyle(tip).opacity === '1',
+               expected: b && b.text !== undefined ? b.text : null,
+               label: b && b.label !== undefined ? b.label : null};
   chart.canvas.dispatchEvent(new MouseEvent('mouseout', {bubbles: true}));
   return out;
 }
 async function legendCheck() {
   const key = document.querySelector('figure.xb-figure.drawn .xb-key'); if (!key) return null;
   const fig = key.closest('figure'), charts = window.xbenchCharts[fig.id];
-  const visible = () => charts.flatMap(c => c.data.datasets.map((ds, i) => ds.xbKey === key.dataset.key ? c.isDatasetVisible(i) : null)).filter(v => v !== null);
+  const visible = () => charts.flatMap(c => c.data.datasets.map(
+    (ds, i) => ds.xbKey === key.dataset.key ? c.isDatasetVisible(i) : null)).filter(v => v !== null);
   const before = visible(); key.click(); const after = visible(); key.click();
   return {figure: fig.id, key: key.dataset.key, before, after};
 }
@@ -103,13 +111,15 @@ window.addEventListener('load', async () => {
     natural: [i.naturalWidth, i.naturalHeight], shown: Math.round(i.getBoundingClientRect().width)}));
   const overflow = [];
   for (const el of document.body.querySelectorAll('*')) {
-    if (el.parentElement && el.parentElement.closest('.scroll')) continue;  // a scroll box clips its own
+    // a scroll box clips its own
+    if (el.parentElement && el.parentElement.closest('.scroll')) continue;
     const r = el.getBoundingClientRect();
     if (r.width && (r.right > W + 1 || r.left < -1)) overflow.push(el.tagName.toLowerCase() +
-      (el.id ? '#' + el.id : '') + (el.className ? '.' + el.className : '') + ' ' + Math.round(r.left) + '..' +
-      Math.round(r.right));
+      (el.id ? '#' + el.id : '') + (el.className ? '.' + el.className : '') + ' ' +
+      Math.round(r.left) + '..' + Math.round(r.right));
   }
-  const scrolled = [...document.querySelectorAll('.scroll')].filter(b => b.scrollWidth > b.clientWidth + 1).length;
+  const scrolled = [...document.querySelectorAll('.scroll')]
+    .filter(b => b.scrollWidth > b.clientWidth + 1).length;
   const charts = [...document.querySelectorAll('figure.xb-figure')];
   const out = {width: W, scroll_width: document.documentElement.scrollWidth,
                height: document.documentElement.scrollHeight, images, overflow: overflow.slice(0, 40),
@@ -127,7 +137,8 @@ window.addEventListener('load', async () => {
   out.used = false;  // true once every click and hover below has run
   write();
   document.body.appendChild(pre);  // the measurements stand even if the browser's time runs out below
-  for (const [k, f] of [['sort', sortCheck], ['filter', filterCheck], ['hover', hoverCheck], ['legend', legendCheck]]) {
+  for (const [k, f] of [['sort', sortCheck], ['filter', filterCheck], ['hover', hoverCheck],
+                        ['legend', legendCheck]]) {
     try { out[k] = await f(); } catch (e) { out.errors.push(k + ': ' + e); }
   }
   out.used = true;
@@ -159,7 +170,8 @@ class Check:
             f"{m.get('charts_drawn', 0)}/{m.get('charts', 0)} charts drawn, "
             f"{len(m.get('network_requests') or [])} network requests, "
             f"page {m['scroll_width']} px wide in a {m['width']} px window, {m['height']} px tall, "
-            f"{m['tables']} tables ({m['tables_scrolling']} scroll inside their box); screenshot {self.screenshot}"
+            f"{m['tables']} tables ({m['tables_scrolling']} scroll inside their box); "
+            f"screenshot {self.screenshot}"
         )
 
 

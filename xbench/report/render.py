@@ -1,7 +1,6 @@
 """Write the report: one self-contained HTML file (sortable, filterable tables; interactive charts drawn by
-the
-inlined Chart.js from each plot's data, xbench/report/interactive.py; it fetches nothing), a markdown summary
-(the PNG plots) and one CSV per table (plus the whole tidy table), all into one output folder."""
+the inlined Chart.js from each plot's data, xbench/report/interactive.py; it fetches nothing), a markdown
+summary (the PNG plots) and one CSV per table (plus the whole tidy table), all into one output folder."""
 
 from __future__ import annotations
 
@@ -51,11 +50,12 @@ th[aria-sort=descending]::after{content:" \\25BC"} th.label{text-align:left}
 .xb-legend{display:flex;flex-wrap:wrap;gap:.3em;margin:.3em 0}
 .xb-key{font:inherit;font-size:.8em;background:#fff;border:1px solid #ccc;border-radius:3px;padding:1px 6px;
  cursor:pointer} .xb-key.off{opacity:.4;text-decoration:line-through}
-.xb-swatch{display:inline-block;width:.9em;height:.9em;margin-right:.35em;vertical-align:-.1em;border:1px solid}
+.xb-swatch{display:inline-block;width:.9em;height:.9em;margin-right:.35em;vertical-align:-.1em;
+ border:1px solid}
 .xb-swatch.ref{height:0;border-width:0 0 2px;border-style:dashed;vertical-align:.25em;background:none}
-# xb-tip{position:absolute;z-index:10;pointer-events:none;background:#fff;border:1px solid
-# #999;border-radius:3px;
- box-shadow:0 1px 4px rgba(0,0,0,.2);padding:4px 8px;font-size:.8em;max-width:30em;opacity:0;top:0;left:0}
+#xb-tip{position:absolute;z-index:10;pointer-events:none;background:#fff;border:1px solid #999;
+ border-radius:3px;box-shadow:0 1px 4px rgba(0,0,0,.2);padding:4px 8px;font-size:.8em;max-width:30em;
+ opacity:0;top:0;left:0}
 """
 LONG_COLUMNS = ("reason", "warnings")
 
@@ -160,12 +160,13 @@ def html_table(t: Table) -> str:
         else ""
     )
     tools = (
-        f'<div class="xb-tools"><input type="search" class="xb-filter" aria-label="filter the rows of {t.name}" '
+        '<div class="xb-tools"><input type="search" class="xb-filter" '
+        f'aria-label="filter the rows of {t.name}" '
         'placeholder="filter rows: words each row must contain"> <span class="xb-count"></span></div>'
     )
     return (
-        f'<div class="xb-table" id="tt-{t.name}">{tools}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>{more}</div>"
+        f'<div class="xb-table" id="tt-{t.name}">{tools}<div class="scroll"><table><thead><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(body)}</tbody></table></div>{more}</div>"
     )
 
 
@@ -200,8 +201,9 @@ def figure_html(name: str, png: Path, svg: Path | None) -> str:
 
 def write_html(rep: Report, path: Path) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
-             f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>{html.escape(rep.title)}</title>'
-             f"<style>{CSS}</style></head><body><h1>{html.escape(rep.title)}</h1>"]
+             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+             f"<title>{html.escape(rep.title)}</title><style>{CSS}</style></head><body>"
+             f"<h1>{html.escape(rep.title)}</h1>"]
     parts += [f'<div class="meta">{html.escape(m)}</div>' for m in rep.meta]
     for s in rep.skipped_records:
         parts.append(f'<div class="warn">{html.escape(s)}</div>')
@@ -253,9 +255,9 @@ def findings_html(rep: Report) -> str:
         + "".join(items)
         + "</ul>"
         + tail
-        + '<p class="note">Uncertainty: the interval after a figure is its spread (min-max over repeated runs, '
-        "else the run's 95% CI over timed windows, else its p10-p90 steps); a difference whose intervals "
-        "overlap is within noise.</p>"
+        + '<p class="note">Uncertainty: the interval after a figure is its spread (min-max over repeated '
+        "runs, else the run's 95% CI over timed windows, else its p10-p90 steps); a difference whose "
+        "intervals overlap is within noise.</p>"
     )
 
 
