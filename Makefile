@@ -91,7 +91,7 @@ test-fast: $(STAMP)  ## run the tests not marked slow or xla (.venv); fails when
 	$(VPY) -m pytest -m "not slow and not xla" --every-module $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-linter contracts in pyproject.toml)
-	$(VENV)/bin/ruff check xbench tests scripts
+	$(VENV)/bin/ruff check xbench tests scripts hydra_plugins
 	$(VENV)/bin/lint-imports --no-cache
 
 bench: $(STAMP)  ## harness overhead (in-process and process-level, quiet and loaded) and report-scale benchmarks (ratios side by side)
