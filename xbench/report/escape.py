@@ -41,7 +41,11 @@ def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
     out = df.rename(columns={c: csv_cell(str(c)) for c in df.columns})
     for c in out.columns:
         if not (pd.api.types.is_numeric_dtype(out[c]) or pd.api.types.is_bool_dtype(out[c])):  # text or mixed
-            out[c] = out[c].map(csv_cell)
+            values = out[c].tolist()
+            # each distinct text once (a column repeats its values: 10,000 runs, a few platforms)
+            inert = {v: w for v in {x for x in values if isinstance(x, str)} if (w := csv_cell(v)) is not v}
+            if inert:
+                out[c] = out[c].map(lambda x, inert=inert: inert.get(x, x) if isinstance(x, str) else x)
     return out
 
 

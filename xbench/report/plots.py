@@ -166,11 +166,11 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
     notes = [constant_caption(ok), pooled_text(found_all, (*ctx.pool, *drop)),
              SPREAD_NOTE if power is not None else "Error bars: min-max over repeated runs.",
              f"Best {best_of.replace('_', ' ')} of each bar." if best_of else "",
-             f"{summarised} bars left out (the best and the worst of each work are drawn; the tables list all)."
-             if summarised else "",
+             f"{summarised} bars left out (the best and the worst of each work are drawn; the tables "
+             "list all)." if summarised else "",
              f"'(minimum charge)': the run was shorter than the platform's minimum charge "
-             f"({max(ok.nums('minimum_charge_s'), default=0):g} s), so the cost is that minimum, whatever the run did."
-             if minimum_set else "", left_out]
+             f"({max(ok.nums('minimum_charge_s'), default=0):g} s), so the cost is that minimum, whatever "
+             "the run did." if minimum_set else "", left_out]
     return facets, _note(*notes), ok
 
 
@@ -630,9 +630,9 @@ def published(rows: Rows, ctx: Context):
             ]
         facets.append(Facet(f"{study} [{unit}]", bars[:layout.MAX_BARS], xlabel=unit))
     return hbar_figure(facets, "Published figures of the studies beside these runs", "",
-                       "Published figures come from xbench/studies/studies.yaml with their source and date; they are "
-                       "never runs. Grey: the published figure (its date); blue: the median of the ok runs here "
-                       "under the published conditions.",
+                       "Published figures come from xbench/studies/studies.yaml with their source and "
+                       "date; they are never runs. Grey: the published figure (its date); blue: the median "
+                       "of the ok runs here under the published conditions.",
                        hues={"published": "0.6", "measured here": "tab:blue"})
 
 
