@@ -259,28 +259,16 @@ def test_offline_wandb_runs_are_read_in_process_as_the_cli_reads_them(tmp_path):
 # ---- 3. a W&B folder that stops taking writes ---------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limit_kib", [None, 150])
-def test_a_wandb_folder_that_fills_is_one_line_and_the_run_goes_on(tmp_path, limit_kib):
-    """W&B offline, the process may not grow a file past 150 KiB (RLIMIT_FSIZE: EFBIG, as a full disk or a
-    quota stops writes; the record stays far below it). wandb-core cut the run's file there without a word, and
-    the console said "upload later with: wandb sync" for a run that had lost its end. Now one line says the
-    offline run is cut short, the record keeps it in wandb_error, the run is ok. Without the limit: no such line."""
-    import resource
-
-    def cap():
-        if limit_kib:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_kib << 10, resource.RLIM_INFINITY))
-
+def test_a_wandb_folder_that_takes_every_write_says_upload_later_and_keeps_no_error(tmp_path):
+    """The other side of the drill's wandb_folder_fills (W&B offline under a 150 KiB RLIMIT_FSIZE: one line says
+    the offline run is cut short, the record keeps why, the run is ok; test_drill_rows_of_round_4_outcomes reads
+    it): the same run without the cap says "upload later" once and the record has no wandb_error."""
     store = tmp_path / "s"
-    fast = [a for a in FAST if not a.startswith(("logger=", "bench.steps=", "bench.repeats=", "bench.min_window_s="))]
-    p = subprocess.run([PY, "-m", "xbench", f"store.root={store}", *fast, "model=mlp", "data=digits", "logger=wandb",
-                        "bench.steps=300", "bench.repeats=5", "bench.min_window_s=0.3"], capture_output=True,
-                       text=True, timeout=600, cwd=REPO, env=cli_env(), preexec_fn=cap)
+    fast = [a for a in FAST if not a.startswith("logger=")]
+    p = subprocess.run([PY, "-m", "xbench", f"store.root={store}", *fast, "model=mlp", "data=digits", "logger=wandb"],
+                       capture_output=True, text=True, timeout=600, cwd=REPO, env=cli_env())
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
     [rec] = records(store)
     said = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("W&B:")]
     assert rec["status"] == "ok" and len(said) == 1, said
-    if limit_kib:
-        assert "is cut short" in said[0] and "no end" in said[0] and "cut short" in rec["artifacts"]["wandb_error"]
-    else:
-        assert "upload later with: wandb sync" in said[0] and "wandb_error" not in rec["artifacts"]
+    assert "upload later with: wandb sync" in said[0] and "wandb_error" not in rec["artifacts"]
