@@ -7,10 +7,9 @@ the end if any point failed; a stop signal ends the sweep.
 
 Exit status: 0 ok; 1 a run did not succeed, or Hydra refused the command line (also `+key=v` with a key
 the schema lacks); 2 refused before it started (a bad `resume=`, `baseline=`, `store.root` or run name:
-nothing
-written; a number out of its range is a `failed` record, exit 1, before any device work); 74 the store could
-not take the record (it went to a fallback folder the console names);
-130 stopped by a signal (the record says what was measured); 128+N a second signal N (exited at once).
+nothing written; a number out of its range is a `failed` record, exit 1, before any device work); 74 the store
+could not take the record (it went to a fallback folder the console names); 130 stopped by a signal (the
+record says what was measured); 128+N a second signal N (exited at once).
 """
 
 from __future__ import annotations
@@ -189,8 +188,8 @@ def leave(code: int | str | None) -> None:
         print(code, file=sys.stderr)
         code = 1
     # Python's own order at exit: threading's exit hooks (concurrent.futures wakes its idle workers:
-    # inductor's
-    # compile pool would otherwise be joined forever), then every non-daemon thread joined, then atexit.
+    # inductor's compile pool would otherwise be joined forever), then every non-daemon thread joined, then
+    # atexit.
     threading._shutdown()
     atexit._run_exitfuncs()
     exit_now(code or 0)

@@ -3,9 +3,9 @@
 
 `run` composes the same Hydra config the CLI composes (the same overrides, the same errors and
 hints, the same refusals: xbench.hints.refusals) and goes through the same runner, so a record made here is
-indistinguishable from one made by
-`xbench OVERRIDES`. `load` is the report's tidy table (xbench/analysis/frame.py): one row per run.
-Both import what they need when called: `import xbench` stays cheap.
+indistinguishable from one made by `xbench OVERRIDES`. `load` is the report's tidy table
+(xbench/analysis/frame.py): one row per run. Both import what they need when called: `import xbench` stays
+cheap.
 """
 
 from __future__ import annotations

@@ -4,10 +4,9 @@
 reads the environment (PJRT_DEVICE, the launcher's variables), the installed packages' versions and the file
 system (data paths, platform files); it writes no environment variable and imports no torch_xla
 (tests/test_import_env.py, tests/test_pure_checks.py: under simulated torchrun, srun and TPU hosts), so a
-simulated
-host's check does not depend on what ran before it. Each reason says what
-was asked, what is wrong and what is allowed, so that the failed record and the console explain
-themselves. Every reason is collected, never only the first.
+simulated host's check does not depend on what ran before it. Each reason says what was asked, what is wrong
+and what is allowed, so that the failed record and the console explain themselves. Every reason is collected,
+never only the first.
 
 Where the rules live: the plugins own theirs (a runtime's `rules` classmethod in runtimes/, a
 strategy's in parallel/, a mode's in modes/), and `plugin_rules` below asks the ones the config names;
@@ -307,9 +306,8 @@ def xla_pair_problem(torch_version: str, xla_version: str | None) -> str | None:
 
 def xla_elsewhere(cfg, facts) -> str:
     """Where PyTorch reaches XLA on this run's hardware without torch-xla (whose last release, 2.9.0, needs
-    torch
-    2.9.0): TorchTPU on a TPU (never run by xbench: docs/runtimes.md), torchax (JAX's XLA) on TPUs, GPUs and
-    CPUs."""
+    torch 2.9.0): TorchTPU on a TPU (never run by xbench: docs/runtimes.md), torchax (JAX's XLA) on TPUs, GPUs
+    and CPUs."""
     target = runtimes.default_pjrt_device(facts.tpu_chips, cfg.platform.device)
     if target == "TPU" or "tpu" in str(cfg.platform.name).lower():
         return (

@@ -1,11 +1,10 @@
 """Environment variables set for the length of a `with` block and restored after it (torch-free, any layer):
 the variables fresh processes inherit (launch/child.py), XLA's dump flags (bench/profile.py), a srun task's
 torch variables while its rank runs (launch/torchrun.py), HF's switches while transformers loads
-(models/zoo.py);
-and the one "started as a rank by an external launcher" rule (`launched_rank`), which launch/torchrun.py and
-bench/meters/contention.py both read. Imports, checks and questions write no variable
-(tests/test_pure_checks.py):
-what a run needs in its environment is applied where it launches, for that block only."""
+(models/zoo.py); and the one "started as a rank by an external launcher" rule (`launched_rank`), which
+launch/torchrun.py and bench/meters/contention.py both read. Imports, checks and questions write no variable
+(tests/test_pure_checks.py): what a run needs in its environment is applied where it launches, for that block
+only."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ def srun_step_tasks(env=os.environ) -> int:
 def launched_rank(env=os.environ) -> bool:
     """True in a process an external launcher started as one rank of a world: torchrun or any elastic agent
     (TORCHELASTIC_RUN_ID; LOCAL_RANK with WORLD_SIZE), or a task of a srun step of several tasks. Its parent
-    is
-    then that launcher, and its siblings are the run's other ranks."""
+    is then that launcher, and its siblings are the run's other ranks."""
     return (
         "TORCHELASTIC_RUN_ID" in env
         or ("LOCAL_RANK" in env and "WORLD_SIZE" in env)

@@ -77,9 +77,8 @@ class _Signals:
         self.on_force = None  # the current run's "write the record now" (None between runs)
         self.previous: dict = {}
         self.timer: threading.Timer | None = None
-        # A phase in which nothing is measured yet (start-up: imports, compat, the plan): a first
-        # signal stops it
-        # at once, from the handler, instead of after imports that take seconds (a sweep's point in
+        # A phase in which nothing is measured yet (start-up: imports, compat, the plan): a first signal stops
+        # it at once, from the handler, instead of after imports that take seconds (a sweep's point in
         # start-up too).
         self.at_once: str | None = None
 
@@ -249,9 +248,9 @@ class RunEnvelope:
         self.stop = SIGNALS.flag
         SIGNALS.grace_s = self.cfg.bench.stop_grace_s
         SIGNALS.on_force = self._forced
-        # Until check_stop("start-up"): nothing measured, nothing to finish first. Set last, on the
-        # main thread
-        # (where the handler raises): no call follows before the `with` body, so no signal lands outside it.
+        # Until check_stop("start-up"): nothing measured, nothing to finish first. Set last, on the main
+        # thread (where the handler raises): no call follows before the `with` body, so no signal lands
+        # outside it.
         if threading.current_thread() is threading.main_thread():
             SIGNALS.at_once = "start-up"
         return self

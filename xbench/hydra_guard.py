@@ -1,8 +1,7 @@
 """Hydra's own files and folders, kept bounded, secret-free and out of the way (a Hydra callback).
 
 Wired in conf/config.yaml as `hydra.callbacks.guard`; it runs before the sweeper
-(hydra_plugins/xbench_sweeper,
-which checks that the points are distinct) is built:
+(hydra_plugins/xbench_sweeper, which checks that the points are distinct) is built:
 
 - **A sweep too big is refused before anything is composed**: the points are counted from the override
   grammar alone (the product of each swept key's choices, the config's `hydra.sweeper.params` first, the
@@ -21,8 +20,8 @@ which checks that the points are distinct) is built:
   (xbench/records/redact.py) and a SIGKILL at any moment leaves no secret on disk.
 - **Hydra's per-run files too** (`hydra.output_subdir=.hydra` brings back `config.yaml`, `hydra.yaml` and
   `overrides.yaml`: the config, Hydra's node and the command line): Hydra's writer of them is replaced, in
-  every
-  process that builds this callback, by one that redacts first and writes atomically, never through a link.
+  every process that builds this callback, by one that redacts first and writes atomically, never through a
+  link.
 - **A store that cannot hold Hydra's folder** (read-only, full, a file in the way) is exit 74 with the
   folder and the reason, before Hydra's own traceback; and Hydra's per-run and per-point folders, empty
   since xbench keeps no Hydra files (`hydra.output_subdir: null`), are removed when the process ends.
@@ -47,12 +46,10 @@ module's imports). Each private thing, and why (Hydra 1.3; each is left as Hydra
   caller's.
 - `hydra._internal.core_plugins.basic_sweeper.BasicSweeper` and `basic_launcher.BasicLauncher`, named by their
   `_target_` paths (`bound_basic_sweeper`: Hydra's basic sweeper on the local launcher composes the whole
-  sweep
-  before a point, so it gets one point per batch), and the launcher's class and logger for xbench's sweeper
-  (`is_local_launcher`: points run in this process one at a time; `quiet_local_launches`: its two log lines
-  per
-  launch, said once by the sweeper's `point i/N`); `hydra.core.utils.JobReturn._return_value` (`job_raised`):
-  the exception of a point the sweeper did not run, without `return_value`'s line on stderr.
+  sweep before a point, so it gets one point per batch), and the launcher's class and logger for xbench's
+  sweeper (`is_local_launcher`: points run in this process one at a time; `quiet_local_launches`: its two log
+  lines per launch, said once by the sweeper's `point i/N`); `hydra.core.utils.JobReturn._return_value`
+  (`job_raised`): the exception of a point the sweeper did not run, without `return_value`'s line on stderr.
 """
 
 from __future__ import annotations
@@ -146,8 +143,7 @@ def _redacting_save():
 
 def _redacting_save_config(cfg, filename: str, output_dir: Path) -> None:
     """hydra.core.utils._save_config (config.yaml, hydra.yaml, overrides.yaml), redacted first, written
-    atomically
-    and never through a planted link."""
+    atomically and never through a planted link."""
     from xbench.records.safe_io import atomic_write
 
     Path(output_dir).mkdir(parents=True, exist_ok=True)

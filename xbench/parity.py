@@ -52,9 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--steps must be >= 1")
 
     # Windows of exactly --steps steps (not sized by time), one more than the stalled windows a run may
-    # measure
-    # again: each run keeps every step of its warm-up, then R windows out of at most R + r slots of N steps
-    # (r re-measured); with R = r + 1 the steps both runs kept are at least N, whatever was re-measured.
+    # measure again: each run keeps every step of its warm-up, then R windows out of at most R + r slots of N
+    # steps (r re-measured); with R = r + 1 the steps both runs kept are at least N, whatever was re-measured.
     common = [*args.overrides, f"bench.steps={args.steps}", "bench.min_window_s=0", "bench.repeats=1"]
     register_configs()
     register_model_choices(common + _split(args.a) + _split(args.b))  # model=torchvision/NAME and the like

@@ -35,8 +35,7 @@ FIRST_PHASE = "imports"
 def process_started_at() -> float:
     """Wall time this process started, to the clock tick: /proc's start time (ticks since boot) against
     CLOCK_BOOTTIME. psutil's create_time adds the boot time /proc/stat rounds down to whole seconds, so it
-    reads
-    up to 1 s early (0.98 s on the VM this was written on); elsewhere (no /proc) it is the fallback."""
+    reads up to 1 s early (0.98 s on the VM this was written on); elsewhere (no /proc) it is the fallback."""
     try:
         with open("/proc/self/stat", "rb") as f:
             # field 22, starttime (the name may hold spaces)

@@ -75,8 +75,7 @@ def check_resume(dcfg: DictConfig) -> tuple[dict, Path]:
 
 def interpolations(tree, where: str = "") -> list[str]:
     """Keys of a stored config whose string value OmegaConf would resolve (`${...}`: `${oc.env:NAME}` reads
-    the
-    environment of whoever resumes, a resolver runs): a stored record is data, never resolved again."""
+    the environment of whoever resumes, a resolver runs): a stored record is data, never resolved again."""
     if isinstance(tree, dict):
         return [
             k for key, v in tree.items() for k in interpolations(v, f"{where}.{key}" if where else str(key))

@@ -5,13 +5,13 @@ per device, precision, runtime and platform); only the parallel strategy and the
 throughput(1) is the workload's `single` run when there is one (median over repeats): the run without
 any distribution, so a strategy's own 1-device run shows what distributing costs. Without one, the
 strategy's own 1-device run; without that, the strategy's smallest device count is the reference
-(`reference_devices`). A strategy with one point and no 1-device
-reference has nothing to compare and is left out.
+(`reference_devices`). A strategy with one point and no 1-device reference has nothing to compare and is left
+out.
 
 Efficiency above 1 + SUPERLINEAR_TOL is not a result but a question: `flag` says "superlinear: noise
-or cache effects?" (a noisy or oversubscribed 1-device reference, or a per-device batch that fits a cache
-only when split). Each point carries the
-95% CI of its efficiency where both sides have 3 samples (analysis/spread.py `ratio`).
+or cache effects?" (a noisy or oversubscribed 1-device reference, or a per-device batch that fits a cache only
+when split). Each point carries the 95% CI of its efficiency where both sides have 3 samples
+(analysis/spread.py `ratio`).
 """
 
 from __future__ import annotations

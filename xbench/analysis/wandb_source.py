@@ -204,8 +204,8 @@ def read_wandb_file(path: str | Path) -> dict:
 
 def offline_records(folder: str | Path, progress: bool = True) -> tuple[list[RunRecord], list[str]]:
     """Every offline W&B run under `folder` as a record; (records, one message per run that could not be
-    read).
-    `progress`: a line on stderr, redrawn at most once a second, with the runs read and the time so far."""
+    read). `progress`: a line on stderr, redrawn at most once a second, with the runs read and the time so
+    far."""
     folder = Path(folder)
     if not folder.exists():
         raise FileNotFoundError(f"no folder {folder} (give one that holds wandb/offline-run-* folders)")

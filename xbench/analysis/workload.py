@@ -49,8 +49,8 @@ MODALITY_SHAPE = {
     "features": ("num_features", "num_classes"),
 }
 # The runtime section's options each runtime reads (runtimes/compiled.py, runtimes/xla.py): the schema gives
-# every
-# runtime all of them, so an eager row would otherwise carry compile's unused `backend=inductor target=model`.
+# every runtime all of them, so an eager row would otherwise carry compile's unused `backend=inductor
+# target=model`.
 RUNTIME_OPTIONS = {"compile": ("backend", "mode", "target", "fullgraph", "dynamic"),
                    "xla_compile": ("backend", "fullgraph", "dynamic")}
 

@@ -9,14 +9,12 @@ resumed run starts the same epoch's order at the batch it stopped at (`start`). 
 (TensorDataset) are indexed on the host; others go through a DataLoader with workers.
 
 Evaluation: rank r scores eval samples r::world in fixed-shape batches (`goal.eval_batch_size` per device);
-the
-last batch is padded with targets that count nowhere (-1 for labels, -100 for tokens), so no sample counts
+the last batch is padded with targets that count nowhere (-1 for labels, -100 for tokens), so no sample counts
 twice and XLA compiles one evaluation graph. Every rank scores the same number of batches, the largest share's
 (`ceil(ceil(N / world) / batch)`): a rank with fewer samples ends with batches that are all padding. A sharded
 model's forward is a collective (FSDP all-gathers each block's parameters), so a rank with one batch fewer
-would
-leave its peers waiting in that all-gather for good (an eval set of 17 on 2 ranks at batch 8: 9 and 8 samples,
-2 and 1 batches). Sums (hits, scored targets, loss) are summed over the ranks by the strategy.
+would leave its peers waiting in that all-gather for good (an eval set of 17 on 2 ranks at batch 8: 9 and 8
+samples, 2 and 1 batches). Sums (hits, scored targets, loss) are summed over the ranks by the strategy.
 """
 
 from __future__ import annotations
@@ -99,8 +97,7 @@ def _pad(x: torch.Tensor, y: torch.Tensor, size: int):
 
 class EvalShard:
     """This rank's share of the eval set (samples rank::world) in batches of `batch`, the last one padded;
-    then
-    batches of padding alone up to `batches_per_eval`, the same count on every rank (see the module
+    then batches of padding alone up to `batches_per_eval`, the same count on every rank (see the module
     docstring)."""
 
     def __init__(self, dataset, rank: int, world: int, batch: int, data_cfg, collate=None, device=None):
@@ -182,8 +179,8 @@ def score(model, shard: EvalShard, metric: str, precision, to_device, cut) -> li
 
 def metric_value(metric: str, hits: float, count: float, loss_sum: float) -> float:
     """The goal metric from the summed counts (metrics/goals.py says how): an accuracy as a fraction,
-    perplexity,
-    or log-perplexity (the mean held-out cross-entropy in nats: MLPerf's Llama 3.1 8B target is 3.3)."""
+    perplexity, or log-perplexity (the mean held-out cross-entropy in nats: MLPerf's Llama 3.1 8B target is
+    3.3)."""
     if count <= 0:
         raise ValueError("the eval set has no scored target")
     return goals.get(metric).value(hits, count, loss_sum)

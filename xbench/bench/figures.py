@@ -15,8 +15,7 @@ from xbench.training.optim import optimizer_figures
 
 def samples_per_step(batch_size: int, devices_per_rank: int, accumulate: int = 1) -> int:
     """Samples one optimizer step of one rank trains (DataParallel, SPMD: one batch for all the rank's
-    devices;
-    gradient accumulation: the step's micro-batches too)."""
+    devices; gradient accumulation: the step's micro-batches too)."""
     return batch_size * devices_per_rank * accumulate
 
 

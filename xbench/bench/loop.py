@@ -17,8 +17,7 @@ Rules
    after each step was issued (exact on the CPU, where eager execution is synchronous; on XLA they
    are host tracing/dispatch times and say so in `step_time_source`).
 4. Throughput is global: samples of every rank in the window over the window's wall time.
-5. Compilations during a timed window are counted and become a warning: the window was not
-   steady state.
+5. Compilations during a timed window are counted and become a warning: the window was not steady state.
 6. The harness's own per-step work is a handful of `perf_counter` calls and list stores; no
    logging, no allocation and no Python-level branching on device values inside the window.
 7. Windows are sized by time, not by a step count: at least `min_window_s` at the warm-up's steady
@@ -118,8 +117,7 @@ def check_blowup(h: Hooks, losses: list[float], phase: str) -> None:
 
 def chance_level(metric: str, num_classes: int) -> float | None:
     """What guessing scores on `metric` over `num_classes` classes (metrics/goals.py); None for a metric that
-    is
-    not an accuracy."""
+    is not an accuracy."""
     g = goals.GOALS.get(metric)
     return g.chance(num_classes) if g else None
 

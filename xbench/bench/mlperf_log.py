@@ -16,14 +16,11 @@ false: xbench drops no OS caches), and `submission_benchmark` is the MLPerf benc
 Every way a run ends leaves a log the checker passes: `run_stop` closes an epoch left open (a target met at an
 evaluation inside an epoch or at its last step, a time limit), and `close()` of a run that never reached
 `run_stop` (a stop by signal) closes it with status aborted, those lines marked `xbench_stop`; a resume drops
-the
-marked lines before it appends, so a stopped-and-resumed log still holds exactly one `run_stop`. Epoch numbers
-are
-one meaning throughout: `epoch_num` of `epoch_start`/`epoch_stop` is the epoch's 1-based number (MLPerf's),
-and an
-evaluation's is the epochs done when it ran, so it lies in (n - 1, n] inside epoch n. `metadata.file` is
-relative to
-the directory that holds the xbench package (`xbench/bench/...`), never this machine's absolute path.
+the marked lines before it appends, so a stopped-and-resumed log still holds exactly one `run_stop`. Epoch
+numbers are one meaning throughout: `epoch_num` of `epoch_start`/`epoch_stop` is the epoch's 1-based number
+(MLPerf's), and an evaluation's is the epochs done when it ran, so it lies in (n - 1, n] inside epoch n.
+`metadata.file` is relative to the directory that holds the xbench package (`xbench/bench/...`), never this
+machine's absolute path.
 """
 
 from __future__ import annotations
@@ -51,10 +48,8 @@ LOG_FILE = "mlperf.log"
 RULESET = "4.0.0"  # the compliance checker's training ruleset these logs are written for (see above)
 # MLPerf's benchmark for each goal metric (metrics/goals.py's `mlperf`): classification is MLPerf's ResNet
 # benchmark, masked-LM accuracy its BERT one (conf/recipe/mlperf_resnet50.yaml, mlperf_bert.yaml),
-# language-model
-# perplexity its GPT-3 one (whose open rules also fix GPT-3's hyperparameters and log perplexity as
-# eval_accuracy,
-# so an xbench LM log passes the common checks, not those).
+# language-model perplexity its GPT-3 one (whose open rules also fix GPT-3's hyperparameters and log
+# perplexity as eval_accuracy, so an xbench LM log passes the common checks, not those).
 STOP_MARK = "xbench_stop"  # metadata on the lines a stop writes and a resume removes
 _SOURCE_ROOT = re.escape(str(Path(__file__).resolve().parents[2]))  # the folder holding the xbench package
 
@@ -65,9 +60,8 @@ def mlperf_benchmark(metric: str) -> str:
 
 class _StopOnErrorHandler(logging.StreamHandler):
     """mllog's lines into the file. A write that fails (a full or read-only store: ENOSPC, EFBIG, EROFS) is
-    said
-    once, on stderr, and the log stops there: the run goes on and its record keeps every figure (logging's
-    default printed a traceback per line: 905 in 5 minutes of a full store)."""
+    said once, on stderr, and the log stops there: the run goes on and its record keeps every figure
+    (logging's default printed a traceback per line: 905 in 5 minutes of a full store)."""
 
     def __init__(self, stream, path: Path):
         super().__init__(stream)

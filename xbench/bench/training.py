@@ -134,12 +134,10 @@ def load_checkpoint(run_dir: Path) -> dict | None:
 
 def progress_problems(progress: dict, max_epochs: int, steps_per_epoch: int, global_batch: int) -> list[str]:
     """What a checkpoint's progress cannot be for this run (empty: none): a count that is not a whole number
-    >= 0,
-    a time or loss sum that is not finite (times >= 0), an epoch beyond goal.max_epochs, a batch beyond an
-    epoch's,
-    or steps and samples other than the epochs and batches done imply (one step per batch, global_batch
-    samples
-    each). A planted `epoch: 1e12` made a resume report an ok run of a trillion epochs."""
+    >= 0, a time or loss sum that is not finite (times >= 0), an epoch beyond goal.max_epochs, a batch beyond
+    an epoch's, or steps and samples other than the epochs and batches done imply (one step per batch,
+    global_batch samples each). A planted `epoch: 1e12` made a resume report an ok run of a trillion
+    epochs."""
     out = []
     counts = ("epoch", "batch", "step", "samples", "evals", "resumes", "pending_loss_steps")
     for k in counts:
@@ -207,8 +205,7 @@ class TargetTraining:
                               open_epoch=self.p.epoch if self.p.batch else None)  # stopped inside that epoch
         else:
             self.mlog.run_start(plan, self.train_samples, self.eval_samples, self.global_batch, self.hyper,
-                                # MLPerf init_start: the run's start,
-                                # start-up included
+                                # MLPerf init_start: the run's start, start-up included
                                 started_at=self.created)
         # Rank 0 writes the curve as it grows (the launching process tails it into W&B); a resume starts
         # the file again from the checkpoint's curve.
@@ -254,8 +251,7 @@ class TargetTraining:
 
     def _load(self) -> dict | None:
         """Model, optimizer, scaler and this rank's RNG from the checkpoint when resuming; the progress so
-        far.
-        Every rank reads the one file rank 0 wrote."""
+        far. Every rank reads the one file rank 0 wrote."""
         resume, w = self.plan.resume, self.w
         ckpt = load_checkpoint(self.run_dir) if resume else None
         if resume and ckpt is None:
@@ -332,8 +328,8 @@ class TargetTraining:
 
     def _check_blowup(self, vals: list[float]) -> None:
         """loop.py rule 9, the throughput loop's: a loss above bench.diverge_loss_factor x the run's first one
-        is a
-        divergence (AdamW at lr 1e6: 4.2e20 after 2.3, then an accuracy at chance), on every rank at once."""
+        is a divergence (AdamW at lr 1e6: 4.2e20 after 2.3, then an accuracy at chance), on every rank at
+        once."""
         p = self.p
         self.watch.seen = p.step - len(vals)  # steps counted over the whole run, as check_finite counts them
         hit = self.watch.blown(vals)
@@ -537,8 +533,7 @@ class TargetTraining:
             "steps_per_epoch": self.steps_per_epoch,
             # Training throughput over the whole training time: epoch-level work (shuffles) included.
             "throughput_samples_per_s": p.samples / p.train_time_s if p.train_time_s > 0 else None,
-            # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA); contended,
-            # other_cpu_cores_*
+            # peak_host_rss_gib, peak_memory_since, peak_device_* (CUDA); contended, other_cpu_cores_*
             **memory,
             **closing_figures(w),
         }

@@ -207,12 +207,11 @@ def _oversubscribed(p: PreparedRank, dev: str, before: dict | None, ranks_on_hos
 def _timed_windows(run: Plan, p: PreparedRank, plan: WindowPlan, wu, warnings: list[str], steps: int,
                    before: dict | None = None, dev: str = "cpu", live=None):
     """The timed windows, with energy, utilisation, memory peaks and other processes' use metered at their
-    edges
-    (never inside a step): the meters (bench/meters/) enter on one stack at the first window's edge
-    and exit on every path out (a divergence, an OOM, a stop, any exception). A stalled window (loop.py
-    rule 8) is measured again, at most `plan.stall_remeasure` times, when every rank agrees one stalled;
-    the meters forget it. `live` hears of each kept window once it has closed (W&B), before the next
-    one starts. `run`: the run's plan, whose bench section sets the meters."""
+    edges (never inside a step): the meters (bench/meters/) enter on one stack at the first window's edge and
+    exit on every path out (a divergence, an OOM, a stop, any exception). A stalled window (loop.py rule 8) is
+    measured again, at most `plan.stall_remeasure` times, when every rank agrees one stalled; the meters
+    forget it. `live` hears of each kept window once it has closed (W&B), before the next one starts. `run`:
+    the run's plan, whose bench section sets the meters."""
     windows, stalls, dropped = [], [], []
     done_steps = wu.steps
     rank = rank_meters(run.bench, p, dev, before)

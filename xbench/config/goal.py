@@ -9,15 +9,12 @@ from xbench.config.knobs import BIG, knob
 
 @dataclass
 class GoalConfig:
-    # A name in xbench/metrics/goals.py's GOALS (top1, top5, mlm_accuracy, perplexity, log_perplexity,
-    # ...): the
-    # table says each one's direction, the model tasks it suits and its target range.
+    # A name in xbench/metrics/goals.py's GOALS (top1, top5, mlm_accuracy, perplexity, log_perplexity, ...):
+    # the table says each one's direction, the model tasks it suits and its target range.
     metric: str = "top1"
-    # fraction for accuracies (0.95, not 95); perplexity value; log-perplexity in nats (MLPerf Llama:
-    # 3.3). None
-    # (and no `targets`): train max_epochs epochs and record the final metric and the whole training's
-    # time and
-    # cost. The metric's own range is its table's (metrics/goals.py, checked by modes/target.py).
+    # fraction for accuracies (0.95, not 95); perplexity value; log-perplexity in nats (MLPerf Llama: 3.3).
+    # None (and no `targets`): train max_epochs epochs and record the final metric and the whole training's
+    # time and cost. The metric's own range is its table's (metrics/goals.py, checked by modes/target.py).
     target: float | None = knob(None, ge=0, le=1e30)
     # Several targets in one run, in the order they are reached (e.g. [0.757, 0.764]): epochs, time and cost
     # to each; the run stops at the last. Empty: `target` alone.

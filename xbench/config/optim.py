@@ -14,8 +14,7 @@ SCALING_RULES = ("none", "linear", "sqrt")
 @dataclass
 class ScheduleConfig:
     """Learning rate over training (train_to_target; xbench/training/schedule.py). Lengths in epochs
-    (fractions
-    allowed); the learning rate is a multiple of optim.lr (after the linear scaling rule)."""
+    (fractions allowed); the learning rate is a multiple of optim.lr (after the linear scaling rule)."""
 
     name: str = knob("constant", choices=SCHEDULES)
     warmup_epochs: float = knob(0.0, ge=0, le=1e6)  # linear warm-up from warmup_start_factor x lr to lr

@@ -1,8 +1,7 @@
 """platform: hardware and price (conf/platform/*.yaml). Billing arithmetic, the billing words (units,
 granularities, kinds, pricing models) and the numbers billing can take (PLATFORM_BOUNDS, PRICE_BOUNDS: the
-knobs
-of the price fields here, `priced`) are xbench/metrics/cost.py's, which also holds records' and price files'
-platforms to them; docs/cost_and_targets.md explains the model."""
+knobs of the price fields here, `priced`) are xbench/metrics/cost.py's, which also holds records' and price
+files' platforms to them; docs/cost_and_targets.md explains the model."""
 
 from __future__ import annotations
 

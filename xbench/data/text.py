@@ -362,9 +362,9 @@ def _windows(data, path: Path, train_ids: torch.Tensor, eval_ids: torch.Tensor, 
 
 BPE_MIN_VOCAB = 256 + 1  # the byte-level alphabet, and at least one merge
 # A pre-token (GPT-2's regex: a word, a number, a run of symbols) longer than this many bytes is cut into
-# pieces
-# this long. BPE training works per pre-token and costs the square of its length: a run without whitespace of
-# 50k/100k/200k characters (minified JSON, base64, a DNA string) took 3.4/12.6/52.6 s; words stay whole.
+# pieces this long. BPE training works per pre-token and costs the square of its length: a run without
+# whitespace of 50k/100k/200k characters (minified JSON, base64, a DNA string) took 3.4/12.6/52.6 s; words
+# stay whole.
 BPE_MAX_PRETOKEN_BYTES = 128
 BPE_BYTES_PER_S = 100_000  # the console's estimate: 3 MB took 10 s of CPU here, 30 s on a shared core
 

@@ -8,9 +8,9 @@ and gather the ranks' results. They know how to start ranks, never what a rank d
 - xla: a fresh process for SPMD, or torch_xla.launch's processes on a TPU (launch/xla.py).
 
 `work` is a picklable callable `work(ctx, on_step, stop) -> RankResult` (bench/windows.ThroughputWork,
-bench/training.TargetWork) carrying the run's `plan`, with a `bar()` method that gives the totals of the bar
-a launched rank 0 draws itself. Every launcher runs a rank
-through `preamble.run_rank`, so the rank's facts, warnings and progress are handled once.
+bench/training.TargetWork) carrying the run's `plan`, with a `bar()` method that gives the totals of the bar a
+launched rank 0 draws itself. Every launcher runs a rank through `preamble.run_rank`, so the rank's facts,
+warnings and progress are handled once.
 Add a launcher: a module with `launch(work, on_step, stop, fresh)` and a line in LAUNCHERS.
 """
 

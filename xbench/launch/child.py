@@ -89,12 +89,12 @@ def stop_on_signals() -> StopFlag:
     once the work is done, exit at once. The process also dies with its parent, and its console is
     redacted like the parent's.
 
-    Called by launch/preamble.process_stop, the one place a launcher installs it. Installed once per
-    process, by its main thread: Python runs signal handlers only there, and
-    `signal.signal` raises ValueError in any other thread. Every later call, from any thread, returns
-    the same flag, so ranks that are threads of one process (torch_xla.launch's replicas on PJRT CPU
-    and TPU v2/v3) share it. A process forked from one that installed it inherits the handlers and the
-    flag (fork keeps both); it adopts them as its own (and watches its own parent)."""
+    Called by launch/preamble.process_stop, the one place a launcher installs it. Installed once per process,
+    by its main thread: Python runs signal handlers only there, and `signal.signal` raises ValueError in any
+    other thread. Every later call, from any thread, returns the same flag, so ranks that are threads of one
+    process (torch_xla.launch's replicas on PJRT CPU and TPU v2/v3) share it. A process forked from one that
+    installed it inherits the handlers and the flag (fork keeps both); it adopts them as its own (and watches
+    its own parent)."""
     with _LOCK:
         if _FLAG and _FLAG[0][0] == os.getpid():
             return _FLAG[0][1]
@@ -167,9 +167,9 @@ def wait(future, stop, what: str = "the launched process"):
                 forwarded = True
         except BrokenProcessPool as e:  # killed outright (OOM killer, a second signal, a crash in C++)
             if stop is not None and stop.requested:
-                # The stop signal (to the group, or forwarded above) found the child still
-                # starting: no handler
-                # of its own yet, so the signal's default action ended it. An interruption, not a crash.
+                # The stop signal (to the group, or forwarded above) found the child still starting: no
+                # handler of its own yet, so the signal's default action ended it. An interruption, not a
+                # crash.
                 raise StopRequested({"phase": "start-up"}) from e
             raise RuntimeError(f"{what} died without a result (killed, or a crash in native code); "
                                "see the console output above") from e

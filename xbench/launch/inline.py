@@ -48,9 +48,9 @@ def launch(work, on_step=None, stop=None, fresh: bool | str = False) -> LaunchRe
 @contextlib.contextmanager
 def _callers_torch_state():
     """A rank in the caller's process (xbench.run from a notebook, a shared sweep) sets torch's intra-op
-    threads
-    and seeds its CPU generator: both are the caller's again afterwards. (Inter-op threads are set once per
-    process by torch's rule, and a device's generators are the device's: neither is restorable here.)"""
+    threads and seeds its CPU generator: both are the caller's again afterwards. (Inter-op threads are set
+    once per process by torch's rule, and a device's generators are the device's: neither is restorable
+    here.)"""
     import torch
 
     threads, rng = torch.get_num_threads(), torch.get_rng_state()

@@ -2,17 +2,12 @@
 
 `srun --ntasks=N python -m xbench parallel=ddp parallel.world_size=N` starts N processes, each with SLURM's
 facts and none of torch's. `torch_variables()` answers what torch's env:// rendezvous and the torchrun
-launcher
-read (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), taken from SLURM's
-(SLURM_PROCID,
-SLURM_STEP_NUM_TASKS, SLURM_LOCALID, the step's tasks on this node, its first node); it writes nothing. The
-one
-place that applies them is launch/torchrun.launch, while the rank runs: from then on the process is a rank
-like
-one the `torchrun` command started (rank 0 writes the record). A variable already set (MASTER_PORT, or
-torchrun
-under srun setting them all) is left alone. A batch script itself (no SLURM_STEP_ID) and a step of one task
-(hydra-submitit-launcher's jobs) get none.
+launcher read (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), taken from SLURM's
+(SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, the step's tasks on this node, its first node); it writes
+nothing. The one place that applies them is launch/torchrun.launch, while the rank runs: from then on the
+process is a rank like one the `torchrun` command started (rank 0 writes the record). A variable already set
+(MASTER_PORT, or torchrun under srun setting them all) is left alone. A batch script itself (no SLURM_STEP_ID)
+and a step of one task (hydra-submitit-launcher's jobs) get none.
 """
 
 from __future__ import annotations

@@ -8,10 +8,9 @@ Two ways in, one code path per rank (`rank_main`):
 - `torchrun --nproc_per_node=N -m xbench parallel=ddp`: every process is a rank already (detected from
   the environment torchrun sets). Rank 0 runs __main__'s record path; the others only run their rank.
 
-Every rank runs the work it was handed (launch/preamble.run_rank); the RankResults are gathered to
-rank 0 with gather_object.
-Collectives time out after parallel.timeout_s, so a dead rank ends the run instead of hanging it (a
-compiled run: after at least COMPILE_TIMEOUT_S, which its first steps' compiles must fit in).
+Every rank runs the work it was handed (launch/preamble.run_rank); the RankResults are gathered to rank 0 with
+gather_object. Collectives time out after parallel.timeout_s, so a dead rank ends the run instead of hanging
+it (a compiled run: after at least COMPILE_TIMEOUT_S, which its first steps' compiles must fit in).
 """
 
 from __future__ import annotations
@@ -64,11 +63,10 @@ def _threads_for_rank(plan, dev_type: str, local_world: int) -> dict:
 
 
 # A compiled run's first steps compile (torch.compile of the step, or FSDP's per-block compile: 77-125 s a
-# step
-# on 2 CPU cores for the tiny decoder, minutes for an 8B on a GPU) between its collectives, and a rank that
-# finishes first waits for the slowest in the next one: parallel.timeout_s (120 s), which is there to end a
-# run with a dead rank, would end a healthy run that is compiling. A compiled run's collectives therefore wait
-# at least this long, for the whole run (recompiles come after the first step too); a dead rank or hung
+# step on 2 CPU cores for the tiny decoder, minutes for an 8B on a GPU) between its collectives, and a rank
+# that finishes first waits for the slowest in the next one: parallel.timeout_s (120 s), which is there to end
+# a run with a dead rank, would end a healthy run that is compiling. A compiled run's collectives therefore
+# wait at least this long, for the whole run (recompiles come after the first step too); a dead rank or hung
 # collective then ends it within this, and a signal still stops it at once.
 COMPILE_TIMEOUT_S = 1800.0
 

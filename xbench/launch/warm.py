@@ -28,8 +28,7 @@ _T0 = time.perf_counter()
 from xbench.env_vars import restored  # noqa: E402
 
 # The imports write variables as they load (torch._dynamo: TORCHINDUCTOR_CACHE_DIR); a point takes the
-# runner's
-# environment (template.adopt), and no import of xbench writes one (tests/test_pure_checks.py).
+# runner's environment (template.adopt), and no import of xbench writes one (tests/test_pure_checks.py).
 with restored():
     import torch  # noqa: E402
 
@@ -68,8 +67,8 @@ def _hold(signum, frame) -> None:
 
 
 # Only in the runner's template (template.TEMPLATE_ENV, set while it starts): imported anywhere else (a
-# runner,
-# a test), holding the stop signals would swallow that process's SIGTERM (a sweep went on past a stop).
+# runner, a test), holding the stop signals would swallow that process's SIGTERM (a sweep went on past a
+# stop).
 TEMPLATE = os.environ.get("XBENCH_TEMPLATE_OF") == str(os.getppid())
 if TEMPLATE:
     for _sig in STOP_SIGNALS:

@@ -115,8 +115,7 @@ def _mp_process(index, work, out_path: str):
         if not e.partial.get("ranks_agreed"):
             rx.abandon_exchange()
             raise
-        # every replica stopped at the same window edge (bench/loop.py rule 10): gathered as a
-        # result
+        # every replica stopped at the same window edge (bench/loop.py rule 10): gathered as a result
         result = e
     except BaseException:
         rx.abandon_exchange()  # the other replicas' gathers fail at once instead of waiting for this one

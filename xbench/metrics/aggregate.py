@@ -124,9 +124,9 @@ def aggregate(ranks: list[dict], noisy_cv: float = 0.05) -> dict:
 
 def merge_processes(per_process: list[list[dict]]) -> list[dict]:
     """Per rank: every process's timed windows in one `window_s` list (process 1's first), with the
-    figures that count over windows made to match it (`repeats` = windows merged, `data_wait_s` and
-    `energy_j` summed, the memory peaks the largest);
-    the rest from the first process. `samples_per_window` is the same in every process (same config)."""
+    figures that count over windows made to match it (`repeats` = windows merged, `data_wait_s` and `energy_j`
+    summed, the memory peaks the largest); the rest from the first process. `samples_per_window` is the same
+    in every process (same config)."""
     if not per_process or not per_process[0]:
         raise ValueError("no process reported any measurement")
     sizes = {len(ranks) for ranks in per_process}

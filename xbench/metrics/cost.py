@@ -3,11 +3,10 @@
 A platform's price is a list of components (accelerator, host VM, disk, fees). Each usage component
 costs `amount * count * (1 - discount)` per time `unit`, and is billed in steps of its granularity
 (`billing`: millisecond, second, minute, hour rounded up) with a minimum charge per start. A month is
-730 hours (365 x 24 / 12). Monthly rent (`unit: month`, `billing: month_amortised`) and fixed fees
-are spread over the hours the machine is really used: a monthly amount costs
-`amount / (730 h x platform.utilisation)` per used hour, and a setup fee is further spread over
-`platform.commitment_months`. `standalone=True` answers the other question, "what if I rented it
-just for this job": whole months rounded up, the whole setup fee.
+730 hours (365 x 24 / 12). Monthly rent (`unit: month`, `billing: month_amortised`) and fixed fees are spread
+over the hours the machine is really used: a monthly amount costs `amount / (730 h x platform.utilisation)`
+per used hour, and a setup fee is further spread over `platform.commitment_months`. `standalone=True` answers
+the other question, "what if I rented it just for this job": whole months rounded up, the whole setup fee.
 
 docs/cost_and_targets.md walks through the model with worked examples.
 """

@@ -58,8 +58,7 @@ class Goal:
 
     def chance(self, num_classes: int | None) -> float | None:
         """What guessing scores over `num_classes` classes (top-k: k/num_classes); None where guessing has no
-        level
-        (a loss) or the classes are unknown."""
+        level (a loss) or the classes are unknown."""
         if not self.is_accuracy or not num_classes or num_classes <= 0:
             return None
         return min(1.0, (self.top_k or 1) / num_classes)
@@ -104,16 +103,14 @@ def get(name: str) -> Goal:
 
 def higher_is_better(name) -> bool:
     """The direction of a stored `goal_metric`; a name the table lacks (an older record's `eval_accuracy`) is
-    taken
-    as an accuracy."""
+    taken as an accuracy."""
     g = GOALS.get(name) if isinstance(name, str) else None
     return g.higher_is_better if g else True
 
 
 def label(name) -> str | None:
     """A stored `goal_metric` as tables and axes name it: its display name, the name itself when the table has
-    no
-    line for it (a record from another version), None for none."""
+    no line for it (a record from another version), None for none."""
     if not isinstance(name, str) or not name:
         return None
     return GOALS[name].label if name in GOALS else name

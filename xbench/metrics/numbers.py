@@ -1,6 +1,5 @@
 """Numbers as text, for every place a reader sees a figure: the console's live lines and summary (`human`),
-the
-report's cells, plot labels and findings (`compact`), labels that show a configuration value (`whole`).
+the report's cells, plot labels and findings (`compact`), labels that show a configuration value (`whole`).
 Torch-free and at the lowest layer, so the sinks, the analysis and the report all read the same rules."""
 
 from __future__ import annotations
@@ -33,10 +32,8 @@ def human(v, digits: int = 4) -> str:
 
 def compact(v, digits: int = 4, whole_from: float = 1000, missing: str = "") -> str:
     """A figure in `digits` significant digits without trailing zeros (%g: 3.2, 0.0137), a whole float without
-    its
-    ".0", and from `whole_from` up a whole number with thousands separators (23,640 reads better than
-    2.364e+04;
-    from 1e15 %g again: 1e308 is not 309 digits). None and NaN: `missing`."""
+    its ".0", and from `whole_from` up a whole number with thousands separators (23,640 reads better than
+    2.364e+04; from 1e15 %g again: 1e308 is not 309 digits). None and NaN: `missing`."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return missing
     if whole_from <= abs(v) < 1e15:
@@ -72,9 +69,8 @@ def by_spread(v, half_width, max_digits: int = 4) -> str:
 
 def granular(v, step) -> str:
     """A count made in steps of `step` (epochs at an evaluation every 0.45 epoch, or every whole epoch): a
-    whole
-    value as an integer (4.0 -> "4"), else to the decimal that tells one step from the next (2.232 at 0.446 ->
-    "2.2"; 2.232 at 1/56 -> "2.23"; at least one decimal). Without a step: `human(v)`."""
+    whole value as an integer (4.0 -> "4"), else to the decimal that tells one step from the next (2.232 at
+    0.446 -> "2.2"; 2.232 at 1/56 -> "2.23"; at least one decimal). Without a step: `human(v)`."""
     if not finite_number(v):
         return str(v)
     if float(v).is_integer():

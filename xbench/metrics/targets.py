@@ -65,8 +65,7 @@ def summary_rows(values: dict) -> list[tuple[float, dict]]:
 def column(key: str, target: float) -> str:
     """The per-target name of a run-level figure: `train_time_to_target_s` -> `train_time_to_target_0p757_s`,
     `epochs_to_target` -> `epochs_to_target_0p757`, `train_cost_to_target_usd` ->
-    `train_cost_to_target_0p757_usd`;
-    figures of the whole run (status, final metric) keep their name."""
+    `train_cost_to_target_0p757_usd`; figures of the whole run (status, final metric) keep their name."""
     lab = label(target)
     for stem in ("train_cost_to_target_", "cost_to_target_"):
         if key.startswith(stem):

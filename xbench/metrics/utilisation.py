@@ -1,8 +1,7 @@
 """Per-GPU utilisation of one record, over every rank (pure Python).
 
 bench/meters/utilisation.py samples NVML on each rank for the GPUs that rank drives: nn.DataParallel's one
-rank
-drives them all (its GPU 0 busy, the others waiting shows there), DDP's ranks one each. The run-level
+rank drives them all (its GPU 0 busy, the others waiting shows there), DDP's ranks one each. The run-level
 measurements hold rank 0's dict only, so the record's `ranks` are read too.
 """
 

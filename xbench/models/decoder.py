@@ -2,9 +2,8 @@
 embeddings; random initialisation, nothing downloaded.
 
 One builder (`llama`) from a tiny test size to the published 8B configuration (`SIZES`,
-conf/model/llama*.yaml).
-The transformer blocks are `Decoder.layers` (an nn.ModuleList): what FSDP2 shards one by one
-(xbench/parallel/fsdp.py) and what activation checkpointing recomputes.
+conf/model/llama*.yaml). The transformer blocks are `Decoder.layers` (an nn.ModuleList): what FSDP2 shards one
+by one (xbench/parallel/fsdp.py) and what activation checkpointing recomputes.
 
 FLOPs per token (`flops_per_token`): the standard 6N + 12·L·d·T of the scaling-law papers (Kaplan et al.
 2020, PaLM's MFU appendix): N the parameters that multiply (every Linear, the output head included, the

@@ -177,8 +177,7 @@ def _timm(name: str, arch: str) -> ModelEntry:
 
     def build(spec: InputSpec, **options):
         kwargs = {"pretrained": False, "num_classes": spec.num_classes, "in_chans": spec.channels}
-        # transformers (ViT, Swin, ...) size their embeddings for the data's images; CNNs take no
-        # img_size
+        # transformers (ViT, Swin, ...) size their embeddings for the data's images; CNNs take no img_size
         try:
             return timm.create_model(arch, **{**kwargs, "img_size": spec.image_size, **options})
         except TypeError as e:

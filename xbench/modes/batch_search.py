@@ -5,12 +5,11 @@ its batch size. The search starts at `data.batch_size`, doubles while trials fit
 do not), then bisects between the largest fit and the smallest failure until they are within
 `bench.max_batch_rtol` of each other (or adjacent). Each trial is a short real run through the
 launch path of the run's strategy (warm-up of at most 2 steps, then one timed window of at least
-TRIAL_STEPS steps and TRIAL_WINDOW_S seconds: in this process for an inline strategy, in fresh rank
-processes for DDP or XLA) followed by cleanup (garbage collection,
-CUDA cache release, peak statistics reset inside the next trial). On the CPU the trials run under
-`host_memory_guard`, so a batch too large for the host fails as an allocation error, not as swapping.
-Inline trials stay in the run's process whatever `bench.isolation` says: the guard and the recovery
-from an out-of-memory trial work in-process.
+TRIAL_STEPS steps and TRIAL_WINDOW_S seconds: in this process for an inline strategy, in fresh rank processes
+for DDP or XLA) followed by cleanup (garbage collection, CUDA cache release, peak statistics reset inside the
+next trial). On the CPU the trials run under `host_memory_guard`, so a batch too large for the host fails as
+an allocation error, not as swapping. Inline trials stay in the run's process whatever `bench.isolation` says:
+the guard and the recovery from an out-of-memory trial work in-process.
 
 A trial's speed is its window's (samples over the window's wall time, as the throughput mode measures:
 one step's time after a 2-step warm-up read 4.29, 45.1 and 5.18 samples/s at batches 4, 8, 16), with the

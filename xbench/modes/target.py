@@ -22,8 +22,7 @@ Clocks
 - start-up: process start to the first training step of this attempt.
 - contention: other processes' CPU and GPU use from the first training step to the last (the throughput mode's
   meter, bench/meters/contention.py; a probe before the build): `contended` on any rank makes the run's, with
-  a
-  warning, and the findings leave the run out (analysis/findings.py).
+  a warning, and the findings leave the run out (analysis/findings.py).
 
 Stops: a signal (SIGTERM, the preemption notice) or `goal.max_time_s` is acted on at a control point every
 step on one process and every `CONTROL_EVERY_STEPS` steps when there are several (one small all-reduce; every
@@ -31,9 +30,8 @@ rank then stops at the same step, writes nothing but rank 0's checkpoint, and ha
 
 Targets: `goal.targets` (or `goal.target`): the epochs, steps, samples, training and wall time, and (derived)
 cost to each; the run stops at the last. No target: `goal.max_epochs` epochs and the final metric. Not
-reached:
-the run still ends `ok` (it measured what it set out to); `target_reached` is false, `target_status` says why
-(max_epochs | max_time), the figures of the targets not reached are null and a warning says so.
+reached: the run still ends `ok` (it measured what it set out to); `target_reached` is false, `target_status`
+says why (max_epochs | max_time), the figures of the targets not reached are null and a warning says so.
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ from xbench.training import schedule as schedules
 
 def goal_rules(cfg) -> list[str]:
     """The goal: a metric the model's task has (metrics/goals.py's table), targets in its range and in the
-    order
-    they are reached, sane cadences."""
+    order they are reached, sane cadences."""
     g, out = cfg.goal, []
     if g.metric not in goals.GOALS:
         return [f"goal.metric={g.metric!r} is unknown; allowed: {', '.join(goals.GOALS)}"]

@@ -2,8 +2,7 @@
 
 The record side: each rank runs `ThroughputWork` (bench/windows.py, the rank wing; the loop's rules live in
 bench/loop.py); this module launches it, aggregates the ranks into global throughput (metrics/aggregate.py),
-then derives FLOP/s, MFU and cost and finishes the record. Two add-ons
-run through the same launch path:
+then derives FLOP/s, MFU and cost and finishes the record. Two add-ons run through the same launch path:
 - whole-process repeats (`bench.process_repeats=N`): the whole run N times, each in fresh processes
   (an inline rank in a fresh spawned interpreter; torchrun/xla launchers start fresh ones anyway), so
   the spread covers what a new process draws afresh (allocator, thread placement, compile caches);

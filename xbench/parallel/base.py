@@ -52,8 +52,8 @@ class Strategy:
 
     def feed_share(self, batch: int) -> tuple[int, int, int]:
         """(reader, readers, batch) of this rank's DataLoader over real data, `batch` being this rank's
-        samples
-        per step: its own shard (one process per rank); multi-host SPMD: its host's share (xla_spmd)."""
+        samples per step: its own shard (one process per rank); multi-host SPMD: its host's share
+        (xla_spmd)."""
         return self.ctx.rank, self.ctx.world_size, batch
 
     def feed_sharding(self):

@@ -73,9 +73,8 @@ class DDP(Strategy):
     def options(self) -> dict:
         """DistributedDataParallel's keywords, from the config. torch >= 2.15 renamed `broadcast_buffers` to
         `forward_sync_buffers` and warns once per rank on the old name: the new name where DDP takes it (its
-        one
-        difference, buffers still synced once at wrap, changes nothing here: every rank builds the same seeded
-        model)."""
+        one difference, buffers still synced once at wrap, changes nothing here: every rank builds the same
+        seeded model)."""
         out = {k: getattr(self.cfg, k) for k in DDP_OPTIONS}
         if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
             out["forward_sync_buffers"] = out.pop("broadcast_buffers")

@@ -1,14 +1,11 @@
 """Data parallel over a JAX mesh (runtime=torchax): one process, a 1-D `data` mesh over `parallel.world_size`
-JAX
-devices, the batch split along dim 0 over it, the parameters (and optimizer state) replicated; XLA's SPMD
-partitioner adds the gradient all-reduce. The step is the one-device step: a global batch of
-`data.batch_size x devices` trains as it would on one device (parallel/xla_spmd.py is torch-xla's
-counterpart).
+JAX devices, the batch split along dim 0 over it, the parameters (and optimizer state) replicated; XLA's SPMD
+partitioner adds the gradient all-reduce. The step is the one-device step: a global batch of `data.batch_size
+x devices` trains as it would on one device (parallel/xla_spmd.py is torch-xla's counterpart).
 
 `wrap` hands the runtime the mesh with the model (runtimes/torchax.OnMesh); the runtime puts each batch on the
 mesh split and the state replicated. JAX reads its CPU device count once, when its backend starts: on a CPU
-the
-process must start with XLA_FLAGS=--xla_force_host_platform_device_count=<world_size> (checked before any
+the process must start with XLA_FLAGS=--xla_force_host_platform_device_count=<world_size> (checked before any
 work).
 """
 

@@ -12,9 +12,8 @@ the global batch's activations all-gathered to it, all-to-alls): tests/test_xla_
 partitioned HLO. A gradient leaves the partitioner as an all-reduce sliced to the shard, which XLA's GPU
 compiler rewrites into a reduce-scatter (its ReduceScatterCreator pass); XLA:CPU's pipeline has no such
 pass, so none shows here. `parallel.fsdp_size` (null: every device; config/parallel.py XlaFsdpOptions) shards
-within groups of that
-many devices and replicates over `world_size / fsdp_size` groups (the mesh must divide the devices). On a TPU
-slice and on XLA:CPU devices here alike.
+within groups of that many devices and replicates over `world_size / fsdp_size` groups (the mesh must divide
+the devices). On a TPU slice and on XLA:CPU devices here alike.
 
 All torch_xla calls go through xbench.runtimes.xla (the only module that imports it).
 """
@@ -58,9 +57,8 @@ class XlaFsdp(XlaSpmd):
         self.sharded, self.total = rx.shard_parameters(model, self.mesh), sum(1 for _ in model.parameters())
         from xbench.parallel.fsdp import transformer_blocks  # imports torch: not when compat asks the rules
 
-        # FSDP, not tensor parallelism: each block's output (and the model's) split over the batch,
-        # as FSDPv2's
-        # shard_output does; the partitioner then gathers the weights, never the activations.
+        # FSDP, not tensor parallelism: each block's output (and the model's) split over the batch, as
+        # FSDPv2's shard_output does; the partitioner then gathers the weights, never the activations.
         self.sharded_outputs = rx.shard_outputs([*transformer_blocks(model), model], self.mesh)
         return model
 

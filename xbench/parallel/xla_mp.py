@@ -7,8 +7,8 @@ are threads of one process share the global RNG, and drawing from it in turn gav
 0 included, different weights from run to run. Replica 0's parameters and buffers are then broadcast to
 every replica (a guard: they are equal already). `params_sha256_built` (as built),
 `params_sha256_at_start` (after the broadcast) and `params_sha256` (at the end) are recorded per replica. On
-PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices
-(runtimes/xla.py: serialise_graph_launches says what XLA:CPU's collectives need there).
+PJRT CPU the replicas are threads over `CPU_NUM_DEVICES` devices (runtimes/xla.py: serialise_graph_launches
+says what XLA:CPU's collectives need there).
 """
 
 from __future__ import annotations

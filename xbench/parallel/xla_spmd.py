@@ -58,8 +58,7 @@ class XlaSpmd(Strategy):
 
     def feed_share(self, batch: int) -> tuple[int, int, int]:
         """This host's share of each global batch of `batch` samples: on a multi-host slice every host runs
-        this
-        one rank, and reads only its 1/process_count of the data (data/feed.py `host_share`)."""
+        this one rank, and reads only its 1/process_count of the data (data/feed.py `host_share`)."""
         from xbench.data import feed  # imports torch: not when compat asks the rules
 
         return feed.host_share(batch, *rx.process())

@@ -10,8 +10,7 @@ Three nets, because a secret can arrive several ways and travel in several shape
   learned from its command line and config (`remember`): every element of a sweep, list or dict given
   under a secret key, and URL passwords. Environment values shorter than `MIN_SECRET_LEN`, and given
   values shorter than `MIN_GIVEN_LEN` or that are numbers or booleans, are left to the by-name nets
-  (`TOKENIZERS_PARALLELISM=false` or `key_dim=128` must not turn every "false" or "128" into
-  `<redacted>`).
+  (`TOKENIZERS_PARALLELISM=false` or `key_dim=128` must not turn every "false" or "128" into `<redacted>`).
 No torch import: reports and the store use this too.
 """
 
@@ -158,8 +157,7 @@ _NEXT_OVERRIDE = re.compile(rf"\s*[+~]*{_KEY_CHARS}=")  # after a comma: a new o
 # scheme://user:PASSWORD@ (also as Hydra escapes it: https\://user\:PASSWORD@)
 _URL_CREDENTIALS = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/[^\s:/@\\]*(?:\\?:))(?P<pw>[^\s/@]+)@")
 # scheme://TOKEN@host: a user part alone of 8 or more characters is a token (GitHub's
-# https://ghp_...@github.com);
-# short ones (git@, ubuntu@) are user names and stay
+# https://ghp_...@github.com); short ones (git@, ubuntu@) are user names and stay
 _URL_USER_TOKEN = re.compile(r"(?P<pre>[A-Za-z][\w+.\-]*\\?:\\?/\\?/)(?P<pw>[^\s:/@\\]{8,})@")
 # HTTP credentials after their scheme (`Authorization: Bearer <token>`, `Basic <base64>`), and JSON web tokens
 _AUTH_SCHEME = re.compile(r"(?i)(?P<pre>\bbearer\s+|authorization\s*[:=]\s*(?:basic|digest|token)\s+)"

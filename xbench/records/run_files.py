@@ -62,8 +62,7 @@ class CurveWriter:
 
     def write(self, point: dict) -> bool:
         """Write one point; with `wait_s`, wait until the tail has logged it. False: it did not in time, or
-        the
-        feed has stopped (it never raises: a full disk must not end the run)."""
+        the feed has stopped (it never raises: a full disk must not end the run)."""
         if self.f is None:
             return False
         try:

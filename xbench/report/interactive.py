@@ -1,16 +1,13 @@
 """The HTML report's interactive charts: the data of each figure as layout.py drew it (already aggregated and
 capped: a bar per configuration, at most layout.MAX_BARS a facet, 10 coloured lines and 40 grey ones a panel),
-as
-a small JSON spec that Chart.js draws in the page (values on hover, series toggled from the legend).
+as a small JSON spec that Chart.js draws in the page (values on hover, series toggled from the legend).
 
 The spec rides on the matplotlib figure (`fig.xbench_chart`, set by layout.hbar_figure / line_figure) and is
 written beside the PNG as plots/<name>.chart.json (plots.save). Chart.js (MIT, static/chart.umd.min.js, its
-licence
-beside it) and the page's own script (static/report.js: sorting, filtering, charts) are inlined once into
-report.html: the page is one file that fetches nothing. Record text reaches the page only as JSON inside a
-<script type="application/json"> block (`json_block`: `<`, `>` and `&` as \\u escapes) and is drawn on a
-canvas or
-set as textContent, never parsed as HTML.
+licence beside it) and the page's own script (static/report.js: sorting, filtering, charts) are inlined once
+into report.html: the page is one file that fetches nothing. Record text reaches the page only as JSON inside
+a <script type="application/json"> block (`json_block`: `<`, `>` and `&` as \\u escapes) and is drawn on a
+canvas or set as textContent, never parsed as HTML.
 """
 
 from __future__ import annotations
@@ -57,8 +54,7 @@ def hbar_spec(
     value_text,
 ) -> dict:
     """The bars of layout.hbar_figure: per facet its bars (label whole, the axis's fitted label, value,
-    spread,
-    colour group, runs, the value as the PNG writes it)."""
+    spread, colour group, runs, the value as the PNG writes it)."""
     return {
         "kind": "hbar", "title": title, "xlabel": xlabel, "note": note,
         "hues": {str(k): _color(v) for k, v in (hues or {}).items()},

@@ -286,9 +286,8 @@ def _fx_note(ctx: Context) -> str:
 @plot("cost_to_target")
 def cost_to_target(rows: Rows, ctx: Context):
     """The cost to each target, one facet per work and target, labelled (a run with goal.targets has figures
-    per
-    target: the study's chart is the cost to its first); for runs of a fixed number of epochs (no target), the
-    whole training's."""
+    per target: the study's chart is the cost to its first); for runs of a fixed number of epochs (no target),
+    the whole training's."""
     cur = currency(rows) or "usd"
     names = (f"train_cost_to_target_{cur}", f"cost_to_target_{cur}", f"train_cost_{cur}")
     col = next((c for c in names if rows.ok(c)), None)
@@ -690,10 +689,9 @@ def draw_pages(
 
 def _glyphs_drawn_fast(renderer, gc, x, y, angle, glyphs, boxes):
     """matplotlib 3.11's RendererAgg._draw_text_glyphs_and_boxes with the per-glyph work that does not depend
-    on
-    the glyph done once per string (the rotation matrix; the font size, set again only when the font or size
-    changes): the same calls for every glyph, so the same pixels (tests/test_report_scale.py compares them).
-    Text is most of a figure's drawing (~3,500 glyphs a figure); this is ~20% less of it."""
+    on the glyph done once per string (the rotation matrix; the font size, set again only when the font or
+    size changes): the same calls for every glyph, so the same pixels (tests/test_report_scale.py compares
+    them). Text is most of a figure's drawing (~3,500 glyphs a figure); this is ~20% less of it."""
     if boxes:  # mathtext's rules: matplotlib's own
         return _AGG_GLYPHS(renderer, gc, x, y, angle, glyphs, boxes)
     cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
@@ -825,11 +823,10 @@ class PlotJob:
         if jobs > 1 and hasattr(os, "fork"):
             for _, g in groups(rows.ok()):  # once here, not in each process: most plots ask for these
                 tp_interval(g)
-        # The rows (a dict per run: ~1M objects at 10,000 runs) and everything else alive now never
-        # become garbage
-        # while the plots are drawn: moved out of the cyclic GC's reach (gc.freeze) until result(). Each full
-        # collection walked them all (~0.3 s each, 5 while the 17 figures were drawn in one process: 1.4 s of
-        # 7.7), and in a forked process it also copied every page it touched.
+        # The rows (a dict per run: ~1M objects at 10,000 runs) and everything else alive now never become
+        # garbage while the plots are drawn: moved out of the cyclic GC's reach (gc.freeze) until result().
+        # Each full collection walked them all (~0.3 s each, 5 while the 17 figures were drawn in one process:
+        # 1.4 s of 7.7), and in a forked process it also copied every page it touched.
         self.froze = gc.get_freeze_count() == 0  # another's freeze is left as it is
         if self.froze:
             gc.freeze()

@@ -45,8 +45,7 @@ class Runtime:
 
     def meter_compiled_blocks(self, model) -> None:
         """Blocks a strategy compiled in place (parallel=fsdp's compile_blocks, backend BLOCKS_BACKEND)
-        compile
-        inside this runtime's step: dynamo's meter counts them, from here."""
+        compile inside this runtime's step: dynamo's meter counts them, from here."""
         if self.dynamo is None and compiled_blocks(model):
             self.dynamo = DynamoMeter(BLOCKS_BACKEND, None, "blocks")
 

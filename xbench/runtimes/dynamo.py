@@ -1,6 +1,6 @@
 """The compile meter for everything in a run that compiles through TorchDynamo: runtime=compile (the model or
-the
-whole step) and modules compiled in place before the runtime's step is built (parallel=fsdp's compile_blocks).
+the whole step) and modules compiled in place before the runtime's step is built (parallel=fsdp's
+compile_blocks).
 
 Dynamo's bookkeeping is process-wide, so one meter serves every way of compiling; it reads deltas from the
 moment it was started (an earlier compiled run in the same process does not leak into this one):
@@ -15,10 +15,9 @@ moment it was started (an earlier compiled run in the same process does not leak
   `counters["unimplemented"]`: "recompile_limit reached" on torch 2.9, "Dynamo recompile limit exceeded..."
   on 2.15: past `recompile_limit` the frame runs eagerly from then on, and the compile counter stops
   growing, so warm-up looks steady), frames dynamo failed to compile and ran eagerly (`counters["frames"]`
-  total - ok), and inductor's CUDA-graph skips
-  (`counters["inductor"]["cudagraph_skips"]`: a graph that replays without CUDA graphs under a mode
-  that promises them). Limit hits and CUDA-graph skips are warned of wherever they happened (the windows
-  ran what they left); the others when they happened during the windows.
+  total - ok), and inductor's CUDA-graph skips (`counters["inductor"]["cudagraph_skips"]`: a graph that
+  replays without CUDA graphs under a mode that promises them). Limit hits and CUDA-graph skips are warned of
+  wherever they happened (the windows ran what they left); the others when they happened during the windows.
 """
 
 from __future__ import annotations

@@ -19,12 +19,11 @@ The loop hands the step host tensors (the torch side of this runtime is the CPU)
 mesh itself, so the host-to-device copy is inside the step's time, as the other runtimes' H2D copies are in
 theirs. Figures (`overhead`): JAX's own compile events (jax.monitoring; process-wide, as deltas from this
 runtime's start): `jax_compiles` (XLA backend compilations: the loop's compile count, 0 after warm-up),
-`jax_traces` (functions traced to a jaxpr: a jit cache miss traces again), `compile_time_s` (trace + lowering
-+
-backend compile); the JAX platform and devices. (The jitted step's `_cache_size()` is not a compile count:
-with
-2 devices its C++ dispatch cache takes a second entry at the third call, with no trace and no compilation.)
-Memory: `Device.memory_stats()` of the mesh's devices; on the CPU it is None, and the record says so.
+`jax_traces` (functions traced to a jaxpr: a jit cache miss traces again), `compile_time_s` (trace +
+lowering + backend compile); the JAX platform and devices. (The jitted step's `_cache_size()` is not a compile
+count: with 2 devices its C++ dispatch cache takes a second entry at the third call, with no trace and no
+compilation.) Memory: `Device.memory_stats()` of the mesh's devices; on the CPU it is None, and the record
+says so.
 
 Limits, refused by `rules` before any work: amp_fp16 (torchax has no gradient scaler), tf32 (a CUDA setting
 of torch's matmuls), gradient accumulation, train_to_target (the trained weights stay in JAX; the
@@ -122,8 +121,7 @@ class OnMesh(nn.Module):
 
 class TorchaxPrecision(Precision):
     """The policy with torchax's autocast (its own op table, `torchax.amp`), which torch's autocast state does
-    not
-    show: `executed` reads the dtype torchax's environment holds inside the context."""
+    not show: `executed` reads the dtype torchax's environment holds inside the context."""
 
     def executed(self) -> dict:
         out = super().executed()
@@ -147,18 +145,14 @@ def _torchax_precision(precision: Precision) -> TorchaxPrecision:
 
 def optax_of(optimizer, names: dict[int, str]):
     """xbench's torch optimizer (its param groups: lr after the scaling rule, weight decay per group) as one
-    optax
-    transformation with the same update, over a dict of parameters named as `names` (id(param) -> name).
+    optax transformation with the same update, over a dict of parameters named as `names` (id(param) -> name).
 
     SGD (torch, dampening 0): g += wd w; b = m b + g; w -= lr (g + m b if nesterov else b): optax's
     add_decayed_weights -> trace -> scale(-lr) (the trace starts at zero, so its first step is g, as torch's).
     AdamW: w -= lr (m_hat / (sqrt(v_hat) + eps) + wd w): optax's scale_by_adam -> add_decayed_weights ->
-    scale.
-    LAMB (training/optim.py): scale_by_adam -> add_decayed_weights -> scale_by_trust_ratio (||w|| / ||u||, 1
-    where
-    either is 0; not on a group with `adapt` False) -> scale. LARS: `_lars` (optax.lars divides by ||g + wd
-    w||,
-    xbench's MLPerf LARS by ||g|| + wd ||w||)."""
+    scale. LAMB (training/optim.py): scale_by_adam -> add_decayed_weights -> scale_by_trust_ratio (||w|| /
+    ||u||, 1 where either is 0; not on a group with `adapt` False) -> scale. LARS: `_lars` (optax.lars divides
+    by ||g + wd w||, xbench's MLPerf LARS by ||g|| + wd ||w||)."""
     import optax
 
     kind = type(optimizer).__name__
@@ -241,8 +235,7 @@ class TorchaxRuntime(Runtime):
     @classmethod
     def rules(cls, cfg, facts, dev):
         """What torchax runs here (its packages, precisions, optimizers, modes, strategies); the base rule is
-        not
-        asked: on a TPU platform (device xla) torchax drives the TPU through JAX, without torch-xla."""
+        not asked: on a TPU platform (device xla) torchax drives the TPU through JAX, without torch-xla."""
         absent = [m for m in PACKAGES if not installed(m)]
         if absent:
             return [

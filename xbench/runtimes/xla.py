@@ -88,11 +88,9 @@ def xla_cuda_amp(precision, device, hw: str | None = None, amp=None):
 
 def set_mat_mul_precision(precision):
     """torch_xla's matmul/conv precision for fp32 operands as `precision.name` needs it
-    (XLA_MAT_MUL_PRECISION),
-    set before any graph is traced (it applies when a graph is lowered; torch_xla's own default is `default`,
-    one
-    bf16 pass on a TPU even for fp32). -> the policy with the read-back for the record
-    (Precision.executed)."""
+    (XLA_MAT_MUL_PRECISION), set before any graph is traced (it applies when a graph is lowered; torch_xla's
+    own default is `default`, one bf16 pass on a TPU even for fp32). -> the policy with the read-back for the
+    record (Precision.executed)."""
     want = XLA_MAT_MUL_PRECISION[precision.name]
     if xla_backends.get_mat_mul_precision() != want:
         quiet = logging.getLogger(xla_backends.__name__)

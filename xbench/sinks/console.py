@@ -274,8 +274,8 @@ def _flops_per_sample(v: dict) -> str | None:
 
 def epochs(n, v: dict, at_evaluation: bool = True) -> str:
     """Epochs as counted: whole ones as integers, a fraction to the granularity it was counted at (an
-    evaluation's,
-    `epochs_per_eval`, or one step's, `epochs_per_step`; `figures` reads them from the config)."""
+    evaluation's, `epochs_per_eval`, or one step's, `epochs_per_step`; `figures` reads them from the
+    config)."""
     return granular(n, v.get("epochs_per_eval" if at_evaluation else "epochs_per_step"))
 
 
@@ -424,8 +424,7 @@ WARNING_KINDS = (
 
 def warning_kind(text: str) -> str:
     """A warning's first words, the kind it says it is: "noisy: spread above ..." -> "noisy", a sentence
-    without
-    a "kind:" head by WARNING_KINDS, else its first four words."""
+    without a "kind:" head by WARNING_KINDS, else its first four words."""
     for pattern, kind in WARNING_KINDS:
         if re.search(pattern, text):
             return kind

@@ -1,9 +1,9 @@
 """Figures as they are measured, from rank 0 to W&B: rank 0 appends each point as one JSON line to a file in
-the
-run folder (flushed at once): `curve.jsonl` (train to target: each evaluation) or `windows.jsonl` (throughput:
-each timed window once it has closed). The process that owns the W&B run tails that file and logs each point.
-Rank 0 may run in a launched process (torchrun ranks, the XLA process, a fresh process per repeat), so a file
-is the simplest channel that works for every launcher; a killed run leaves its points behind too.
+the run folder (flushed at once): `curve.jsonl` (train to target: each evaluation) or `windows.jsonl`
+(throughput: each timed window once it has closed). The process that owns the W&B run tails that file and logs
+each point. Rank 0 may run in a launched process (torchrun ranks, the XLA process, a fresh process per
+repeat), so a file is the simplest channel that works for every launcher; a killed run leaves its points
+behind too.
 
 Rank 0 writes a line only after the clock has stopped (the evaluation pause, the end of a window). A writer
 that passes `wait_s` then waits (at most that long) until the tail acknowledges the line (`<file>.ack`: the

@@ -124,8 +124,8 @@ def study_of(preset: str | None) -> str | None:
 
 def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
     """The W&B group (logger.group, else the sweep's folder, else the preset, else model-data) and the tags:
-    each
-    config choice, the preset and its study, the mode, and the user's (logger.tags, the config's tags)."""
+    each config choice, the preset and its study, the mode, and the user's (logger.tags, the config's
+    tags)."""
     c = record.config
     group = (wcfg.get("group") or sweep_group() or record.experiment
              or f"{c['model']['name']}-{c['data']['name']}")
@@ -143,10 +143,8 @@ def group_and_tags(record: RunRecord, wcfg: dict) -> tuple[str, list[str]]:
 @contextlib.contextmanager
 def _no_pandas_probe():
     """W&B asks of every summary value that is not a plain scalar (None, a list) whether it is a pandas
-    DataFrame,
-    importing pandas to ask: 0.45 s of every run's end here. With pandas not imported no value can be one, so
-    the
-    question is answered from the type's name, without the import."""
+    DataFrame, importing pandas to ask: 0.45 s of every run's end here. With pandas not imported no value can
+    be one, so the question is answered from the type's name, without the import."""
     util = sys.modules.get("wandb.util")
     if util is None or "pandas" in sys.modules or not getattr(util, "pd_available", False):
         yield
@@ -164,8 +162,7 @@ def _no_field_docstrings():
     (use_attribute_docstrings), and pydantic finds a class's source with inspect.getmodule, which walks every
     loaded module per class: with torch's thousands loaded, 1.2-1.9 s of a run's `import wandb` (2.1-3.4 ->
     0.95-1.5 s without, at load 10 on 2 cores), for help texts a run never shows. While W&B is imported and
-    its
-    run opened here, no field docstrings are read (they are read again after)."""
+    its run opened here, no field docstrings are read (they are read again after)."""
     try:
         from pydantic._internal import _fields
     except ImportError:  # no pydantic (no W&B either), or another layout: nothing to skip
@@ -189,8 +186,7 @@ SERVICE_POLL_S = 0.005  # how often the wandb-core start is looked for (W&B's ow
 def _quick_service_poll():
     """W&B starts its service process (wandb-core) and reads the port file it writes, looking every 0.2 s:
     wandb-core listens 2-10 ms after its start here, so every run waited ~0.2 s for the next look. While the
-    run
-    is opened here, it looks every SERVICE_POLL_S (W&B's own hook for the sleep, which its tests replace
+    run is opened here, it looks every SERVICE_POLL_S (W&B's own hook for the sleep, which its tests replace
     too)."""
     try:
         from wandb.sdk.lib.service import service_port_file as port_file
@@ -211,9 +207,9 @@ def _quick_service_poll():
 @contextlib.contextmanager
 def _no_launch_probe():
     """wandb.init asks W&B Launch for job inputs staged for the run, importing wandb.sdk.launch to ask (its
-    agent,
-    the public API, their pydantic models: 0.4-0.8 s of every run's init here). Inputs are staged only by code
-    that imported wandb.sdk.launch; with it not imported there are none, so the question is skipped."""
+    agent, the public API, their pydantic models: 0.4-0.8 s of every run's init here). Inputs are staged only
+    by code that imported wandb.sdk.launch; with it not imported there are none, so the question is
+    skipped."""
     from wandb.sdk import wandb_run
 
     ask = getattr(wandb_run.Run, "_detect_and_apply_job_inputs", None)
@@ -250,11 +246,9 @@ def redacted_argv():
 
 def comparison(row: dict) -> str:
     """The config key the W&B Report's bars group by (`comparison`): the configuration the HTML report's
-    tables
-    group runs by (analysis/workload.py CONFIGURATION) of a tidy row, every column in order ("-": none), so
-    two
-    runs share a bar exactly when they share a table row: "FAKE / cnn_small / - / synthetic_cifar10 / ... /
-    16/device / batch 16 / 1 device / 2 threads"."""
+    tables group runs by (analysis/workload.py CONFIGURATION) of a tidy row, every column in order ("-":
+    none), so two runs share a bar exactly when they share a table row: "FAKE / cnn_small / - /
+    synthetic_cifar10 / ... / 16/device / batch 16 / 1 device / 2 threads"."""
     return " / ".join(configuration_label({k: row.get(k)}, [k], "-") for k in CONFIGURATION)
 
 
@@ -367,13 +361,11 @@ OFFLINE_SETTLE_S = 2.0  # a cut file is one that stopped growing this long witho
 
 def offline_cut_short(folder: Path, settle_s: float = OFFLINE_SETTLE_S, poll_s: float = 0.05) -> str | None:
     """Why a finished offline run's file is not whole (None: it is): a W&B folder that filled up or stopped
-    taking
-    writes cuts the file where the write failed, and wandb-core says nothing (it went on; `wandb sync` would
-    upload
-    the part). A whole file ends with the run's exit record. run.finish() can return before wandb-core has
-    written the file out (header only, or the history without the end: 1 of 3 sweeps on a loaded 2-core
-    machine),
-    so a file without its end is read again until it is whole or has stopped growing for `settle_s`."""
+    taking writes cuts the file where the write failed, and wandb-core says nothing (it went on; `wandb sync`
+    would upload the part). A whole file ends with the run's exit record. run.finish() can return before
+    wandb-core has written the file out (header only, or the history without the end: 1 of 3 sweeps on a
+    loaded 2-core machine), so a file without its end is read again until it is whole or has stopped growing
+    for `settle_s`."""
     last, still_since = None, time.monotonic()
     while True:
         files = sorted(Path(folder).glob("run-*.wandb"))
@@ -517,9 +509,8 @@ class WandbSink:
 
     def _dir(self, run_dir: Path) -> Path:
         """Where W&B writes its files: logger.wandb.dir, else the run's folder. One W&B cannot write (its own
-        test,
-        os.access: a read-only mount fails it even for root) turns W&B off for the run with the reason: W&B
-        itself would put the run in the system's shared temp folder without a word
+        test, os.access: a read-only mount fails it even for root) turns W&B off for the run with the reason:
+        W&B itself would put the run in the system's shared temp folder without a word
         (wandb_init.try_create_root_dir)."""
         asked = self.wcfg.get("dir")
         d = Path(asked or run_dir)

@@ -2,11 +2,10 @@
 
 `python -m xbench -m ...` runs one job per point of the grid xbench's sweeper (hydra_plugins/xbench_sweeper)
 builds from the config's `hydra.sweeper.params` and the command line. When a preset overrides a group the
-sweep
-varies (the old `cpu_vs_gpu`: `+workload=...` applied before `+experiment=cpu_vs_gpu`, whose `override /model:
-mlp` won), several points are one config measured again under another name. The sweeper refuses that, and this
-module asks the sweeper's own grid and check (`grid_axes`, `repeated_values`, `Seen`): `distinct_points`
-composes every point up front and returns the lines the CLI would say. No torch import.
+sweep varies (the old `cpu_vs_gpu`: `+workload=...` applied before `+experiment=cpu_vs_gpu`, whose `override
+/model: mlp` won), several points are one config measured again under another name. The sweeper refuses that,
+and this module asks the sweeper's own grid and check (`grid_axes`, `repeated_values`, `Seen`):
+`distinct_points` composes every point up front and returns the lines the CLI would say. No torch import.
 
     from xbench.studies.sweep import distinct_points
     distinct_points("conf", ["+experiment=cpu_vs_gpu"])   # [] when every point differs

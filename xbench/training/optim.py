@@ -140,10 +140,9 @@ _REPEATS: dict = {}  # (device, numels) -> the numels as a device tensor: made o
 
 def _spread(values: torch.Tensor, like: list) -> list:
     """values[i] over a tensor shaped like like[i], for every i: views of one buffer that one
-    repeat_interleave
-    fills on the device (output_size given: no host read), so a foreach op taking them beside `like` has
-    tensors of one shape pairwise, its fast route. Element for element the same products and quotients as
-    a 0-dim factor per tensor."""
+    repeat_interleave fills on the device (output_size given: no host read), so a foreach op taking them
+    beside `like` has tensors of one shape pairwise, its fast route. Element for element the same products and
+    quotients as a 0-dim factor per tensor."""
     numels = tuple(t.numel() for t in like)
     key = (values.device, numels)
     if key not in _REPEATS:
@@ -269,9 +268,8 @@ class LAMB(torch.optim.Optimizer):
             steps = [self.state[p]["step"] for p in params]
             ms = [self.state[p]["exp_avg"] for p in params]
             vs = [self.state[p]["exp_avg_sq"] for p in params]
-            # a tensor increment as a list (0-dim beside 0-dim): a lone 0-dim tensor binds to
-            # the Scalar overload,
-            # which reads it on the host
+            # a tensor increment as a list (0-dim beside 0-dim): a lone 0-dim tensor binds to the Scalar
+            # overload, which reads it on the host
             torch._foreach_add_(steps, 1.0 if skip is None else [_gated(skip, 1.0)] * len(steps))
             torch._foreach_mul_(ms, _unless(skip, b1))
             torch._foreach_add_(ms, grads, alpha=1 - b1)

@@ -70,9 +70,8 @@ def scaled_schedule(optim, global_batch: int):
 
 def scaled_max_epochs(optim, global_batch: int, max_epochs: float) -> float:
     """The epoch budget the rule implies at this global batch: the warm-up's growth added, so the decay after
-    it
-    keeps its tuned length (the sqrt rule); as configured under the linear rule (Goyal et al. train the same
-    epochs at every batch). Only reported: the run keeps goal.max_epochs."""
+    it keeps its tuned length (the sqrt rule); as configured under the linear rule (Goyal et al. train the
+    same epochs at every batch). Only reported: the run keeps goal.max_epochs."""
     return max_epochs + warmup_epochs(optim, global_batch) - optim.schedule.warmup_epochs
 
 

@@ -7,8 +7,7 @@ accumulation (one step = `accumulate` micro-batches, then one optimizer update; 
 all but the last micro-batch stay local, `no_sync`), and gradient clipping (`grad_clip_norm`: the global L2
 norm of every gradient the optimizer steps clipped to it before the update, as `clip_grad_norm_`; under a
 gradient scaler the gradients are unscaled first, so the norm is the true one). The learning rate is set
-outside the step
-(training/schedule.py), and the optimizer is built in training/optim.py.
+outside the step (training/schedule.py), and the optimizer is built in training/optim.py.
 """
 
 from __future__ import annotations

@@ -15,16 +15,15 @@ Nothing runs inside a step: a meter reads counters at the edges, or samples from
     figures = collect(meters)
 
 The meters: `contention` (other processes' CPU and GPU use), `utilisation` (CPU counters at the
-edges, NVML sampled on GPUs), `memory` (peaks reset at the first window's edge, read at the end),
-`energy` (NVML's or RAPL's counter per window). GPU handles come from
-`nvml.handles` (CUDA ordinal -> NVML device) in every one of them.
+edges, NVML sampled on GPUs), `memory` (peaks reset at the first window's edge, read at the end), `energy`
+(NVML's or RAPL's counter per window). GPU handles come from `nvml.handles` (CUDA ordinal -> NVML device) in
+every one of them.
 
 `profiler` (torch.profiler) is the same protocol over a window of its own: the untimed steps run after
 the timed windows (`profiled_window`), so profiling never slows a measured step: its `window_start`
 starts the profiler, `window_end` stops it on every path, `close` returns what the profile says. The
 host/device breakdown (bench/meters/breakdown.BreakdownMeter) and bench.profile=torch's trace
-(bench/profile.py)
-are its two users.
+(bench/profile.py) are its two users.
 """
 
 from __future__ import annotations

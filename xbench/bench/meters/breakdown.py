@@ -27,12 +27,12 @@ the calling thread for CPU tensors, on autograd's device threads for CUDA), opti
 region less the backward and optimizer ranges in it (the model and the loss, their Python too), other =
 the rest of the step's span (after the last backward: the loss's detach, Python between the calls),
 per `ProfilerStep#N`. A backward region runs from a backward op to the last one with no other top-level
-op starting between (autograd's own time between nodes is backward's; a micro-batch's forward splits
-two regions under gradient accumulation). On a CPU these are wall times
-(the device is the host); on CUDA `*_s_per_step` is the GPU time of the kernels each phase's ops
-launched (their device_time_total) and `*_host_s_per_step` the phase's CPU span. Not split where the
-step is one graph: XLA (forward, backward and optimizer are fused into the graph one sync runs), or a
-step whose backward shows no autograd events (a CUDA graph replay): `phases_unavailable` says which.
+op starting between (autograd's own time between nodes is backward's; a micro-batch's forward splits two
+regions under gradient accumulation). On a CPU these are wall times (the device is the host); on CUDA
+`*_s_per_step` is the GPU time of the kernels each phase's ops launched (their device_time_total) and
+`*_host_s_per_step` the phase's CPU span. Not split where the step is one graph: XLA (forward, backward and
+optimizer are fused into the graph one sync runs), or a step whose backward shows no autograd events (a CUDA
+graph replay): `phases_unavailable` says which.
 
 Profiled steps: `bench.breakdown_steps`, at most one per 10 timed steps of a window (every rank runs
 the same count: the window's count is agreed), at least one; 0 turns this off.
@@ -105,10 +105,8 @@ KERNEL_RANGES = ("## Call CompiledFxGraph ", "cpp_fused_")
 
 def kernel_ops() -> frozenset[str]:
     """Names (the profiler's: no overload) of the dispatcher's ops with a CPU kernel of their own, less
-    NO_COMPUTE;
-    read at each call (~10 ms), so ops registered since (torch.library) count. Out= overloads say nothing of
-    the
-    op's own (aten::linear.out has a kernel, the aten::linear a model calls none)."""
+    NO_COMPUTE; read at each call (~10 ms), so ops registered since (torch.library) count. Out= overloads say
+    nothing of the op's own (aten::linear.out has a kernel, the aten::linear a model calls none)."""
     import torch
 
     names: set[str] = set()
@@ -122,12 +120,9 @@ def kernel_ops() -> frozenset[str]:
 
 def cpu_compute_us(events) -> float:
     """Time inside compute kernels on a CPU, from torch.profiler's FunctionEvents: the self time of every op
-    with a
-    kernel of its own, whether or not it has child events (a parent's self time excludes its children, so
-    nothing
-    counts twice), and of KERNEL_RANGES. Autograd's nodes, the optimizer's ranges, decompositions, metadata
-    ops and
-    Python are the host's."""
+    with a kernel of its own, whether or not it has child events (a parent's self time excludes its children,
+    so nothing counts twice), and of KERNEL_RANGES. Autograd's nodes, the optimizer's ranges, decompositions,
+    metadata ops and Python are the host's."""
     ops = kernel_ops()
     return sum(e.self_cpu_time_total for e in events if e.name in ops or e.name.startswith(KERNEL_RANGES))
 
@@ -231,9 +226,9 @@ def phases(events, cuda: bool) -> dict:
         s_opt = [e for e in opt if a <= e.time_range.start <= b]
         marked = {id(e) for e in s_bwd + s_opt}
         others = [e for e in st.cpu_children if id(e) not in marked]
-        # Backward regions: runs of backward ops with no other top-level op starting between them
-        # (the engine's
-        # time between its nodes is backward's; a micro-batch's forward between two backwards splits them).
+        # Backward regions: runs of backward ops with no other top-level op starting between them (the
+        # engine's time between its nodes is backward's; a micro-batch's forward between two backwards splits
+        # them).
         regions: list[list[float]] = []
         for e in s_bwd:
             t0, t1 = e.time_range.start, e.time_range.end

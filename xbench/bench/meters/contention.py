@@ -9,9 +9,8 @@ steps, and the windows pay nothing for it.
   CPU time (the run's root process, the one that wrote the record, and all its descendants: DDP
   ranks and an isolated point's parent are not "others"; under the `torchrun` command or a srun
   step of several tasks, that launcher and every rank it started: `launcher_pid`), over wall time =
-  other processes' busy cores. `steal` (a hypervisor giving the vCPU to another guest) is contention
-  too. The busiest other processes are listed by name and pid (no command lines: they can hold
-  secrets).
+  other processes' busy cores. `steal` (a hypervisor giving the vCPU to another guest) is contention too. The
+  busiest other processes are listed by name and pid (no command lines: they can hold secrets).
 - CPU capacity: `free cores` = physical cores (within this process's affinity) minus the other
   processes' busy cores, rounded; the default thread count is this, decided once per sweep process
   (launch/preamble.py), and a run asking for more threads than free cores is warned.
@@ -27,9 +26,8 @@ steps, and the windows pay nothing for it.
   threads spent WAIT_FRACTION of their needed core-time runnable but waiting for a core (the kernel's
   run-queue delay, /proc/self/task/*/schedstat: the direct figure, where the first rule's margin is a few
   hundredths of a core, as 2 spinners beside a 1-thread run on 2 cores) while others were busy beyond the
-  slack, or steal took more than
-  STEAL_FRACTION of the time, or another process used one of the run's GPUs. The reason says which,
-  with the figures.
+  slack, or steal took more than STEAL_FRACTION of the time, or another process used one of the run's GPUs.
+  The reason says which, with the figures.
 
 The meter (`ContentionMeter`) takes a snapshot as the first window opens and one after the last closes, on
 every path out of them; nothing in between (a snapshot walks every process: at the two edges only).

@@ -5,9 +5,9 @@ profiler, each step ends with `step()` (one `ProfilerStep#N` span per step, whic
 and TensorBoard's profiler plugin read as the step boundaries), `window_end` stops it, and `close`
 returns `figures_of(prof)` once every step of the window ran. On every path out (an exception, a
 divergence, a stop) the profiler is stopped in `window_end` and no figures are taken from a partial
-window. A profiler that cannot start (another one is active: torch would let a second one start and
-stop the first) leaves the steps to run unprofiled, so
-every rank still runs the same steps, and `close` returns `refused`.
+window. A profiler that cannot start (another one is active: torch would let a second one start and stop the
+first) leaves the steps to run unprofiled, so every rank still runs the same steps, and `close` returns
+`refused`.
 
 Users: the host/device breakdown (bench/meters/breakdown.BreakdownMeter) and bench.profile=torch's trace
 (bench/profile.py).
@@ -25,8 +25,7 @@ from xbench.bench.meters import Meter
 
 # What kineto writes to the process's stderr from C++ around a profiler's start and stop: torch >= 2.14 logs
 # `USDT:... profiler_start/stop` (and `STAGE:` lines) whatever KINETO_LOG_LEVEL says, and a CUDA build on a
-# host
-# without a GPU logs its failed device probe. None of it is the user's business; anything else is kept.
+# host without a GPU logs its failed device probe. None of it is the user's business; anything else is kept.
 KINETO_NOISE = re.compile(
     r"^(?:(?:USDT|STAGE|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] "
     r"|ERROR:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ DeviceProperties\.cpp:\d+\] gpuGetDeviceCount)"
@@ -36,10 +35,9 @@ KINETO_NOISE = re.compile(
 @contextlib.contextmanager
 def kineto_quieted():
     """File descriptor 2 through a temporary file while the profiler starts, steps or stops; on the way out
-    what
-    was written there goes back to stderr, less kineto's noise (KINETO_NOISE). The native library writes to
-    the
-    descriptor, not to Python's sys.stderr, so only swapping the descriptor can keep it off the console."""
+    what was written there goes back to stderr, less kineto's noise (KINETO_NOISE). The native library writes
+    to the descriptor, not to Python's sys.stderr, so only swapping the descriptor can keep it off the
+    console."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
