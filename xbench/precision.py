@@ -1,13 +1,12 @@
 """Precision policies: config name + device type -> autocast context, gradient scaler, parameter dtype.
 
-| name      | what it does                                                    | where        |
-|-----------|-----------------------------------------------------------------|--------------|
-| fp32      | everything fp32; TF32 matmuls explicitly off on CUDA            | anywhere     |
-| tf32      | fp32 parameters, TF32 tensor-core matmuls/convolutions          | CUDA only    |
-| amp_fp16  | autocast to fp16 + a dynamic gradient scaler                    | CUDA (+ XLA:CUDA, torch-xla <=
-2.8) |
-| amp_bf16  | autocast to bf16, fp32 master parameters                        | CUDA/CPU/XLA |
-| bf16      | parameters and activations in bf16 (the XLA/TPU recipes)        | anywhere     |
+| name      | what it does                                             | where                               |
+|-----------|----------------------------------------------------------|-------------------------------------|
+| fp32      | everything fp32; TF32 matmuls explicitly off on CUDA     | anywhere                            |
+| tf32      | fp32 parameters, TF32 tensor-core matmuls/convolutions   | CUDA only                           |
+| amp_fp16  | autocast to fp16 + a dynamic gradient scaler             | CUDA (+ XLA:CUDA, torch-xla <= 2.8) |
+| amp_bf16  | autocast to bf16, fp32 master parameters                 | CUDA/CPU/XLA                        |
+| bf16      | parameters and activations in bf16 (the XLA/TPU recipes) | anywhere                            |
 
 Which pairs are allowed is decided in xbench.compat, before any device work.
 
@@ -27,8 +26,7 @@ import torch
 
 PRECISIONS = ("fp32", "tf32", "amp_fp16", "amp_bf16", "bf16")
 # torch_xla's matmul/conv precision for fp32 operands, per policy. `default` on a TPU casts fp32 operands to
-# bf16
-# (one pass); `highest` is ~fp32 (six bf16 passes). Mixed and bf16 policies already multiply in bf16.
+# bf16 (one pass); `highest` is ~fp32 (six bf16 passes). Mixed and bf16 policies already multiply in bf16.
 XLA_MAT_MUL_PRECISION = {"fp32": "highest", "tf32": "high", "amp_fp16": "default", "amp_bf16": "default",
                          "bf16": "default"}
 
@@ -87,9 +85,9 @@ def _autocast_dtype_in(context) -> str | None:
 
 def tf32_in_force() -> dict[str, bool | None]:
     """Whether cuBLAS fp32 matmuls and cuDNN fp32 convolutions and RNNs run as TF32, from torch's state
-    (readable
-    on CPU builds too). A per-backend `fp32_precision` of "none" defers to torch.backends.fp32_precision, and
-    "none" there to the legacy flags (None: torch refused to say, "mix of the legacy and new APIs")."""
+    (readable on CPU builds too). A per-backend `fp32_precision` of "none" defers to
+    torch.backends.fp32_precision, and "none" there to the legacy flags (None: torch refused to say, "mix of
+    the legacy and new APIs")."""
     b = torch.backends
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the legacy getters' deprecation notice

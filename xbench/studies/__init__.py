@@ -8,8 +8,8 @@ tests compose every command and compare. `python -m xbench.studies` prints the c
 
     from xbench import studies
     studies.get("tpu_vs_gpu")["full_scale"][0]["command"]
-    studies.published_rows("tpu_vs_gpu")     # the published figures as rows (value, unit, kind, conditions,
-                                             # source)
+    studies.published_rows("tpu_vs_gpu")     # the published figures as rows
+                                             # (value, unit, kind, conditions, source)
 """
 
 from __future__ import annotations
