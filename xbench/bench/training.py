@@ -179,19 +179,17 @@ class TargetTraining:
         self.plan, self.goal, self.ctx = plan, plan.goal, ctx
         self.targets = tg.effective_targets(plan.goal)
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
-        # Other processes' use before this rank builds (bench/meters/contention.py), as the
-        # throughput rank probes.
+        # Other processes' use while this rank builds (bench/meters/contention.py), as the throughput rank
+        # probes: beside the build, its own CPU subtracted.
         probe_s = plan.bench.contention_probe_s
-        self.before = (
-            contention.probe(probe_s, device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank))
-            if probe_s > 0
-            else None
-        )
+        gpus = device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank)
+        probed = contention.probe_beside(probe_s, gpus) if probe_s > 0 else None
         # as the throughput rank does
         self.threads, self.cpu_capability, setup_warnings = setup_rank(plan.bench, ctx)
         self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
         self._data()
+        self.before = probed() if probed is not None else None
         ckpt = self._load()
         self.step = make_step(self.w, plan, ctx.rank)
         self.sched = schedules.Schedule(

@@ -21,7 +21,7 @@ from xbench.records.record import RunRecord
 STARTUP_LABELS = {"imports": "imports", "compose": "composing the config", "record": "writing the record",
                   "torch_import": "importing torch", "checks": "checking the config against this host",
                   "wandb_start": "waiting for W&B to start", "launch": "starting the ranks",
-                  "contention_probe": "probing other processes' load", "build": "building the model and data",
+                  "build": "building the model and data (other processes' load probed beside it)",
                   "first_step": "first step"}
 
 
