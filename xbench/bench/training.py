@@ -181,15 +181,14 @@ class TargetTraining:
         self.run_dir, self.on_step, self.stop = Path(run_dir), on_step, stop or StopFlag()
         # Other processes' use while this rank builds (bench/meters/contention.py), as the throughput rank
         # probes: beside the build, its own CPU subtracted.
-        probe_s = plan.bench.contention_probe_s
         gpus = device_gpus(plan.device_type, ctx.local_rank, ctx.devices_per_rank)
-        probed = contention.probe_beside(probe_s, gpus) if probe_s > 0 else None
+        probed = contention.probe_beside(plan.bench.contention_probe_s, gpus)
         # as the throughput rank does
         self.threads, self.cpu_capability, setup_warnings = setup_rank(plan.bench, ctx)
         self.w = build_workload(plan, ctx)
         self.module = self.w.strategy.unwrap(self.w.model)  # what a checkpoint holds and evaluation runs
         self._data()
-        self.before = probed() if probed is not None else None
+        self.before = probed.result()
         ckpt = self._load()
         self.step = make_step(self.w, plan, ctx.rank)
         self.sched = schedules.Schedule(

@@ -115,14 +115,11 @@ def measure_rank(run: Plan, ctx: RankContext, plan: WindowPlan, batch_size: int 
     bench, dev = run.bench, run.device_type
     main = batch_size is None  # the run's own measurement, not the self-check's or a batch-search trial's
     probe_s = bench.contention_probe_s if main else 0
-    probed = (  # other processes' load, read beside the build (its own CPU is this run's, subtracted)
-        contention.probe_beside(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank))
-        if probe_s > 0
-        else None
-    )
+    # other processes' load, read beside the build (its own CPU is this run's, subtracted)
+    probed = contention.probe_beside(probe_s, device_gpus(dev, ctx.local_rank, ctx.devices_per_rank))
     _phase("build", main, on_step)
     p = prepare_rank(run, ctx, batch_size, on_step, stop)
-    before = probed() if probed is not None else None
+    before = probed.result()
     _phase("first_step", main, on_step)
     # loop.py rule 10: how ranks stop together (one rank: at the next step)
     p.hooks.finish_window_s = loop.finish_window_s(bench.stop_grace_s, ctx.world_size)

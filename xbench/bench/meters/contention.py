@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
-from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import psutil
@@ -281,28 +280,19 @@ def probe(seconds: float = PROBE_S, gpus: list[int] | None = None, reuse_s: floa
     return out
 
 
-def probe_beside(seconds: float, gpus: list[int] | None = None) -> Callable[[], dict]:
+def probe_beside(seconds: float, gpus: list[int] | None = None) -> Future:
     """probe() in a thread while the caller builds the rank: this run's own processes (every thread of them)
     are subtracted, so the build is not another's load, and start-up loses a phase (the probe's 0.25 s of
-    every run). The returned call waits for the probe and gives its figures (or raises its error)."""
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["out"] = probe(seconds, gpus)
-        except BaseException as e:  # handed to the caller, not lost in the thread
-            box["error"] = e
-
-    thread = threading.Thread(target=run, name="xbench-contention-probe", daemon=True)
-    thread.start()
-
-    def result() -> dict:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["out"]
-
-    return result
+    every run). The future's result: the probe's figures (its error raised there), None when `seconds` <= 0
+    (not probed)."""
+    if seconds <= 0:
+        future: Future = Future()
+        future.set_result(None)
+        return future
+    pool = ThreadPoolExecutor(1, thread_name_prefix="xbench-contention-probe")
+    future = pool.submit(probe, seconds, gpus)
+    pool.shutdown(wait=False)  # the thread ends with the probe
+    return future
 
 
 FREE_ENV = "XBENCH_FREE_CORES"  # "<root pid>:<free cores>:<how>": one decision per sweep process
