@@ -1442,7 +1442,11 @@ def blowup_to_target(tmp: Path) -> list[Row]:
     """silently wrong: AdamW at lr 1e6 while training to a target (loss 2.3 -> 1e22) is diverged, not ok with
     "target not reached" after 20 epochs at chance."""
     store = tmp / "s"
-    cli(store, "+experiment=digits_to_target", "optim.lr=1e6", "logger=none", "logger.progress=false")
+    # evaluated every step: the record keeps the evaluation made before the blow-up (tests/test_outcomes_r4b.py
+    # reads this run's record and console under --keep)
+    p = cli(store, "+experiment=digits_to_target", "optim.name=adamw", "optim.lr=1e6", "goal.eval_every_steps=1",
+            "logger=none", "logger.progress=false")
+    (tmp / "stdout").write_text(p.stdout)
     rec, why = one_record(store)
     return [judge(Row("a finite blow-up to target (AdamW lr 1e6)", "diverged", detail=why), rec,
                   need=("diverged_at_step", "diverged_loss"))]
@@ -1485,9 +1489,13 @@ def read_only_wandb_dir(tmp: Path) -> list[Row]:
     systmp.mkdir()
     script = tmp / "ro.sh"
     script.write_text('set -u\nmount -t tmpfs tmpfs "$RO" && mount -o remount,ro "$RO"\n"$@"\n')
+    # the digits MLP: tests/test_outcomes_r4b.py reads this run's record and console under --keep
     p = subprocess.run(["unshare", "-rm", "bash", str(script), *cmd(store, *[a for a in FAST if a != "logger=none"],
-                                                                   "logger=wandb", f"+logger.wandb.dir={ro}")],
+                                                                   "model=mlp", "data=digits", "logger=wandb",
+                                                                   f"+logger.wandb.dir={ro}")],
                        capture_output=True, text=True, timeout=300, cwd=REPO, env=env(RO=str(ro), TMPDIR=str(systmp)))
+    for name, text in (("stdout", p.stdout), ("stderr", p.stderr), ("rc", str(p.returncode))):
+        (tmp / name).write_text(text)
     rec, why = one_record(store)
     why_off = ((rec or {}).get("artifacts") or {}).get("wandb_error") or ""
     extra = [x for x, bad in (("the run went to the system's temp folder", (systmp / "wandb").exists()),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +84,9 @@ def drill_test(*cases: str, short: bool = False):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "drill(*cases, short=False): reads the session's fault drill (drill_test)")
+    config.addinivalue_line("markers", "early(name): its command starts with the tests (started_early)")
+    config.addinivalue_line("markers", "side_by_side: runs first, beside the session's drill (no timing or "
+                            "contention figure is held; see pytest_collection_modifyitems)")
 
 
 class DrillRun:
@@ -100,23 +105,112 @@ class DrillRun:
         return path
 
 
-@pytest.fixture(scope="session")
-def drill(request, tmp_path_factory) -> DrillRun:
-    names, short = set(), False
-    for item in request.session.items:
+def _drill_command(items, keep_base: Path) -> list[str] | None:
+    """The drill the selected tests read (every case they name, --short if one asks), or None if none does."""
+    names, short, wanted = set(), False, False
+    for item in items:
         if (m := item.get_closest_marker("drill")) is not None:
+            wanted = True
             param = getattr(item, "callspec", None) and item.callspec.params.get("case")
             names.update(m.args or ([param] if param else []))
             short = short or m.kwargs.get("short", False)
-    base = tmp_path_factory.mktemp("drill")
-    out, keep = base / "rows.json", base / "runs"
-    cmd = ["bash", str(REPO / "scripts" / "fault_drill.sh"), "--json", str(out), "--keep", str(keep)]
-    cmd += ["--short"] * short + (["--only", ",".join(sorted(names))] if names else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=DRILL_TIMEOUT_S - 60,
-                       env={**os.environ, "PYTHON": sys.executable})
-    if not out.exists():
-        pytest.fail(f"the drill left no rows ({' '.join(cmd[2:])}):\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
-    return DrillRun(json.loads(out.read_text()), p.returncode, p.stdout + p.stderr, keep)
+    if not wanted:
+        return None
+    cmd = ["bash", str(REPO / "scripts" / "fault_drill.sh"), "--json", str(keep_base / "rows.json"),
+           "--keep", str(keep_base / "runs")]
+    return cmd + ["--short"] * short + (["--only", ",".join(sorted(names))] if names else [])
+
+
+class Started:
+    """A command started when the tests start (pytest_runtestloop), in its own process group, its console in a
+    file in its folder; a test waits for it. Killed with its group if the session ends first."""
+
+    def __init__(self, cmd: list[str], folder: Path, env: dict | None = None):
+        self.cmd, self.folder, self.log = cmd, folder, folder / "console.txt"
+        with open(self.log, "wb") as f:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env=env or {**os.environ, "PYTHON": sys.executable})
+
+    def wait(self, timeout_s: float) -> tuple[int, str]:
+        """(exit status, console); past `timeout_s` the command is killed (its status then says so)."""
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.wait()
+        return code, self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+# name -> command(folder) -> (argv, env): what a test marked started_early(name) reads through early(name)
+_EARLY: dict = {}
+_STARTED: dict[str, Started] = {}
+
+
+def started_early(name: str, command):
+    """Mark a test whose long command (`command(folder)` -> (argv, env)) starts with the tests, beside the first
+    ones (side_by_side), rather than when the test comes: the test reads it with early(name). For a command that
+    holds no timing figure, on this 2-core machine where the tests otherwise run one at a time."""
+    _EARLY[name] = command
+
+    def mark(test):
+        return pytest.mark.early(name)(test)
+    return mark
+
+
+def early(name: str, timeout_s: float = 1500) -> tuple[Path, int, str]:
+    """(its folder, exit status, console) of the command started for the test marked started_early(name)."""
+    if name not in _STARTED:
+        pytest.fail(f"{name!r} was not started: the test reading it lacks started_early({name!r}, ...)")
+    job = _STARTED[name]
+    return (job.folder, *job.wait(timeout_s))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """Start the drill and the started_early commands of the selected tests, beside the first tests (the
+    side_by_side ones: see pytest_collection_modifyitems)."""
+    if session.config.option.collectonly or not session.items:
+        return
+    temp = session.config._tmp_path_factory
+    base = temp.mktemp("drill")
+    cmd = _drill_command(session.items, base)
+    if cmd is not None:
+        _STARTED["drill"] = Started(cmd, base)
+    for name in {m.args[0] for i in session.items for m in i.iter_markers("early")}:
+        folder = temp.mktemp(name)
+        argv, env = _EARLY[name](folder)
+        _STARTED[name] = Started(argv, folder, env)
+
+
+def pytest_unconfigure(config):
+    for job in _STARTED.values():
+        job.kill()
+
+
+@pytest.fixture(scope="session")
+def drill() -> DrillRun:
+    folder, code, console = early("drill", DRILL_TIMEOUT_S - 60)
+    if not (folder / "rows.json").exists():
+        pytest.fail(f"the drill left no rows ({' '.join(_STARTED['drill'].cmd[2:])}), exit {code}:\n{console[-6000:]}")
+    return DrillRun(json.loads((folder / "rows.json").read_text()), code, console, folder / "runs")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run order: the side_by_side tests first (while the drill runs beside them: they hold no timing or
+    contention figure, and the drill's own cases already run two at a time), then the tests that read the drill
+    (they wait for it), then the rest on a machine the drill has left. One at a time, the suite's tests mostly
+    keep one of the 2 cores busy (its CPU time was 1.03x its wall time); beside the drill they keep both.
+    side_by_side is for tests whose work runs in other processes: an in-process test moved first changes what the
+    later ones inherit (test_torchax's in-process optax tests, run before tests/test_sweeper.py, left JAX's
+    logging holding a stream capfd had closed, and a Hydra multirun there lost sys.stderr)."""
+    rank = {id(i): 0 if i.get_closest_marker("side_by_side") else
+            1 if i.get_closest_marker("drill") or i.get_closest_marker("early") else 2 for i in items}
+    items.sort(key=lambda i: rank[id(i)])  # stable: within each part, the usual order
 
 
 # ---- --every-module: the session fails when a module of the project was never imported (make test-fast) ----

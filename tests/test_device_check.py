@@ -17,10 +17,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, cli_env, early, started_early
 
 SCRIPT = REPO / "scripts" / "device_check.py"
 
@@ -65,6 +66,7 @@ def assert_within_tool_limits(out):
 
 
 @pytest.mark.slow
+@pytest.mark.side_by_side  # holds no timing row: the GPU-only ones are shown, not held
 def test_dry_run_judges_every_row_within_the_tools_limits(tmp_path):
     """The dry run replaces CUDA by the CPU at tiny sizes and judges every row on the real record: none skipped,
     none unjudged (was: every GPU-only row 'skipped' and exit 0 all the same)."""
@@ -92,15 +94,24 @@ def test_dry_run_judges_every_row_within_the_tools_limits(tmp_path):
     print(f"default dry run: {wall_s:.0f} s wall, load {os.getloadavg()[0]:.1f}")
 
 
+def _more_dry_run(folder: Path) -> tuple[list[str], dict]:
+    out = folder / "out"
+    out.mkdir()
+    return (["bash", "scripts/device_check.sh", "--dry-run", "--more", "--deadline-s", "840"],
+            cli_env(OUT=str(out), PYTHON=sys.executable, DEVICE_CHECK_WHEELS="0"))
+
+
 @pytest.mark.slow
-def test_the_more_dry_run_judges_its_rows_too(tmp_path):
-    p = run_script(tmp_path, "--more", "--deadline-s", "840")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert_within_tool_limits(tmp_path)
-    rows = table_rows(tmp_path)
+@started_early("device_check_more", _more_dry_run)  # ~2 minutes: from the start, beside the first tests
+def test_the_more_dry_run_judges_its_rows_too():
+    folder, code, console = early("device_check_more", timeout_s=900)
+    assert code == 0, console[-6000:]
+    out = folder / "out"
+    assert_within_tool_limits(out)
+    rows = table_rows(out)
     assert list(rows) == MORE_ROW_NAMES + [u[0] for u in dc.UNVERIFIED]
     assert {rows[n][0] for n in MORE_ROW_NAMES} == {"pass"}, {n: rows[n] for n in MORE_ROW_NAMES}
-    runs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    runs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     max_batch = next(r for r in runs if r["run"] == "max_batch")["measurements"]
     assert [t["batch_size"] for t in max_batch["batch_search_trials"]] == [4, 8, 16]
 

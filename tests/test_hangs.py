@@ -108,6 +108,7 @@ def _checkpoint_model(run):
 
 
 @pytest.mark.slow
+@pytest.mark.side_by_side  # scores, not timings
 def test_fsdp_evaluates_an_eval_set_that_splits_unevenly_and_scores_all_of_it(uneven):
     """9 held-out windows on 2 FSDP ranks at eval batch 4 (was: rank 0's second batch waited in FSDP's all-gather
     for rank 1, which had finished: `Timed out waiting 120000ms`, the run failed at its first evaluation). The
@@ -127,6 +128,7 @@ def test_fsdp_evaluates_an_eval_set_that_splits_unevenly_and_scores_all_of_it(un
 
 
 @pytest.mark.slow
+@pytest.mark.side_by_side  # scores, not timings
 def test_ddp_evaluates_an_eval_set_that_splits_unevenly_and_scores_all_of_it(uneven):
     """17 held-out digits on 2 DDP ranks at batch 8 (9 and 8 samples): the top-1 is k/17, the checkpoint's model
     scoring the 17 here on one process."""

@@ -75,18 +75,18 @@ def test_sigterm_in_a_sweep_points_start_up_is_interrupted(tmp_path, to):
 
 # ---- 5. a finite blow-up while training to a target ----------------------------------------------------------
 
-@pytest.mark.slow
-def test_a_finite_blow_up_to_target_is_diverged_with_its_figures(tmp_path):
+@drill_test("blowup_to_target")
+def test_a_finite_blow_up_to_target_is_diverged_with_its_figures(drill):
     """AdamW at lr 1e6 on digits: the loss goes from 2.3 to 1e22 at the second step, top-1 stays at chance.
     It was `ok`, "target not reached" after 20 epochs of nonsense (train loss 4.2e20 at the first evaluation);
     now the throughput loop's rule (bench.diverge_loss_factor x the first loss, loop.py rule 9) ends it
-    `diverged` at the step, and the record keeps the evaluation made before (evaluated every step here)."""
-    store = tmp_path / "s"
-    p = subprocess.run([PY, "-m", "xbench", f"store.root={store}", *TINY_TARGET, "optim.name=adamw", "optim.lr=1e6",
-                        "goal.eval_every_steps=1"], capture_output=True, text=True, timeout=600, cwd=REPO,
-                       env=cli_env())
-    [rec] = records(store)
-    assert rec["status"] == "diverged", (rec["status"], rec["reason"], p.stderr[-2000:])
+    `diverged` at the step, and the record keeps the evaluation made before (evaluated every step here). The
+    drill's blowup_to_target run, read from its folder."""
+    folder = drill.folder("blowup_to_target")
+    [rec] = records(folder / "s")
+    stdout = (folder / "stdout").read_text()
+    assert rec["config"]["optim"]["name"] == "adamw" and rec["config"]["goal"]["eval_every_steps"] == 1
+    assert rec["status"] == "diverged", (rec["status"], rec["reason"], stdout[-2000:])
     m, curve = rec["measurements"], rec["series"]
     first = curve["train_loss"][0]
     assert 1.5 < first < 3.5  # ~ln(10): the evaluation after step 0, before the blow-up
@@ -94,7 +94,7 @@ def test_a_finite_blow_up_to_target_is_diverged_with_its_figures(tmp_path):
     assert m["diverged_loss"] > 1000 * first and f"loss became {m['diverged_loss']}" in rec["reason"]
     assert m["evals"] == len(curve["top1"]) == 1 and m["metric_final"] == curve["top1"][0] < 0.5
     assert m["goal_metric"] == "top1" and rec["artifacts"]["curve"] == "curve.jsonl"
-    assert "DIVERGED" in p.stdout
+    assert "DIVERGED" in stdout
 
 
 @pytest.mark.slow
@@ -109,39 +109,21 @@ def test_a_run_that_learns_is_not_taken_for_a_blow_up(tmp_path):
 
 # ---- 2. a full store during train-to-target -----------------------------------------------------------------
 
-FILL_MID_RUN = r"""
-set -u
-mount -t tmpfs -o size=8m tmpfs "$STORE"
-"$@" > "$OUT/stdout" 2> "$OUT/stderr" &
-pid=$!
-for i in $(seq 2400); do [ "$(cat "$STORE"/*/curve.jsonl 2>/dev/null | wc -l)" -ge 2 ] && break; sleep 0.1; done
-dd if=/dev/zero of="$STORE/filler" bs=64k 2>/dev/null
-wait $pid; echo $? > "$OUT/rc"
-umount "$STORE"
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _can_mount(), reason="no private mount namespace here (unshare -rm): no real full store")
-def test_a_full_store_during_train_to_target_is_one_line(tmp_path):
-    """The store (a real 8 MiB tmpfs) fills after the second evaluation; 28 more epochs write ~140 MLPerf lines.
+@drill_test("full_store_to_target")
+def test_a_full_store_during_train_to_target_is_one_line(drill):
+    """The store (a real 4 MiB tmpfs) fills after the second evaluation; 28 more epochs write ~140 MLPerf lines.
     It was one logging traceback per line ('--- Logging error ---', 135 here); now one line names the log
     and the full disk, the run trains on to its end, its record (in the fallback folder: the store is full)
-    says the log is incomplete."""
-    store, out = tmp_path / "store", tmp_path
-    store.mkdir()
-    script = tmp_path / "fill.sh"
-    script.write_text(FILL_MID_RUN)
-    cmd = [PY, "-m", "xbench", f"store.root={store}", *TINY_TARGET, "goal.target=null", "goal.max_epochs=30",
-           "goal.checkpoint_every_evals=0"]
-    subprocess.run(["unshare", "-rm", "bash", str(script), *cmd], timeout=900, cwd=REPO,
-                   env=cli_env(STORE=str(store), OUT=str(out), XBENCH_FALLBACK_DIR=str(tmp_path / "fallback")))
+    says the log is incomplete. The drill's full_store_to_target run, read from its folder."""
+    out = drill.folder("full_store_to_target")
+    if not (out / "rc").exists():
+        pytest.skip("no private mount namespace here (unshare -rm): no real full store")
     err = (out / "stderr").read_text()
     assert "Logging error" not in err and "Traceback" not in err, err[-3000:]
     said = [ln for ln in err.splitlines() if "mlperf.log" in ln]
     assert len(said) == 1 and "stopped (OSError: [Errno 28] No space left on device)" in said[0], said
     assert int((out / "rc").read_text()) == 74  # the record could not go to the store: the fallback has it
-    [path] = (tmp_path / "fallback").glob("*/record.json")
+    [path] = (out / "fallback").glob("*/record.json")
     rec = json.loads(path.read_text())
     assert rec["status"] == "ok" and rec["measurements"]["epochs_done"] == 30  # the run went on to its end
     assert "mlperf.log is incomplete: a write failed (OSError: [Errno 28] No space left on device)" in rec["warnings"]
@@ -170,34 +152,21 @@ def test_the_mlperf_log_stops_at_a_failed_write_with_one_line(tmp_path, capfd):
 
 # ---- 4. a read-only logger.wandb.dir ------------------------------------------------------------------------
 
-READ_ONLY_DIR = r"""
-set -u
-mount -t tmpfs -o size=4m tmpfs "$RO" && mount -o remount,ro "$RO"
-"$@" > "$OUT/stdout" 2> "$OUT/stderr"; echo $? > "$OUT/rc"
-umount "$RO"
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _can_mount(), reason="no private mount namespace here (unshare -rm): no real read-only folder")
-def test_a_read_only_wandb_dir_is_said_and_never_the_shared_temp_folder(tmp_path):
+@drill_test("read_only_wandb_dir")
+def test_a_read_only_wandb_dir_is_said_and_never_the_shared_temp_folder(drill):
     """logger.wandb.dir on a read-only filesystem (root writes through chmod, not through a read-only mount).
     W&B put the run in the system's temp folder ($TMPDIR/wandb) without a word; now one line says so, W&B is off
-    for the run with the reason in the record (as for a folder that cannot be created), the run is ok."""
-    ro, systmp, store = tmp_path / "ro", tmp_path / "systmp", tmp_path / "store"
-    ro.mkdir()
-    systmp.mkdir()
-    script = tmp_path / "ro.sh"
-    script.write_text(READ_ONLY_DIR)
-    fast = [a for a in FAST if a != "logger=none"]
-    cmd = [PY, "-m", "xbench", f"store.root={store}", *fast, "model=mlp", "data=digits", "logger=wandb",
-           f"+logger.wandb.dir={ro}"]
-    subprocess.run(["unshare", "-rm", "bash", str(script), *cmd], timeout=600, cwd=REPO,
-                   env=cli_env(RO=str(ro), OUT=str(tmp_path), TMPDIR=str(systmp)))
-    out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
-    assert (tmp_path / "rc").read_text().strip() == "0", err[-2000:]
+    for the run with the reason in the record (as for a folder that cannot be created), the run is ok. The
+    drill's read_only_wandb_dir run (the digits MLP), read from its folder."""
+    folder = drill.folder("read_only_wandb_dir")
+    if not (folder / "rc").exists():
+        pytest.skip("no private mount namespace here (unshare -rm): no real read-only folder")
+    ro, systmp = folder / "ro", folder / "systmp"
+    out, err = (folder / "stdout").read_text(), (folder / "stderr").read_text()
+    assert (folder / "rc").read_text().strip() == "0", err[-2000:]
     assert not (systmp / "wandb").exists()  # was: the whole offline run there
-    [rec] = records(store)
+    [rec] = records(folder / "s")
+    assert rec["config"]["model"]["name"] == "mlp"
     said = [ln for ln in (out + err).splitlines() if "logger.wandb.dir" in ln]
     assert len(said) == 1 and f"logger.wandb.dir={ro} is not writable; W&B is off" in said[0], err[-2000:]
     assert rec["status"] == "ok" and "is not writable" in rec["artifacts"]["wandb_error"]
