@@ -15,7 +15,7 @@ from tests.conftest import REPO, cli_env, records, run_cli
 from tests.jobs import Jobs
 from xbench.records.record import RunRecord
 
-pytestmark = [pytest.mark.slow, pytest.mark.side_by_side]  # its runs are subprocesses; no timing is held
+pytestmark = pytest.mark.slow
 
 QUIET = ("logger=none", "logger.progress=false")
 # An unreachable target keeps the run going for a fixed curve: 3 epochs, evaluated every 25 steps.
