@@ -62,8 +62,16 @@ def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-class StopAtOnce(StopRequested):
-    """A stop raised by the signal handler itself, in a phase where nothing is measured yet (start-up)."""
+class StopAtOnce(BaseException):
+    """A stop raised by the signal handler itself, in a phase where nothing is measured yet (start-up).
+    A BaseException, as KeyboardInterrupt is: it lands wherever the main thread is (inside torch's
+    imports), and an `except Exception` there swallowed it as a StopRequested (the import went on to its
+    end: a SIGTERM at a sweep's first point took 11-18 s on a loaded 2-core machine, 0.3 s on a quiet
+    one). The envelope records it as the StopRequested it stands for (`partial`)."""
+
+    def __init__(self, partial: dict):
+        super().__init__("stop requested")
+        self.partial = partial
 
 
 class _Signals:
@@ -265,6 +273,8 @@ class RunEnvelope:
             if isinstance(exc, KeyboardInterrupt):  # someone else's SIGINT handler: still a stop
                 exc = StopRequested({"phase": "unknown"})
                 self.stop.reason = self.stop.reason or "SIGINT"
+            elif isinstance(exc, StopAtOnce):  # the handler's own: recorded like any stop, not re-raised
+                exc = StopRequested(exc.partial)
             # SystemExit and the like: recorded, re-raised
             if exc is not None and not isinstance(exc, Exception):
                 self.record.finish(
