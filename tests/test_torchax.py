@@ -159,7 +159,6 @@ def test_throughput_record_has_the_runtime_figures_and_no_timed_compilation(stor
 
 
 @pytest.mark.slow
-@pytest.mark.side_by_side  # losses against eager's: no timing is held
 @pytest.mark.parametrize("precision, optim", [("fp32", "optim.name=sgd optim.nesterov=true optim.weight_decay=0.01"),
                                               ("amp_bf16", "optim.name=adamw optim.weight_decay=0.05 optim.lr=0.005"),
                                               ("fp32", "optim.name=lars optim.weight_decay=0.01 "
@@ -185,7 +184,6 @@ def test_parity_with_eager(store, precision, optim):
 
 
 @pytest.mark.slow
-@pytest.mark.side_by_side
 def test_two_device_mesh_trains_the_global_batch_as_one_device(store):
     """parallel=jax_dp over 2 host-platform devices at 8 per device against one device at 16: the same 16 samples
     per step, the same losses; the record's batch figures count both devices."""
