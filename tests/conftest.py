@@ -105,17 +105,14 @@ class DrillRun:
         return path
 
 
-def _drill_command(items, keep_base: Path) -> list[str] | None:
-    """The drill the selected tests read (every case they name, --short if one asks), or None if none does."""
-    names, short, wanted = set(), False, False
+def _drill_command(items, keep_base: Path) -> list[str]:
+    """The drill the selected tests read: every case they name, --short if one asks."""
+    names, short = set(), False
     for item in items:
         if (m := item.get_closest_marker("drill")) is not None:
-            wanted = True
             param = getattr(item, "callspec", None) and item.callspec.params.get("case")
             names.update(m.args or ([param] if param else []))
             short = short or m.kwargs.get("short", False)
-    if not wanted:
-        return None
     cmd = ["bash", str(REPO / "scripts" / "fault_drill.sh"), "--json", str(keep_base / "rows.json"),
            "--keep", str(keep_base / "runs")]
     return cmd + ["--short"] * short + (["--only", ",".join(sorted(names))] if names else [])
@@ -177,10 +174,9 @@ def pytest_runtestloop(session):
     if session.config.option.collectonly or not session.items:
         return
     temp = session.config._tmp_path_factory
-    base = temp.mktemp("drill")
-    cmd = _drill_command(session.items, base)
-    if cmd is not None:
-        _STARTED["drill"] = Started(cmd, base)
+    if any(i.get_closest_marker("drill") for i in session.items):
+        base = temp.mktemp("drill")
+        _STARTED["drill"] = Started(_drill_command(session.items, base), base)
     for name in {m.args[0] for i in session.items for m in i.iter_markers("early")}:
         folder = temp.mktemp(name)
         argv, env = _EARLY[name](folder)

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST, REPO, cli_env
+from tests.conftest import FAST, REPO, Started, cli_env
 from xbench.tools import SCRIPTS
 
 UV = shutil.which("uv")
@@ -151,7 +149,7 @@ def _torch_in_range(version: str) -> bool:
 def pip_line(request, tmp_path_factory):
     """The README's pip line resolving in the background from the module's first test on (~30 s of one core, most
     of it pip's own resolver) when the test below is selected: the other tests of the module install and train
-    meanwhile. Yields (process, the --report file, its console) or None."""
+    meanwhile. Yields (the started command, the --report file) or None."""
     if UV is None or not any(i.originalname == PIP_LINE_TEST for i in request.session.items):
         yield None
         return
@@ -166,13 +164,9 @@ def pip_line(request, tmp_path_factory):
     script = (f"{shlex.quote(sys.executable)} -m venv --upgrade-deps {shlex.quote(str(venv))} && "
               f"{shlex.quote(str(venv / 'bin' / 'python'))} -m pip install -q --dry-run --ignore-installed "
               f"--report {shlex.quote(str(report))} {shlex.quote(str(wheel) + '[all]')}")
-    with open(root / "console.txt", "w") as log:
-        proc = subprocess.Popen(["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    yield proc, report, root / "console.txt"
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    job = Started(["bash", "-c", script], root, env)
+    yield job, report
+    job.kill()
 
 
 PIP_LINE_TEST = "test_the_readmes_pip_line_resolves_to_a_supported_torch_with_torchax"
@@ -185,8 +179,9 @@ def test_the_readmes_pip_line_resolves_to_a_supported_torch_with_torchax(pip_lin
     index here), resolved by the newest pip in a fresh venv (`--dry-run --report`: what pip would install). Installing it for
     real copies ~5.5 GB of CUDA wheels, over 15 minutes here; the uv line below installs and runs. pip on this machine
     may be capped by the machine's own constraints (/etc/xdg/pip) at a torch that lies on disk."""
-    proc, report, console = pip_line
-    assert proc.wait(timeout=1500) == 0, console.read_text()[-3000:]
+    job, report = pip_line
+    code, console = job.wait(1500)
+    assert code == 0, console[-3000:]
     got = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
     assert _torch_in_range(got["torch"]), got["torch"]
     assert {"torchax", "jax", "optax", "torchvision", "wandb", "accelerate"} <= set(got)
