@@ -21,6 +21,15 @@ CONF = REPO / "conf"
 # tests start still inherit PYTHONDONTWRITEBYTECODE.
 sys.dont_write_bytecode = False
 
+# absl (JAX and optax import it) makes its logging handler at import, holding that moment's sys.stderr, and closes
+# that stream when logging's handlers are shut down, as a Hydra run's logging.config.dictConfig does. In a test
+# session that stream is pytest's capture: a Hydra multirun in a later test (tests/test_sweeper.py) closed it and
+# the process lost sys.stderr. Pointed at the interpreter's own stderr, which absl never closes.
+with contextlib.suppress(ImportError):
+    from absl import logging as absl_logging
+
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
 
 def cli_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -87,6 +96,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "early(name): its command starts with the tests (started_early)")
     config.addinivalue_line("markers", "side_by_side: runs first, beside the session's drill (no timing or "
                             "contention figure is held; see pytest_collection_modifyitems)")
+    config.addinivalue_line("markers", "serial: a figure it holds depends on timing, contention or the length of "
+                            "warm-up: make test runs it in the one-at-a-time pass, never beside another test")
+
+
+def pytest_itemcollected(item):
+    """The drill, the commands started early and the tests run beside them belong to the one-at-a-time pass
+    too: each xdist worker would start its own drill, and the side-by-side order is that pass's."""
+    if any(item.get_closest_marker(m) for m in ("drill", "early", "side_by_side")):
+        item.add_marker(pytest.mark.serial)
 
 
 class DrillRun:
@@ -201,12 +219,12 @@ def pytest_collection_modifyitems(config, items):
     contention figure, and the drill's own cases already run two at a time), then the tests that read the drill
     (they wait for it), then the rest on a machine the drill has left. One at a time, the suite's tests mostly
     keep one of the 2 cores busy (its CPU time was 1.03x its wall time); beside the drill they keep both.
-    side_by_side is for tests whose work runs in other processes: an in-process test moved first changes what the
-    later ones inherit (test_torchax's in-process optax tests, run before tests/test_sweeper.py, left JAX's
-    logging holding a stream capfd had closed, and a Hydra multirun there lost sys.stderr). Nor for a test whose
-    figures depend on how long warm-up took: a run's warm-up ends on steady step times, so under load it runs more
-    steps (torchax's bf16 parity compared steps 0-17 instead of 0-5 beside the drill, and its losses had drifted
-    past the tolerance by then)."""
+    side_by_side is for tests whose work runs in other processes (an in-process test moved first changes what
+    the later ones inherit). Not for a test whose figures depend on how long warm-up took: a run's warm-up ends
+    on steady step times, so under load it runs more steps (torchax's bf16 parity compared steps 0-17 instead of
+    0-5 beside the drill, and its losses had drifted past the tolerance by then); those are `serial` alone.
+    This order is the one-at-a-time pass's (make test's first): the tests not marked serial run in the second,
+    on both cores (pytest-xdist)."""
     rank = {id(i): 0 if i.get_closest_marker("side_by_side") else
             1 if i.get_closest_marker("drill") or i.get_closest_marker("early") else 2 for i in items}
     items.sort(key=lambda i: rank[id(i)])  # stable: within each part, the usual order
@@ -218,6 +236,9 @@ def pytest_addoption(parser):
     parser.addoption("--every-module", action="store_true",
                      help="fail when a module of xbench or hydra_plugins was never imported by the tests that ran "
                           "(tests/module_coverage.py); make test-fast passes it")
+    parser.addoption("--modules-seen", metavar="FILE",
+                     help="add the modules of xbench and hydra_plugins this session imported to FILE, and count "
+                          "those FILE already names (an earlier pass's) as imported; make test-fast's two passes")
 
 
 def _narrowed(config) -> str:
@@ -232,15 +253,34 @@ def _narrowed(config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
-    if not session.config.getoption("--every-module"):
+    config = session.config
+    if not (config.getoption("--every-module") or config.getoption("--modules-seen")):
         return
-    from tests.module_coverage import never_imported
+    from tests.module_coverage import PACKAGES, never_imported
 
-    why = _narrowed(session.config)
-    missing = [] if why else never_imported(sys.modules)
-    session.config.stash[_MISSING] = (why, missing)
+    imported = {m for m in sys.modules if m.split(".")[0] in PACKAGES}
+    if hasattr(config, "workeroutput"):  # an xdist worker: its controller counts every worker's modules
+        config.workeroutput["imported"] = sorted(imported)
+        return
+    imported |= config.stash.get(_WORKERS_IMPORTED, set())
+    if seen := config.getoption("--modules-seen"):
+        path = Path(seen)
+        imported |= set(path.read_text().split()) if path.exists() else set()
+        path.write_text("".join(f"{m}\n" for m in sorted(imported)))
+    if not config.getoption("--every-module"):
+        return
+    why = _narrowed(config)
+    missing = [] if why else never_imported(imported)
+    config.stash[_MISSING] = (why, missing)
     if missing and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: gather what each worker imported (its sessionfinish put it in workeroutput)."""
+    seen = node.config.stash.setdefault(_WORKERS_IMPORTED, set())
+    seen.update(getattr(node, "workeroutput", {}).get("imported", ()))
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -255,3 +295,4 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 _MISSING = pytest.StashKey[tuple]()
+_WORKERS_IMPORTED = pytest.StashKey[set]()

@@ -1,7 +1,9 @@
 """Which of the project's modules a test session never imported: `make test-fast` runs pytest with
 `--every-module`, and the session fails when one of xbench's (or hydra_plugins') modules is not in sys.modules
 at its end, naming each one. Modules are listed from the source files (nothing imported to list them), so a
-new module without a fast test fails the next `make test-fast`.
+new module without a fast test fails the next `make test-fast`. make test-fast runs its tests in two passes (the
+`serial` ones, then the rest under pytest-xdist): the second checks the modules of both, each of its workers'
+and those the first left in `--modules-seen` (conftest.py).
 
 The check only means something for the whole selection: a run narrowed by `-k`, by test paths or by
 `--lf`/`--deselect` skips it and says so (conftest.py)."""

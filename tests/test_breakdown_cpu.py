@@ -19,6 +19,9 @@ from xbench.bench import loop
 from xbench.bench.meters import breakdown
 from xbench.bench.meters.profiler import profiled_window
 
+# serial: alone, never beside another test (planted costs are read back within 20%: a neighbour moves them)
+pytestmark = pytest.mark.serial
+
 HOST_S, FWD_S, BWD_S = 0.04, 0.03, 0.04  # planted per step: Python in the step; a compute op's forward, backward
 RAN_S: dict[str, list[float]] = {"host": [], "forward": [], "backward": []}  # what each really took (a loaded
 # machine can take the core away just as a deadline passes: 40 ms took 51 here)

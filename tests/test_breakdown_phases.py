@@ -13,6 +13,9 @@ import torch
 from xbench.bench import loop
 from xbench.bench.meters import breakdown
 
+# serial: alone, never beside another test (each phase is timed against a planted sleep)
+pytestmark = pytest.mark.serial
+
 FWD_S, BWD_S, OPT_S = 0.25, 0.5, 1.0  # a phase that took in another's sleep grows by FWD_S at least
 SLEPT_S: dict[str, float] = {}  # what each sleep really took: a loaded machine oversleeps, and that is its phase's
 

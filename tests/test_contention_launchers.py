@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 
+# serial: alone, never beside another test (a run's own ranks must be the only busy processes it sees)
+pytestmark = pytest.mark.serial
+
 # Each rank writes its pid, waits for the other's, then spins a core for 1.5 s between two snapshots;
 # rank 0 writes what the probe saw.
 RANK_SCRIPT = """
 import json, os, sys, time
 from pathlib import Path
 from xbench.bench.meters import contention
+
 out, rank = Path(sys.argv[1]), int(os.environ["RANK"])
 (out / f"pid{rank}").write_text(str(os.getpid()))
 while not (out / f"pid{1 - rank}").exists():

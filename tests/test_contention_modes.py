@@ -20,6 +20,9 @@ from xbench.records import batch_trials
 from xbench.report.fake import fake_record
 from xbench.report.tables import TABLES, findings_of
 
+# serial: alone, never beside another test (it measures other processes' busy cores: a neighbour is one)
+pytestmark = pytest.mark.serial
+
 TARGET = ("+experiment=digits_to_target", "goal.checkpoint_every_evals=0", "logger=none", "logger.progress=false")
 
 

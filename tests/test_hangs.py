@@ -19,6 +19,9 @@ from tests.conftest import REPO, cli_env, drill_test, records
 from xbench.bench.epochs import IGNORE_LABEL, IGNORE_TOKEN, EvalShard
 from xbench.data.text import CharWindows
 
+# serial: alone, never beside another test (watchdogs and bounds in seconds)
+pytestmark = pytest.mark.serial
+
 CFG = SimpleNamespace(num_workers=0, pin_memory=False)
 
 

@@ -118,6 +118,7 @@ def test_isolated_sweep_points_own_their_compilations_and_start_up(store):
     assert m["rank_pids"] == [shared["env"]["point"]["runner_pid"]]
 
 
+@pytest.mark.serial  # clean windows are compared with a 1.5 s stop
 @pytest.mark.slow
 def test_a_process_stopped_mid_window_is_a_stall_measured_again(store):
     """SIGSTOP of the measuring process for 1.5 s inside a timed window (the CLI draws its progress bar,
@@ -161,6 +162,7 @@ def test_a_process_stopped_mid_window_is_a_stall_measured_again(store):
 
 # ---------- the harness's cost at process level (make bench: scripts/bench_process.py) ----------
 
+@pytest.mark.serial  # it measures its own load as the only other busy core
 @pytest.mark.slow
 def test_process_level_pair_under_the_benchmark_own_load():
     """One loaded pair of scripts/bench_process.py, small: the CLI and the plain script train the same

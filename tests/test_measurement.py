@@ -24,6 +24,9 @@ from xbench.metrics.aggregate import aggregate
 from xbench.metrics.stats import ci95, log_moments, ratio_ci95, summarize, t95
 from xbench.records.record import RunRecord
 
+# serial: alone, never beside another test (step times, contention and free cores are read from the machine)
+pytestmark = pytest.mark.serial
+
 # ---------- statistics ----------
 
 

@@ -22,6 +22,9 @@ from xbench.config import XBenchConfig
 from xbench.metrics.parity import compare_losses
 from xbench.records.wandb_files import read_offline_run
 
+# serial: alone, never beside another test (the steps two runs share depend on how long each warmed up)
+pytestmark = pytest.mark.serial
+
 TINY = ("model=mlp", "model.options.hidden=32", "data=synthetic_mnist", "data.batch_size=16", "bench.threads=1",
         "bench.contention_probe_s=0", "optim.lr=0.05")
 # Every window of run A stalls: any step over 1.0001 x its window's median counts, for any time at all; so A's

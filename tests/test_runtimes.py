@@ -145,6 +145,7 @@ def test_parity_comparison_and_tolerance():
         compare_losses([1.0], [1.0, 2.0, 3.0], 3, 1e-3)
 
 
+@pytest.mark.serial  # the steps compared start after warm-up
 @pytest.mark.slow
 def test_parity_eager_vs_compile_passes_and_compile_reports_its_cost(store):
     """Alone, before the module's background runs start (the next test): losses compared step by step."""
@@ -185,6 +186,7 @@ def test_xla_on_cpu_trains_without_compiling_in_the_window_fp32_and_bf16(cli_run
     assert recs["bf16"]["measurements"]["compute_dtype"] == "bf16"
 
 
+@pytest.mark.serial  # the steps compared start after warm-up
 @pytest.mark.slow
 def test_parity_fails_with_a_different_learning_rate(cli_runs):
     p, store = _finished(cli_runs, "test_parity_fails_with_a_different_learning_rate")

@@ -13,6 +13,9 @@ from omegaconf import OmegaConf
 from xbench.config import XBenchConfig
 from xbench.envelope import SIGNALS, RunEnvelope
 
+# serial: alone, never beside another test (a stop during start-up is bounded in seconds)
+pytestmark = pytest.mark.serial
+
 
 def _cfg(tmp_path) -> XBenchConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(XBenchConfig), {

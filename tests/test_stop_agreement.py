@@ -22,6 +22,9 @@ from tests.conftest import REPO, cli_env, records
 from tests.test_loop import Probe
 from xbench.bench import loop
 
+# serial: alone, never beside another test (stops are bounded by grace windows in seconds)
+pytestmark = pytest.mark.serial
+
 
 def _stop_at(flag: loop.StopFlag, step: int):
     def on_step(phase, i):

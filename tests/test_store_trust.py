@@ -277,6 +277,7 @@ def test_report_outputs_are_never_written_through_planted_links(tmp_path):
     assert victim.read_text() == "precious\n" and not list((tmp_path / "elsewhere").iterdir())
 
 
+@pytest.mark.serial  # its exit is bounded under torch's 30 s agent wait
 @pytest.mark.slow
 def test_ddp_run_whose_pipe_dies_then_sigterm_keeps_every_ranks_figures(store):
     """A 2-rank DDP run (gloo, tiny MLP) under `| tee`: the tee dies once the timed window has started (the

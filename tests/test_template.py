@@ -12,6 +12,9 @@ import pytest
 from xbench.config import XBenchConfig
 from xbench.launch import template
 
+# serial: alone, never beside another test (a template must leave within 1 s of its runner)
+pytestmark = pytest.mark.serial
+
 
 def _cfg(**sections) -> XBenchConfig:
     cfg = XBenchConfig()

@@ -158,6 +158,7 @@ def test_throughput_record_has_the_runtime_figures_and_no_timed_compilation(stor
     assert any("does not see JAX's execution" in w for w in rec["warnings"]), rec["warnings"]
 
 
+@pytest.mark.serial  # the steps compared start after warm-up, which runs longer under load
 @pytest.mark.slow
 @pytest.mark.parametrize("precision, optim", [("fp32", "optim.name=sgd optim.nesterov=true optim.weight_decay=0.01"),
                                               ("amp_bf16", "optim.name=adamw optim.weight_decay=0.05 optim.lr=0.005"),
@@ -183,6 +184,7 @@ def test_parity_with_eager(store, precision, optim):
         assert abs(a[0] - b[0]) / a[0] < 1e-3  # step 0: the same weights and batch, one bf16 forward each
 
 
+@pytest.mark.serial  # compares losses step by step after warm-up
 @pytest.mark.slow
 def test_two_device_mesh_trains_the_global_batch_as_one_device(store):
     """parallel=jax_dp over 2 host-platform devices at 8 per device against one device at 16: the same 16 samples
