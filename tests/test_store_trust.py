@@ -121,6 +121,38 @@ def test_yaml_and_json_from_the_store_are_bounded():
     assert safe_io.load_yaml("a: {b: [1, 2]}") == {"a": {"b": [1, 2]}}
 
 
+
+def test_nesting_is_counted_past_a_series_of_numbers():
+    """safe_io.depth skips a container holding only numbers and text in one C-level pass: a container after
+    a thousand numbers, or in a dict subclass, still counts."""
+    assert safe_io.depth([1.0] * 1000 + [[[1]]]) == 3
+    assert safe_io.depth({"series": [0.5] * 1000, "m": {"a": [1, {"b": "x"}]}}) == 4
+    assert safe_io.depth([1, 2, (3, [4])]) == 3
+    assert safe_io.depth(type("Sub", (dict,), {})(a=[[1]])) == 3
+    assert safe_io.depth([1, "x", None, True]) == 1
+    deep: list = [1.0] * 10
+    for _ in range(100):  # each level a series of numbers with the next level last
+        deep = [1.0] * 10 + [deep]
+    assert safe_io.depth(deep, limit=1000) == 101
+    with pytest.raises(ValueError, match="nested too deeply"):
+        safe_io.load_json(json.dumps(deep), 1 << 20)
+
+
+def test_a_file_is_read_whole_up_to_its_limit_and_refused_past_it(tmp_path):
+    """read_limited reads the size the file has (not a buffer of the limit for every file) and still refuses a
+    file one byte past the limit, and a FIFO without blocking."""
+    f = tmp_path / "record.json"
+    f.write_bytes(b"x" * 1000)
+    assert safe_io.read_limited(f, 1000) == b"x" * 1000
+    assert safe_io.read_limited(f, 10**9) == b"x" * 1000
+    with pytest.raises(ValueError, match="1000 bytes, more than"):
+        safe_io.read_limited(f, 999)
+    f.write_bytes(b"")
+    assert safe_io.read_limited(f, 10) == b""
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="a FIFO"):
+        safe_io.read_limited(tmp_path / "fifo", 10)
+
 # --- 2. nothing is written through a link -------------------------------------------------------------
 
 def test_planted_links_in_a_run_folder_are_refused_with_their_path(tmp_path):
