@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import FAST, REPO, records, run_cli
 from xbench import rank
-from xbench.hydra_guard import install_listing
+from xbench.hydra_guard import install_listing, install_mode_shortcut
 from xbench.sinks import console
 
 
@@ -212,3 +212,50 @@ def test_the_flop_count_waits_for_the_record_not_the_first_step():
     assert w.flops is first and first == flops_per_sample("mlp", plan.spec, dict(plan.model.options))
     # backward: the weights' gradients and the inputs' but the first layer's
     assert 2 * first["forward"] < first["train"] <= 3 * first["forward"]
+
+
+def test_a_run_composes_its_config_once_and_the_mode_is_hydras_answer(tmp_path):
+    """Hydra composed the whole config once only to read `hydra.mode` (get_mode), then again for the run: 0.15 s
+    of every command. The shortcut answers null without composing where the command line and the option files
+    it names cannot set it, and that answer is Hydra's own for every experiment, sweeps and hydra overrides
+    included (where it is unsure, Hydra's get_mode answers). conf/config.yaml's defaults leave the mode null."""
+    from pathlib import Path
+
+    from hydra import initialize_config_dir
+    from hydra._internal.hydra import Hydra
+    from hydra.core.global_hydra import GlobalHydra
+
+    from xbench.config import config_dir, register_configs
+
+    register_configs()
+    install_mode_shortcut()
+    hydras_own = Hydra.get_mode.__wrapped__
+    experiments = sorted(p.stem for p in (Path(config_dir()) / "experiment").glob("*.yaml"))
+    cases = [[], ["model=resnet18", "data.batch_size=32", "bench.threads=1"], ["data.batch_size=8,16"],
+             ["model=resnet18,cnn_small"], ["hydra.mode=MULTIRUN"], ["hydra/sweeper=basic"],
+             ["model=no_such_model"], *([f"+experiment={e}"] for e in experiments)]
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        hydra = GlobalHydra.instance().hydra
+        composed = [0]
+        compose = hydra.compose_config
+
+        def counted(*args, **kwargs):
+            composed[0] += 1
+            return compose(*args, **kwargs)
+
+        hydra.compose_config = counted
+        answered_alone = []
+        for overrides in cases:
+            composed[0] = 0
+            assert hydra.get_mode("config", list(overrides)) == hydras_own(hydra, "config", list(overrides)), overrides
+            if composed[0] == 1:  # only Hydra's own answer composed
+                answered_alone.append(overrides)
+        assert hydras_own(hydra, "config", []) is None
+        # the plain run, a value's sweep (no value sets the mode) and the experiments whose files and their
+        # defaults name no hydra node; never a group's sweep, a hydra override or a default it cannot read
+        # (resnet50_tpu's xla_spmd names `/runtime@_global_.runtime`)
+        assert answered_alone[:3] == cases[:3]
+        assert {o[0] for o in answered_alone[3:]} == {"+experiment=bert_mlm", "+experiment=digits_to_target",
+                                                     "+experiment=gpu_clouds"}
+        assert hydra.get_mode("config", ["+experiment=cpu_vs_gpu_zoo"]) is not None  # its file says MULTIRUN
+

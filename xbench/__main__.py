@@ -28,7 +28,7 @@ from xbench import runner
 from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, moved_key_problems, refusals, resume_ignored
-from xbench.hydra_guard import install_listing
+from xbench.hydra_guard import install_listing, install_mode_shortcut
 from xbench.launch.child import exit_now
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
@@ -44,6 +44,7 @@ _STARTED = False  # a run got past composition (else a failure is Hydra's, befor
 _PRELOADED: list[bool] = []
 register_configs()
 install_listing()  # --help's group listing without a copy of Hydra's repository per option
+install_mode_shortcut()  # a run composes its config once, not twice
 
 
 def run(dcfg: DictConfig):

@@ -37,6 +37,10 @@ module's imports). Each private thing, and why (Hydra 1.3; each is left as Hydra
   `CachingConfigRepository`, a deep copy of the whole repository (ConfigStore's structured configs included)
   that such a question never changes: `xbench --help` asked 103 of them for 10 groups and 150 options, 620,000
   deepcopy calls and ~1 s of its ~1.5 s.
+- `hydra._internal.hydra.Hydra.get_mode`, wrapped (`install_mode_shortcut`, by the CLI before Hydra starts):
+  Hydra composes the whole config once only to read `hydra.mode` (then again for the run), 0.15 s of every
+  command's start-up. Where the command line and the option files it names cannot set it (`_mode_unset`), the
+  answer is Hydra's default, null, without composing; otherwise Hydra's own get_mode answers.
 - `hydra.core.utils._save_config`, replaced (`redact_run_files_at_write`): Hydra's writer of the per-run files
   (`hydra.output_subdir`: config.yaml, hydra.yaml, overrides.yaml) has no hook; the replacement redacts first
   and writes atomically, never through a link.
@@ -57,6 +61,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import re
 import signal
 import sys
 from pathlib import Path
@@ -177,6 +182,101 @@ def install_listing() -> None:
     setattr(get_group_options, _LISTING_MARK, True)
     get_group_options.__doc__ = original.__doc__
     ConfigLoaderImpl.get_group_options = get_group_options
+
+
+_MODE_MARK = "_xbench_mode"
+
+
+def install_mode_shortcut() -> None:
+    """Answer Hydra's `get_mode` without composing when the answer is surely Hydra's default (idempotent;
+    Hydra's own get_mode where its internals changed shape)."""
+    try:
+        from hydra._internal.hydra import Hydra
+    except ImportError:  # another Hydra: its own
+        return
+    original = Hydra.get_mode
+    if getattr(original, _MODE_MARK, False):
+        return
+
+    def get_mode(self, config_name, overrides):
+        if config_name == "config" and _mode_unset(overrides, getattr(self, "config_loader", None)):
+            return None  # what Hydra's composition would have read: hydra.mode is null
+        return original(self, config_name, overrides)
+
+    setattr(get_mode, _MODE_MARK, True)
+    get_mode.__doc__, get_mode.__wrapped__ = original.__doc__, original
+    Hydra.get_mode = get_mode
+
+
+def _mode_unset(overrides: list[str], loader) -> bool:
+    """Whether `hydra.mode` is surely null in the config these overrides compose, read from the command line
+    and the option files it names, without composing. Only a `hydra:` node sets it, so: no override of a
+    hydra key or group, each group override names one of xbench's option files, and none of them, nor the
+    options their defaults name (`[override] /group: option` only), nor a conf/local file (the primary
+    config takes it when present) mentions hydra; and no config folder was added (--config-dir).
+    conf/config.yaml and its defaults leave it null (tests/test_startup.py checks that, and this answer
+    against Hydra's for every experiment)."""
+    from xbench.config import config_dir
+
+    sources = loader.repository.get_sources() if hasattr(loader, "repository") else None
+    if sources is None or any(getattr(s, "provider", None) == "command-line" for s in sources):
+        return False
+    conf = Path(config_dir())
+    named = list(conf.glob("local/*.yaml"))
+    for text in overrides:
+        key, eq, value = text.partition("=")
+        key = key.lstrip("+~")
+        if not eq or not key or key.startswith("hydra") or "@" in key:
+            return False
+        if (conf / key).is_dir():  # a group: its option file, one value (a sweep's list is composed by Hydra)
+            if not value or "," in value or "(" in value:
+                return False
+            named.append(conf / key / f"{value}.yaml")
+    try:
+        return _no_hydra_node(named, conf)
+    except OSError:
+        return False
+
+
+# A defaults entry naming another group's option: `- override /model: mlp`, `- /workload: mlp_mnist`.
+_NAMED_OPTION = re.compile(rb"-\s*(?:override\s+)?/([\w/]+)\s*:\s*([\w.-]+)\s*(?:#.*)?")
+_NOT_FOLLOWED = (b"experiment", b"hydra", b"local")
+
+
+def _no_hydra_node(files: list[Path], conf: Path, depth: int = 0) -> bool:
+    """None of these option files, nor the options their defaults name, mentions hydra (False when unsure)."""
+    for f in files:
+        if not f.is_file() or depth > 4:
+            return False
+        text = f.read_bytes()
+        if b"hydra" in text:
+            return False
+        if b"defaults" in text:
+            more = _defaults_named(text, conf)
+            if more is None or not _no_hydra_node(more, conf, depth + 1):
+                return False
+    return True
+
+
+def _defaults_named(text: bytes, conf: Path) -> list[Path] | None:
+    """The option files a block-style `defaults:` list names; None for any other entry or form."""
+    lines = text.splitlines()
+    try:
+        first = next(i for i, line in enumerate(lines) if line.rstrip() == b"defaults:")
+    except StopIteration:
+        return None  # `defaults: [...]` or the word elsewhere: not read here
+    out = []
+    for line in lines[first + 1:]:
+        entry = line.strip()
+        if not entry or entry.startswith(b"#"):
+            continue
+        if not entry.startswith(b"-"):
+            break  # the next key: the list has ended
+        m = _NAMED_OPTION.fullmatch(entry)
+        if m is None or m[1].split(b"/")[0] in _NOT_FOLLOWED:
+            return None
+        out.append(conf / m[1].decode() / f"{m[2].decode()}.yaml")
+    return out
 
 
 def redact_run_files_at_write() -> None:
