@@ -149,6 +149,10 @@ def test_a_file_is_read_whole_up_to_its_limit_and_refused_past_it(tmp_path):
         safe_io.read_limited(f, 999)
     f.write_bytes(b"")
     assert safe_io.read_limited(f, 10) == b""
+    # a file whose size says 0 and whose content is there (procfs): read past its size, up to the limit
+    assert safe_io.read_limited("/proc/self/status", 1 << 16).startswith(b"Name:")
+    with pytest.raises(ValueError, match="more than a data holds"):
+        safe_io.read_limited("/proc/self/status", 10)
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(ValueError, match="a FIFO"):
         safe_io.read_limited(tmp_path / "fifo", 10)
