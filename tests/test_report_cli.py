@@ -68,3 +68,27 @@ def test_the_summary_and_the_header_say_what_was_made(tmp_path, capsys):
     assert ("Filters: status=ok,failed. Baseline: none. Pooled: nothing (batch size, precision and "
             "strategy kept apart).") in md
     assert "# xbench report: status=ok,failed" in md
+
+
+def test_the_stages_are_shown_as_they_begin_and_gone_before_the_summary(tmp_path, capsys, monkeypatch):
+    """Over many runs the report works for seconds after its loading bar: each stage is named on one stderr
+    line as it begins (rewritten by the next, erased before the summary); none with --no-progress or under
+    STAGES_MIN_RUNS runs."""
+    import xbench.report.__main__ as cli
+
+    store = _store(tmp_path / "s")
+    monkeypatch.setattr(cli, "STAGES_MIN_RUNS", 3)
+    assert main([store, "--out", str(tmp_path / "o"), "--format", "md,csv", "--jobs", "1"]) == 0
+    said = capsys.readouterr()
+    stages = [s.strip() for s in said.err.split("\r") if s.strip()]
+    assert len(stages) == 4, stages
+    assert re.fullmatch(r"xbench\.report: 3 runs read in [\d.]+ s; building the tables and findings", stages[0])
+    assert re.fullmatch(r"xbench\.report: writing the CSV tables \(\d+ files\)", stages[1]), stages[1]
+    assert stages[2:] == ["xbench.report: drawing the plots", "xbench.report: writing report.md"]
+    assert said.err.endswith("\r"), repr(said.err[-80:])  # tqdm's leave=False: the line erased
+    assert said.out.startswith("xbench.report: 3 runs -> ")
+    assert main([store, "--out", str(tmp_path / "o2"), "--format", "csv", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(cli, "STAGES_MIN_RUNS", 4)
+    assert main([store, "--out", str(tmp_path / "o3"), "--format", "csv"]) == 0
+    assert capsys.readouterr().err == ""

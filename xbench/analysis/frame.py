@@ -419,8 +419,9 @@ class _Flat:
 PARALLEL_MIN_RECORDS = 2000  # from this many record files a second process reads half (a fork costs ~0.1 s)
 
 
-def _flats(paths: list, skipped: list[str], progress: bool = False) -> list[_Flat]:
-    return [_Flat.of(rec) for rec in read_records(paths, skipped, progress)]
+def _flats(paths: list, skipped: list[str], progress: bool = False,
+           desc: str = "loading records") -> list[_Flat]:
+    return [_Flat.of(rec) for rec in read_records(paths, skipped, progress, desc=desc)]
 
 
 def _flats_job(paths: list) -> tuple[list[_Flat], list[str]]:
@@ -439,7 +440,9 @@ def _read_flats(paths: list, skipped: list[str], progress: bool) -> list[_Flat]:
     half = len(paths) // 2
     with mp.get_context("fork").Pool(1) as pool:
         job = pool.apply_async(_flats_job, (paths[half:],))
-        out = _flats(paths[:half], skipped, progress)
+        # the bar counts this process's half (the other's pace is about the same)
+        out = _flats(paths[:half], skipped, progress,
+                     f"loading records (half of {len(paths):,}; a second process reads the rest)")
         more, bad = job.get()
     skipped += bad
     return out + more

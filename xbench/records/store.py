@@ -239,12 +239,13 @@ def iter_records(*roots: str | os.PathLike, skipped: list[str], progress: bool =
 
 
 def read_records(paths: list[Path], skipped: list[str], progress: bool = False,
-                 strict: bool = False) -> Iterator[RunRecord]:
-    """The records at `paths`, one at a time; each unreadable file is named in `skipped`."""
+                 strict: bool = False, desc: str = "loading records") -> Iterator[RunRecord]:
+    """The records at `paths`, one at a time; each unreadable file is named in `skipped` (`desc`: the
+    progress bar's label)."""
     if progress and len(paths) > 200:
         from tqdm import tqdm
 
-        paths = tqdm(paths, desc="loading records", unit="record", mininterval=0.5, file=sys.stderr)
+        paths = tqdm(paths, desc=desc, unit="record", mininterval=0.5, file=sys.stderr)
     for path in paths:
         try:
             rec = read_record(path)

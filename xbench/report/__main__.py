@@ -143,6 +143,38 @@ def main(argv=None) -> int:
     return write_report(args, loaded, df, ctx, t0)
 
 
+STAGES_MIN_RUNS = 200  # from this many runs the stages are shown as they begin (the loading bar's threshold)
+
+
+class Stages:
+    """The report's stages on one stderr line, each shown as it begins (`xbench.report: writing the CSV
+    tables`), rewritten by the next and gone before the summary: over thousands of runs the report works for
+    seconds after its loading bar (minutes on a busy machine). Off with --no-progress or under
+    STAGES_MIN_RUNS runs."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar = enabled, None
+        self.shown: list[str] = []
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        self.shown.append(text)
+        desc = f"xbench.report: {text}"
+        if self.bar is None:
+            self.bar = tqdm(total=None, desc=desc, file=sys.stderr, bar_format="{desc}", leave=False,
+                            dynamic_ncols=True)
+        else:
+            self.bar.set_description_str(desc)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def _lap(times: dict, name: str, t0: float) -> None:
     """The seconds the stage `name` took: since `t0`, less the stages before it."""
     times[name] = time.perf_counter() - t0 - sum(times.values())
@@ -224,6 +256,14 @@ def _said(df, tables, plots, skipped: dict, written: list, out: Path, times: dic
 
 def write_report(args, loaded, df, ctx, t0: float) -> int:
     """Tables, findings, plots and the files, from the loaded frame (`loaded.skipped`: unreadable records)."""
+    stages = Stages(not args.no_progress and len(df) >= STAGES_MIN_RUNS)
+    try:
+        return _write_report(args, loaded, df, ctx, t0, stages)
+    finally:
+        stages.close()
+
+
+def _write_report(args, loaded, df, ctx, t0: float, stages: Stages) -> int:
     from xbench.report import render
 
     times = {"load": time.perf_counter() - t0}
@@ -234,22 +274,34 @@ def write_report(args, loaded, df, ctx, t0: float) -> int:
         print(f"xbench.report: --out {out}: cannot create the folder ({e.strerror or e}); give a writable "
               "folder", file=sys.stderr)
         return 2
+    beside = ""
+    if {"html", "md"} & set(args.formats) and args.jobs > 1:
+        beside = f"; the plots are drawn beside them ({args.jobs} processes)"
+    stages.show(f"{len(df):,} runs read in {times['load']:.1f} s; building the tables and findings{beside}")
     try:
         job, ctx, tables, skipped_tables, found, found_note = _tables_and_findings(args, df, ctx, out)
     except ValueError as e:
         print(f"xbench.report: {e}", file=sys.stderr)
         return 2
     _lap(times, "tables", t0)
+    if "csv" in args.formats:
+        stages.show(f"writing the CSV tables ({len(tables) + 1} files)")
     written = render.write_csvs(tables, df, out) if "csv" in args.formats else []
     _lap(times, "csv", t0)
+    if job is not None:
+        stages.show("waiting for the plots" if job.jobs > 1 else "drawing the plots")
     plots, skipped_plots = job.result() if job is not None else ({}, {})
     _lap(times, "plots (waited)", t0)
     title = args.title or "xbench report" + (f": {'; '.join(args.filter)}" if args.filter else "")
     rep = render.Report(title, _meta(args, loaded, df), tables, skipped_tables, plots, skipped_plots,
                         loaded.skipped, findings=found, findings_note=found_note, rates=ctx.rates)
+    documents = [f"report.{f}" for f in ("html", "md") if f in args.formats]
+    if documents:
+        stages.show(f"writing {' and '.join(documents)}")
     written += _documents(args, rep, out)
     _lap(times, "html/md", t0)
     written += _after(args, df, out)
+    stages.close()
     _said(df, tables, plots, {**skipped_tables, **skipped_plots}, written, out, times, t0)
     return 0
 
