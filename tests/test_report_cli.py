@@ -92,3 +92,8 @@ def test_the_stages_are_shown_as_they_begin_and_gone_before_the_summary(tmp_path
     monkeypatch.setattr(cli, "STAGES_MIN_RUNS", 4)
     assert main([store, "--out", str(tmp_path / "o3"), "--format", "csv"]) == 0
     assert capsys.readouterr().err == ""
+    # a query the tables cannot answer: its message on a line of its own, after the erased stage line
+    write_record(tmp_path / "s", fake_record("d", throughput=300.0, platform="cpu", runtime="compile"))
+    assert main([store, "--out", str(tmp_path / "o4"), "--format", "csv", "--baseline", "platform=cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.split("\r")[-1].startswith("xbench.report: --baseline"), repr(err)

@@ -154,14 +154,12 @@ class Stages:
 
     def __init__(self, enabled: bool):
         self.enabled, self.bar = enabled, None
-        self.shown: list[str] = []
 
     def show(self, text: str) -> None:
         if not self.enabled:
             return
         from tqdm import tqdm
 
-        self.shown.append(text)
         desc = f"xbench.report: {text}"
         if self.bar is None:
             self.bar = tqdm(total=None, desc=desc, file=sys.stderr, bar_format="{desc}", leave=False,
@@ -281,6 +279,7 @@ def _write_report(args, loaded, df, ctx, t0: float, stages: Stages) -> int:
     try:
         job, ctx, tables, skipped_tables, found, found_note = _tables_and_findings(args, df, ctx, out)
     except ValueError as e:
+        stages.close()  # the message on a line of its own
         print(f"xbench.report: {e}", file=sys.stderr)
         return 2
     _lap(times, "tables", t0)
@@ -300,8 +299,8 @@ def _write_report(args, loaded, df, ctx, t0: float, stages: Stages) -> int:
         stages.show(f"writing {' and '.join(documents)}")
     written += _documents(args, rep, out)
     _lap(times, "html/md", t0)
+    stages.close()  # before the lines of the browser check and W&B
     written += _after(args, df, out)
-    stages.close()
     _said(df, tables, plots, {**skipped_tables, **skipped_plots}, written, out, times, t0)
     return 0
 
