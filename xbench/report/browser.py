@@ -12,11 +12,13 @@ The checking script runs in a copy of the report (`.browser_check.html`, removed
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -79,14 +81,19 @@ async function hoverCheck() {
   const fig = figs[0], chart = window.xbenchCharts[fig.id][0];
   const i = chart.data.datasets.findIndex(ds => ds.data.some(v => v !== null));
   const meta = chart.getDatasetMeta(i), j = chart.data.datasets[i].data.findIndex(v => v !== null);
-  const el = meta.data[j], r = chart.canvas.getBoundingClientRect();
-  const x = el.base !== undefined && chart.options.indexAxis === 'y' ? (el.base + el.x) / 2 : el.x;
-  chart.canvas.dispatchEvent(new MouseEvent('mousemove',
-    {clientX: r.left + x, clientY: r.top + el.y, bubbles: true}));
-  // Chart.js handles pointer events on its next animation frame
+  const move = () => {  // where the bar is now: a chart still settling its size moves it
+    const el = meta.data[j], r = chart.canvas.getBoundingClientRect();
+    const x = el.base !== undefined && chart.options.indexAxis === 'y' ? (el.base + el.x) / 2 : el.x;
+    chart.canvas.dispatchEvent(new MouseEvent('mousemove',
+      {clientX: r.left + x, clientY: r.top + el.y, bubbles: true}));
+  };
+  // Chart.js handles pointer events on its next animation frame; the pointer is moved onto the bar again each
+  // look, as a reader's pointer keeps sending moves (one event, sent while the chart settled, could miss it)
   await until(() => {
     const t = document.getElementById('xb-tip');
-    return t && getComputedStyle(t).opacity === '1';
+    if (t && getComputedStyle(t).opacity === '1') return true;
+    move();
+    return false;
   });
   const tip = document.getElementById('xb-tip');
   const b = chart.data.datasets[i].xb[j];
@@ -180,17 +187,32 @@ QUIET = ["--disable-background-networking", "--disable-component-update", "--dis
 
 
 def _run(browser: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Chromium with `args`, in a process group of its own, its output in files: it ends at its exit or at
+    `timeout` (killed; returncode negative, the timeout said in stderr), and every process it started
+    (renderer, GPU, crash handler) is killed with it. subprocess.run's pipes waited for the last of those to
+    close them: a helper left alive held the caller forever, timeout or not."""
     flags = ["--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--disable-extensions",
              "--allow-file-access-from-files", f"--window-size={WIDTH},900", *QUIET]
     if os.geteuid() == 0:  # Chromium refuses to run as root with its sandbox
         flags.append("--no-sandbox")
-    with tempfile.TemporaryDirectory(prefix="xbench-chromium-") as profile:
-        return subprocess.run(
-            [browser, *flags, f"--user-data-dir={profile}", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+    cmd = [browser, *flags]
+    with tempfile.TemporaryDirectory(prefix="xbench-chromium-") as profile, \
+            tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        cmd += [f"--user-data-dir={profile}", *args]
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        try:
+            p.wait(timeout=timeout)
+            late = ""
+        except subprocess.TimeoutExpired:
+            late = f"\n(Chromium had not exited after {timeout:g} s: killed)"
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)  # the group: Chromium's own processes, left or not
+            p.wait()
+        out.seek(0)
+        err.seek(0)
+        said = [f.read().decode("utf-8", "replace") for f in (out, err)]
+    return subprocess.CompletedProcess(cmd, p.returncode, said[0], said[1] + late)
 
 
 def page_requests(net_log: Path) -> list[str] | None:
