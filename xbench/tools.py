@@ -1,6 +1,6 @@
 """xbench's command-line tools: each one's console script (pyproject.toml's [project.scripts] lists the same,
-tests/test_console_scripts.py checks it) and its `python -m` module, and the name its --help shows. Torch-free
-and import-free: the analysis side's tools use it too."""
+tests/test_console_scripts.py checks it) and its `python -m` module, the name its --help shows, and the status
+line a tool shows while it works. Torch-free and import-free: the analysis side's tools use it too."""
 
 from __future__ import annotations
 
@@ -22,3 +22,29 @@ def prog(module: str) -> str:
     MODULE`."""
     script = Path(sys.argv[0]).name
     return script if SCRIPTS.get(script) == module else f"python -m {module}"
+
+
+class StatusLine:
+    """One stderr line naming what a tool is doing now (`prefix` + the step), rewritten by the next step and
+    erased at close(): a tqdm bar of its description only. xbench's start-up phases (sinks/console.py) and the
+    report's stages (report/__main__.py)."""
+
+    def __init__(self, prefix: str, enabled: bool = True):
+        self.prefix, self.enabled, self.bar = prefix, enabled, None
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        desc = f"{self.prefix}{text}"
+        if self.bar is None:
+            self.bar = tqdm(total=None, desc=desc, file=sys.stderr, bar_format="{desc}", leave=False,
+                            dynamic_ncols=True)
+        else:
+            self.bar.set_description_str(desc)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

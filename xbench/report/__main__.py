@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from xbench.extras import missing
-from xbench.tools import prog
+from xbench.tools import StatusLine, prog
 
 FORMATS = ("html", "md", "csv")
 
@@ -146,31 +146,12 @@ def main(argv=None) -> int:
 STAGES_MIN_RUNS = 200  # from this many runs the stages are shown as they begin (the loading bar's threshold)
 
 
-class Stages:
+def stages(args, runs: int) -> StatusLine:
     """The report's stages on one stderr line, each shown as it begins (`xbench.report: writing the CSV
-    tables`), rewritten by the next and gone before the summary: over thousands of runs the report works for
-    seconds after its loading bar (minutes on a busy machine). Off with --no-progress or under
-    STAGES_MIN_RUNS runs."""
-
-    def __init__(self, enabled: bool):
-        self.enabled, self.bar = enabled, None
-
-    def show(self, text: str) -> None:
-        if not self.enabled:
-            return
-        from tqdm import tqdm
-
-        desc = f"xbench.report: {text}"
-        if self.bar is None:
-            self.bar = tqdm(total=None, desc=desc, file=sys.stderr, bar_format="{desc}", leave=False,
-                            dynamic_ncols=True)
-        else:
-            self.bar.set_description_str(desc)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+    tables`), rewritten by the next and erased before the summary, an error's message or the browser check's
+    lines: over thousands of runs the report works for seconds after its loading bar (minutes on a busy
+    machine). Off with --no-progress or under STAGES_MIN_RUNS runs."""
+    return StatusLine("xbench.report: ", not args.no_progress and runs >= STAGES_MIN_RUNS)
 
 
 def _lap(times: dict, name: str, t0: float) -> None:
@@ -254,14 +235,14 @@ def _said(df, tables, plots, skipped: dict, written: list, out: Path, times: dic
 
 def write_report(args, loaded, df, ctx, t0: float) -> int:
     """Tables, findings, plots and the files, from the loaded frame (`loaded.skipped`: unreadable records)."""
-    stages = Stages(not args.no_progress and len(df) >= STAGES_MIN_RUNS)
+    line = stages(args, len(df))
     try:
-        return _write_report(args, loaded, df, ctx, t0, stages)
+        return _write_report(args, loaded, df, ctx, t0, line)
     finally:
-        stages.close()
+        line.close()
 
 
-def _write_report(args, loaded, df, ctx, t0: float, stages: Stages) -> int:
+def _write_report(args, loaded, df, ctx, t0: float, stages: StatusLine) -> int:
     from xbench.report import render
 
     times = {"load": time.perf_counter() - t0}

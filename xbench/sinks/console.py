@@ -15,6 +15,7 @@ from xbench.metrics.cost import currency
 from xbench.metrics.numbers import by_spread, finite_number, granular, human
 from xbench.rank import startup_phase
 from xbench.records.record import RunRecord
+from xbench.tools import StatusLine
 
 # What each start-up phase (rank.startup_phase; measurements.startup_phases_s) is doing, as the console says
 # it.
@@ -25,30 +26,17 @@ STARTUP_LABELS = {"imports": "imports", "compose": "composing the config", "reco
                   "first_step": "first step"}
 
 
-class StartupLine:
+class StartupLine(StatusLine):
     """Start-up's phases on one console line, each shown as it begins (`xbench: start-up: importing torch`),
     rewritten by the next and gone when the warm-up bar appears (Progress) or the run ends (envelope.py). One
     per process (`STARTUP_LINE`), so the record side and an inline rank write the same line; off with
     logger.progress=false."""
 
     def __init__(self):
-        self.enabled = True
-        self.bar: tqdm | None = None
+        super().__init__("xbench: start-up: ")
 
     def show(self, phase: str, label: str | None = None) -> None:
-        if not self.enabled:
-            return
-        desc = f"xbench: start-up: {label or STARTUP_LABELS.get(phase, phase)}"
-        if self.bar is None:
-            self.bar = tqdm(total=None, desc=desc, file=sys.stderr, bar_format="{desc}", leave=False,
-                            dynamic_ncols=True)
-        else:
-            self.bar.set_description_str(desc)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        super().show(label or STARTUP_LABELS.get(phase, phase))
 
 
 STARTUP_LINE = StartupLine()
