@@ -242,7 +242,7 @@ def write_report(args, loaded, df, ctx, t0: float) -> int:
         line.close()
 
 
-def _write_report(args, loaded, df, ctx, t0: float, stages: StatusLine) -> int:
+def _write_report(args, loaded, df, ctx, t0: float, line: StatusLine) -> int:
     from xbench.report import render
 
     times = {"load": time.perf_counter() - t0}
@@ -256,20 +256,21 @@ def _write_report(args, loaded, df, ctx, t0: float, stages: StatusLine) -> int:
     beside = ""
     if {"html", "md"} & set(args.formats) and args.jobs > 1:
         beside = f"; the plots are drawn beside them ({args.jobs} processes)"
-    stages.show(f"{len(df):,} runs read in {times['load']:.1f} s; building the tables and findings{beside}")
+    line.show(f"{len(df):,} runs read in {times['load']:.1f} s; building the tables and findings{beside}")
     try:
         job, ctx, tables, skipped_tables, found, found_note = _tables_and_findings(args, df, ctx, out)
     except ValueError as e:
-        stages.close()  # the message on a line of its own
+        line.close()  # the message on a line of its own
         print(f"xbench.report: {e}", file=sys.stderr)
         return 2
     _lap(times, "tables", t0)
+    written = []
     if "csv" in args.formats:
-        stages.show(f"writing the CSV tables ({len(tables) + 1} files)")
-    written = render.write_csvs(tables, df, out) if "csv" in args.formats else []
+        line.show(f"writing the CSV tables ({len(tables) + 1} files)")
+        written = render.write_csvs(tables, df, out)
     _lap(times, "csv", t0)
     if job is not None:
-        stages.show("waiting for the plots" if job.jobs > 1 else "drawing the plots")
+        line.show("waiting for the plots" if job.jobs > 1 else "drawing the plots")
     plots, skipped_plots = job.result() if job is not None else ({}, {})
     _lap(times, "plots (waited)", t0)
     title = args.title or "xbench report" + (f": {'; '.join(args.filter)}" if args.filter else "")
@@ -277,10 +278,10 @@ def _write_report(args, loaded, df, ctx, t0: float, stages: StatusLine) -> int:
                         loaded.skipped, findings=found, findings_note=found_note, rates=ctx.rates)
     documents = [f"report.{f}" for f in ("html", "md") if f in args.formats]
     if documents:
-        stages.show(f"writing {' and '.join(documents)}")
+        line.show(f"writing {' and '.join(documents)}")
     written += _documents(args, rep, out)
     _lap(times, "html/md", t0)
-    stages.close()  # before the lines of the browser check and W&B
+    line.close()  # before the lines of the browser check and W&B
     written += _after(args, df, out)
     _said(df, tables, plots, {**skipped_tables, **skipped_plots}, written, out, times, t0)
     return 0
