@@ -183,6 +183,53 @@ def test_a_window_too_long_for_the_grace_stops_the_signalled_rank_at_once_and_th
     assert rec["measurements"]["ranks_reporting"] == 2
 
 
+# A survivor rank whose collective failed as its peer's process ended; torchrun._leave is wrapped so that the
+# elastic agent's SIGTERM (sent to the survivor the moment it sees the peer's process gone) arrives just
+# before the rank leaves its figures: the order that, once in CI, left the record without its ranks.
+SURVIVOR = """
+import os, signal, sys, types
+from xbench.launch import torchrun
+
+def rank_main(work, on_step, stop, process):
+    e = RuntimeError("[pair.cc:561] Connection closed by peer [127.0.0.1]:15075")
+    e.xbench_partial = {"phase": "timed", "timed_steps": 20, "warmup_steps": 3, "windows_completed": 0}
+    raise e
+
+leave = torchrun._leave
+def leave_after_the_agents_sigterm(exchange, rank, obj):
+    os.kill(os.getpid(), signal.SIGTERM)
+    leave(exchange, rank, obj)
+
+torchrun.rank_main, torchrun._leave = rank_main, leave_after_the_agents_sigterm
+work = types.SimpleNamespace(plan=types.SimpleNamespace(bench=types.SimpleNamespace(stop_grace_s=6)))
+os.environ["RANK"] = "1"
+try:
+    torchrun._spawned_rank(work, sys.argv[1])
+except RuntimeError:
+    sys.exit(3)
+"""
+
+
+def test_a_stop_signal_while_a_failed_rank_leaves_its_figures_waits_for_them(tmp_path):
+    """The rank's own code (launch/torchrun._spawned_rank) with its work replaced by a collective that failed:
+    the stop signal that arrives as it leaves what it measured no longer ends it at once (it did: exit 143,
+    nothing left); its figures are in the exchange and it exits with its error. A rank that left nothing
+    is still listed in the stop's ranks, with no figures."""
+    p = subprocess.run([sys.executable, "-c", SURVIVOR, str(tmp_path)], cwd=REPO, env=cli_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, (p.returncode, p.stderr[-2000:])
+    from xbench.launch.gathered import RankLost, stopped_of
+    from xbench.launch.torchrun import _left
+    from xbench.rank import StopRequested
+
+    [(rank, lost)] = _left(str(tmp_path)).items()
+    assert rank == 1 and isinstance(lost, RankLost) and "Connection closed by peer" in lost.error
+    assert lost.partial == {"phase": "timed", "timed_steps": 20, "warmup_steps": 3, "windows_completed": 0,
+                            "rank": 1}
+    alone = stopped_of({0: StopRequested({"phase": "timed", "rank": 0})}, None, world=2).partial
+    assert alone["rank_partials"] == [{"phase": "timed", "rank": 0}, None] and alone["ranks_reporting"] == 1
+
+
 @pytest.mark.slow
 def test_sigterm_to_the_launcher_mid_window_keeps_both_ranks_closed_windows(store):
     """A spot preemption: SIGTERM to the launching process while the windows run. The elastic agent passes it

@@ -61,7 +61,7 @@ def die_with_parent(parent: int | None = None, poll_s: float = PARENT_POLL_S) ->
 class _ChildFlag(StopFlag):
     """A launched process's stop flag, shared by every rank the process runs (ranks that are threads of
     it: torch_xla.launch's replicas). It is busy until its works have returned: from its creation until
-    the first work ends, and while any work that entered `reason_on_stop` is still running."""
+    the first work ends, and while any section in `working` (a work: `reason_on_stop`) is still running."""
 
     def __init__(self):
         self.entered = self.left = 0
@@ -130,22 +130,32 @@ def stop_on_signals() -> StopFlag:
 
 
 @contextmanager
-def reason_on_stop(flag: StopFlag):
-    """A stop in the launched process carries its signal's name back to the parent's record; when every
-    work of the process has returned (or raised), further stop signals end the process at once."""
+def working(flag: StopFlag):
+    """While the process still works for its caller (its work, or leaving what the work measured): a stop
+    signal stops it after the step (and starts the grace), never at once. When every such section has
+    ended, further stop signals end the process at once."""
     counted = isinstance(flag, _ChildFlag)
     if counted:
         with _LOCK:
             flag.entered += 1
     try:
         yield
-    except StopRequested as e:
-        e.partial["stop_reason"] = flag.reason
-        raise
     finally:
         if counted:
             with _LOCK:
                 flag.left += 1
+
+
+@contextmanager
+def reason_on_stop(flag: StopFlag):
+    """The work of a launched process (`working`): its stop carries the signal's name back to the parent's
+    record."""
+    with working(flag):
+        try:
+            yield
+        except StopRequested as e:
+            e.partial["stop_reason"] = flag.reason
+            raise
 
 
 def wait(future, stop, what: str = "the launched process"):

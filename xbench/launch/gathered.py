@@ -31,12 +31,13 @@ def results_of(gathered: list, stop) -> LaunchResult:
     return LaunchResult.of(gathered)
 
 
-def stopped_of(left: dict, stop) -> StopRequested:
+def stopped_of(left: dict, stop, world: int = 0) -> StopRequested:
     """One StopRequested for the record from what the ranks left (rank -> gathered list, RankResult,
     StopRequested or RankLost): None in `rank_partials` for a rank that left nothing (killed, or failed in a
-    collective its stopped peer left). Sets `stop` from the signal a rank saw when the caller saw none."""
+    collective its stopped peer left), counted up to `world` (the ranks started here). Sets `stop` from the
+    signal a rank saw when the caller saw none."""
     gathered = left.get(0) if isinstance(left.get(0), list) else None
-    world = len(gathered) if gathered is not None else (max(left) + 1 if left else 0)
+    world = len(gathered) if gathered is not None else max(world, max(left) + 1 if left else 0)
     per_rank = gathered if gathered is not None else [left.get(r) for r in range(world)]
     partials = [_partial(r) for r in per_rank]
     reason = next(filter(None, [p.pop("stop_reason", None) for p in partials if p]), None)

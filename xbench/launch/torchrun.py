@@ -179,40 +179,49 @@ def _spawned_rank(work, exchange: str | None = None, runner: tuple[int, dict] | 
         template.adopt_rank(*runner)
     stop = process_stop(work.plan.bench)  # also: die_with_parent, EPIPE-proof redacting streams, the grace
     rank = int(os.environ.get("RANK", "0"))
-    try:
-        with child.reason_on_stop(stop):
-            out = rank_main(work, None, stop, "template fork" if runner is not None else "spawn")
-    except StopRequested as e:
-        _leave(exchange, rank, e)
-        raise
-    except Exception as e:
-        partial = getattr(e, "xbench_partial", None)  # bench/windows.py: the windows this rank had closed
-        if partial is not None:
-            _leave(exchange, rank, RankLost(f"{type(e).__name__}: {e}", dict(partial, rank=rank),
-                                            traceback.format_exc()))
-        if _peer_lost(e):
-            # The agent reports the first failed rank its poll finds, the lower one of two that died together;
-            # this one failed because its peer did, so it leaves a few polls later and the peer is the cause.
-            # (A spawned rank's interpreter teardown used to give that margin by chance.)
-            time.sleep(PEER_LOST_EXIT_DELAY_S)
-        raise
-    if stop.requested:
-        _leave(exchange, rank, out)
-        if exchange and os.path.exists(os.path.join(exchange, STOPPING)):
-            # The launcher was signalled: its agent is shutting down and collects no return value (it would
-            # wait 30 s for this process to exit); what it needs is left in the exchange.
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(0)
+    # Working until what it measured is left: the agent terminates a survivor the moment its peer's process
+    # ends, which is also when the survivor's collective fails; a stop signal that ended it at once there
+    # (the work had raised, so nothing was running) lost its figures (once in CI: the record had no ranks).
+    with child.working(stop):
+        try:
+            with child.reason_on_stop(stop):
+                out = rank_main(work, None, stop, "template fork" if runner is not None else "spawn")
+        except StopRequested as e:
+            _leave(exchange, rank, e)
+            raise
+        except Exception as e:
+            partial = getattr(e, "xbench_partial", None)  # bench/windows.py: the windows this rank had closed
+            if partial is not None:
+                _leave(exchange, rank, RankLost(f"{type(e).__name__}: {e}", dict(partial, rank=rank),
+                                                traceback.format_exc()))
+            if _peer_lost(e):
+                # The agent reports the first failed rank its poll finds, the lower one of two that died
+                # together; this one failed because its peer did, so it leaves a few polls later and the peer
+                # is the cause. (A spawned rank's interpreter teardown used to give that margin by chance.)
+                time.sleep(PEER_LOST_EXIT_DELAY_S)
+            raise
+        if stop.requested:
+            _leave(exchange, rank, out)
+    if stop.requested and exchange and os.path.exists(os.path.join(exchange, STOPPING)):
+        # The launcher was signalled: its agent is shutting down and collects no return value (it would
+        # wait 30 s for this process to exit); what it needs is left in the exchange.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(0)
     return out
+
+
+def _ranks_here(parallel) -> int:
+    """The ranks this launcher starts (global ranks 0..n-1 on node 0, which holds the record)."""
+    return parallel.world_size // parallel.nnodes
 
 
 def _launch_config(parallel, start_method: str = "spawn"):
     from torch.distributed.launcher.api import LaunchConfig
 
     p = parallel
-    per_node = p.world_size // p.nnodes
+    per_node = _ranks_here(p)
     if p.nnodes == 1:  # what `torchrun --standalone` does: a local c10d store on a free port
         rdzv = {"rdzv_backend": "c10d", "rdzv_endpoint": "localhost:0", "run_id": uuid.uuid4().hex}
         rdzv_configs = {"timeout": int(p.timeout_s)}
@@ -293,7 +302,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
         left = _left(exchange)
         # the ranks were signalled, not the launcher
         if any(isinstance(r, StopRequested) for r in left.values()):
-            raise stopped_of(left, stop) from None
+            raise stopped_of(left, stop, _ranks_here(work.plan.parallel)) from None
         raise RankFailed(_failures(e, left)) from e
     except SignalException as e:  # Ctrl-C / SIGTERM while the ranks ran: the launcher stopped them
         if stop is not None:
@@ -302,7 +311,7 @@ def launch(work, on_step=None, stop=None, fresh: bool = False) -> LaunchResult |
         gathered = left.get(0)
         if isinstance(gathered, list) and not any(isinstance(r, StopRequested) for r in gathered):
             return LaunchResult.of(gathered)  # every rank had finished: the result is whole
-        raise stopped_of(left, stop) from e
+        raise stopped_of(left, stop, _ranks_here(work.plan.parallel)) from e
     finally:
         for sig, handler in saved.items():
             if handler is not None:
