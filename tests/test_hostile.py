@@ -382,6 +382,43 @@ def test_a_launched_process_dies_with_its_parent_and_exits_on_a_signal_once_idle
     assert idle.wait(30) == 128 + signal.SIGTERM  # an idle child no longer ignores SIGTERM
 
 
+HANDBACK = """
+import os, signal
+from xbench.launch import child
+
+
+class Handback:
+    \"\"\"A work's result that signals its own process while it is pickled to be handed back.\"\"\"
+
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # the parent's forwarded stop, as the result goes back
+        return (Handback, ())
+
+
+def work():
+    flag = child.stop_on_signals()
+    with child.reason_on_stop(flag):
+        pass  # the work is done: its result is what is left
+    return Handback()
+
+
+if __name__ == "__main__":
+    print("handed back:", type(child.in_fresh_process(work, (), None, "the test's process")).__name__)
+"""
+
+
+def test_a_stop_signal_while_a_finished_process_hands_back_its_result_lets_the_result_arrive(tmp_path):
+    """A real spawned process (child.in_fresh_process, as bench.process_repeats and the XLA launchers use)
+    whose work has returned and whose result is being pickled onto the pool's pipe when a stop signal
+    arrives: the result reaches the parent. Ended at once there (before child.HANDBACK_S), the parent got
+    'died without a result' for a run that had finished."""
+    script = tmp_path / "handback.py"
+    script.write_text(HANDBACK)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0 and "handed back: Handback" in p.stdout, p.stderr[-2000:]
+
+
 # ---- the real CLI: the drill's hostile cases ---------------------------------------------------------------
 
 def _drill(drill, only: str) -> list[dict]:

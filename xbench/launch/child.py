@@ -6,7 +6,8 @@ step. Errors, interruptions and divergence come back as the same exceptions (pic
 
 Children die with their parent: a launched process watches its parent and exits at once when it is
 gone (SIGKILL, a second signal's os._exit, a crash), so it never outlives it holding a device or the
-caller's pipes; and once its work is done, a stop signal ends it at once (nothing is left to save).
+caller's pipes; and once its work is done, a stop signal ends it HANDBACK_S later (time to hand back the
+work's result: nothing else is left to save).
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ _FLAG: list[tuple[int, _ChildFlag]] = []  # (pid, flag): this process's, install
 _GRACE_S: list[float] = []  # bench.stop_grace_s, where the launcher passed it (exit_within)
 
 
+HANDBACK_S = 2.0  # after a stop signal, how long an idle process has left to hand back its last result
+
+
+def _exit_after(seconds: float, code: int) -> None:
+    timer = threading.Timer(seconds, os._exit, (code,))
+    timer.daemon = True
+    timer.start()
+
+
 def exit_within(grace_s: float | None) -> None:
     """After the first stop signal, this process exits at the latest `grace_s` later, whatever it is doing (a
     step that hangs, a collective whose peer has gone, a result nobody collects): the launcher's shutdown
@@ -86,8 +96,8 @@ def exit_within(grace_s: float | None) -> None:
 def stop_on_signals() -> StopFlag:
     """This process's stop flag. Stop signals in a launched process: while it works, stop after the step
     and hand back what was measured (the parent decides about a second signal: it kills its children);
-    once the work is done, exit at once. The process also dies with its parent, and its console is
-    redacted like the parent's.
+    once the work is done, exit HANDBACK_S later (a result still being handed back gets there). The process
+    also dies with its parent, and its console is redacted like the parent's.
 
     Called by launch/preamble.process_stop, the one place a launcher installs it. Installed once per process,
     by its main thread: Python runs signal handlers only there, and `signal.signal` raises ValueError in any
@@ -113,11 +123,13 @@ def stop_on_signals() -> StopFlag:
 
         def handle(signum, frame):
             if not flag.busy:
-                os._exit(128 + signum)
+                # Its works are done; what may be left is handing their result back (a pool's answer onto its
+                # pipe, a rank's return value, a gather): milliseconds, and the process then ends on its own.
+                # Ended at once there, a finished run lost its figures ("died without a result").
+                _exit_after(HANDBACK_S, 128 + signum)
+                return
             if not flag.requested and _GRACE_S:
-                timer = threading.Timer(_GRACE_S[0], os._exit, (128 + signum,))
-                timer.daemon = True
-                timer.start()
+                _exit_after(_GRACE_S[0], 128 + signum)
             flag.requested, flag.reason = True, flag.reason or signal.Signals(signum).name
 
         for sig in STOP_SIGNALS:
@@ -132,8 +144,8 @@ def stop_on_signals() -> StopFlag:
 @contextmanager
 def working(flag: StopFlag):
     """While the process still works for its caller (its work, or leaving what the work measured): a stop
-    signal stops it after the step (and starts the grace), never at once. When every such section has
-    ended, further stop signals end the process at once."""
+    signal stops it after the step (and starts the grace). When every such section has ended, a stop
+    signal ends the process HANDBACK_S later."""
     counted = isinstance(flag, _ChildFlag)
     if counted:
         with _LOCK:
