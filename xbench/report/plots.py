@@ -140,7 +140,7 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
     cap = layout.bar_cap(len(wl) * facets_per_work)
     for title, sub in wl:
         names = bar_keys(sub, ctx, drop=(hue, best_of, *drop))
-        bars = []
+        found = []  # (bar, its keys, its runs, at a minimum charge): labelled once summarise has kept it
         for keys, g in groups(sub, names + ([hue] if hue else [])):
             if best_of:
                 g = max(
@@ -148,18 +148,18 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
                     key=lambda b: b.median(col) * (1 if higher_is_better else -1),
                 )
             found_all.append((keys, g))
-            v = g.median(col) * scale
-            if power is None:
-                lo, hi = run_range(g, col)
-                lo, hi = (lo * scale, hi * scale) if lo is not None else (None, None)
-            else:
-                a, b = tp_interval(g, power)
-                lo, hi = (v * a, v * b) if a is not None else (None, None)
             floor = any(col in (r.get("minimum_charged") or "").split(", ") for r in g)
             minimum_set += floor
-            bars.append(Bar(bar_label(keys, names) + (" (minimum charge)" if floor else ""), v, lo, hi,
-                            str(keys[hue]) if hue else None, len(g)))
-        f = summarise(bars, higher_is_better, cap)
+            found.append((Bar("", g.median(col) * scale, hue=str(keys[hue]) if hue else None, runs=len(g)),
+                          keys, g, floor))
+        f = summarise([bar for bar, *_ in found], higher_is_better, cap)
+        # The label and the spread of the bars drawn only: a work of 10,000 runs has ~2,000 configurations,
+        # and a facet draws layout.MAX_BARS of them at most.
+        drawn = {id(bar) for bar in f.bars}
+        for bar, keys, g, floor in found:
+            if id(bar) in drawn:
+                bar.label = bar_label(keys, names) + (" (minimum charge)" if floor else "")
+                bar.low, bar.high = _bar_spread(g, col, bar.value, scale, power)
         f.title = title
         summarised += f.left_out
         facets.append(f)
@@ -172,6 +172,16 @@ def figure_bars(rows: Rows, ctx: Context, col: str, higher_is_better: bool, *, p
              f"({max(ok.nums('minimum_charge_s'), default=0):g} s), so the cost is that minimum, whatever "
              "the run did." if minimum_set else "", left_out]
     return facets, _note(*notes), ok
+
+
+def _bar_spread(g: Rows, col: str, v: float, scale: float, power: float | None) -> tuple:
+    """A bar's error bar (low, high): min-max over its runs (`power` None), else throughput's spread
+    carried to the figure (tp_interval); (None, None) without one."""
+    if power is None:
+        lo, hi = run_range(g, col)
+        return (lo * scale, hi * scale) if lo is not None else (None, None)
+    a, b = tp_interval(g, power)
+    return (v * a, v * b) if a is not None else (None, None)
 
 
 def hue_colors(names) -> dict:
