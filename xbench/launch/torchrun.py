@@ -200,9 +200,11 @@ def _spawned_rank(work, exchange: str | None = None, runner: tuple[int, dict] | 
                 # is the cause. (A spawned rank's interpreter teardown used to give that margin by chance.)
                 time.sleep(PEER_LOST_EXIT_DELAY_S)
             raise
-        if stop.requested:
+        # read once: a signal after this reading must not skip the leaving and still take the exit below
+        stopped = stop.requested
+        if stopped:
             _leave(exchange, rank, out)
-    if stop.requested and exchange and os.path.exists(os.path.join(exchange, STOPPING)):
+    if stopped and exchange and os.path.exists(os.path.join(exchange, STOPPING)):
         # The launcher was signalled: its agent is shutting down and collects no return value (it would
         # wait 30 s for this process to exit); what it needs is left in the exchange.
         with contextlib.suppress(Exception):
