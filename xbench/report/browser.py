@@ -88,13 +88,15 @@ async function hoverCheck() {
       {clientX: r.left + x, clientY: r.top + el.y, bubbles: true}));
   };
   // Chart.js handles pointer events on its next animation frame; the pointer is moved onto the bar again each
-  // look, as a reader's pointer keeps sending moves (one event, sent while the chart settled, could miss it)
+  // look, as a reader's pointer keeps sending moves (one event, sent while the chart settled, could miss it).
+  // Up to 8 s of the page's virtual time: the sleeps run ahead of the frames Chromium draws, and on a loaded
+  // machine (CI's second pass) 3 s of it passed with no tooltip created at all ('showed None').
   await until(() => {
     const t = document.getElementById('xb-tip');
     if (t && getComputedStyle(t).opacity === '1') return true;
     move();
     return false;
-  });
+  }, 8000);
   const tip = document.getElementById('xb-tip');
   const b = chart.data.datasets[i].xb[j];
   const out = {figure: fig.id, tooltip: tip ? tip.innerText : null,
