@@ -121,9 +121,11 @@ lint: $(STAMP)  ## ruff, and the import layers of docs/architecture.md (import-l
 	$(VENV)/bin/ruff check xbench tests scripts hydra_plugins
 	$(VENV)/bin/lint-imports --no-cache
 
-bench: $(STAMP)  ## harness overhead (in-process and process-level, quiet and loaded) and report-scale benchmarks (ratios side by side)
+bench: $(STAMP) $(XSTAMP)  ## harness overhead (in-process and process-level, quiet and loaded) and report-scale benchmarks (ratios side by side)
 	$(call BYTECODE,$(VPY))
-	$(VPY) scripts/bench_overhead.py
+	$(call BYTECODE,$(XPY))
+	$(VPY) scripts/bench_overhead.py --runtime eager  # the newest torch
+	$(XPY) scripts/bench_overhead.py --runtime xla  # XLA:CPU: torch-xla lives in .venv-xla (torch 2.9.0)
 	$(VPY) scripts/bench_process.py
 	$(VPY) scripts/bench_sweep.py  # a 10-point sweep: overhead per point, spawned vs forked from the warm template
 	$(VPY) scripts/bench_report.py 10000 --plots

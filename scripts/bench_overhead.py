@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import statistics
@@ -268,6 +269,14 @@ def main() -> None:
         print(json.dumps({"compiles_warmup": side.compiles_warmup}))
         return
     names = ("eager", "xla") if a.runtime == "both" else (a.runtime,)
+    if "xla" in names and importlib.util.find_spec("torch_xla") is None:
+        # torch-xla's last release needs torch 2.9.0: it lives in .venv-xla, not beside the newest torch
+        if a.runtime == "xla":
+            ap.error("--runtime xla needs torch-xla, which this environment lacks; run it with "
+                     ".venv-xla/bin/python (make install-xla), or use --runtime eager")
+        print("xla: not run here (no torch-xla in this environment; .venv-xla/bin/python "
+              "scripts/bench_overhead.py --runtime xla runs it)", flush=True)
+        names = ("eager",)
     if "xla" in names:
         from xbench.runtimes import preload_xla
 
