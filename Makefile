@@ -126,7 +126,8 @@ bench: $(STAMP) $(XSTAMP)  ## harness overhead (in-process and process-level, qu
 	$(call BYTECODE,$(XPY))
 	$(VPY) scripts/bench_overhead.py --runtime eager  # the newest torch
 	$(XPY) scripts/bench_overhead.py --runtime xla  # XLA:CPU: torch-xla lives in .venv-xla (torch 2.9.0)
-	$(VPY) scripts/bench_process.py
+	$(VPY) scripts/bench_process.py --runtime eager  # start-up, and the CLI against a plain script
+	$(XPY) scripts/bench_process.py --runtime xla --startup-pairs 0  # the same on XLA:CPU (.venv-xla)
 	$(VPY) scripts/bench_sweep.py  # a 10-point sweep: overhead per point, spawned vs forked from the warm template
 	$(VPY) scripts/bench_report.py 10000 --plots
 	$(VPY) scripts/bench_fsdp.py  # DDP vs FSDP2 at the same global batch: step time, tokens/s, memory per device
