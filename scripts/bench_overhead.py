@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import statistics
@@ -47,6 +46,7 @@ from torch import nn  # noqa: E402
 
 from scripts.hand_train import textbook_step  # noqa: E402
 from xbench.metrics.stats import summarize  # noqa: E402
+from xbench.runtimes import runnable_here  # noqa: E402
 
 GOALS = {"eager": 0.98, "xla": 0.98, "cuda": 0.99}
 # model -> (xbench data config, input shape, classes)
@@ -269,14 +269,11 @@ def main() -> None:
         print(json.dumps({"compiles_warmup": side.compiles_warmup}))
         return
     names = ("eager", "xla") if a.runtime == "both" else (a.runtime,)
-    if "xla" in names and importlib.util.find_spec("torch_xla") is None:
-        # torch-xla's last release needs torch 2.9.0: it lives in .venv-xla, not beside the newest torch
-        if a.runtime == "xla":
-            ap.error("--runtime xla needs torch-xla, which this environment lacks; run it with "
-                     ".venv-xla/bin/python (make install-xla), or use --runtime eager")
-        print("xla: not run here (no torch-xla in this environment; .venv-xla/bin/python "
-              "scripts/bench_overhead.py --runtime xla runs it)", flush=True)
-        names = ("eager",)
+    names, left_out = runnable_here(names, "scripts/bench_overhead.py")
+    if left_out and a.runtime == "xla":
+        ap.error(f"--runtime xla needs torch-xla: {left_out}")
+    if left_out:
+        print(f"xla: not run here ({left_out})", flush=True)
     if "xla" in names:
         from xbench.runtimes import preload_xla
 

@@ -38,7 +38,6 @@ a small machine; XLA more), so this takes minutes: `--pairs 5` of eager and XLA,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -54,6 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from xbench.bench.meters.contention import SLACK_CORES  # noqa: E402
 from xbench.metrics.stats import summarize  # noqa: E402
+from xbench.runtimes import runnable_here  # noqa: E402
 
 GOAL = 0.98
 STARTUP_GOAL = 1.25  # xbench's launch to first step over the bare script's, at most (issue 39)
@@ -310,14 +310,11 @@ def main() -> None:
                     help="extra override for the xbench side, e.g. bench.min_window_s=1 (repeatable)")
     a = ap.parse_args()
     runtimes = ("eager", "xla") if a.runtime == "both" else (a.runtime,)
-    if "xla" in runtimes and importlib.util.find_spec("torch_xla") is None:
-        # torch-xla's last release needs torch 2.9.0: it lives in .venv-xla, not beside the newest torch
-        if a.runtime == "xla":
-            ap.error("--runtime xla needs torch-xla, which this environment lacks; run it with "
-                     ".venv-xla/bin/python (make install-xla), or use --runtime eager")
-        print("xla: not run here (no torch-xla in this environment; .venv-xla/bin/python "
-              "scripts/bench_process.py --runtime xla runs it)", flush=True)
-        runtimes = ("eager",)
+    runtimes, left_out = runnable_here(runtimes, "scripts/bench_process.py")
+    if left_out and a.runtime == "xla":
+        ap.error(f"--runtime xla needs torch-xla: {left_out}")
+    if left_out:
+        print(f"xla: not run here ({left_out})", flush=True)
     loads = ("quiet", "loaded") if a.load == "both" else (a.load,)
     if a.startup_pairs > 0:
         print_startup(startup(a.startup_pairs))

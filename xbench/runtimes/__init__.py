@@ -114,6 +114,17 @@ def xla_environment(cfg, tpu_chips: int | None = None) -> dict[str, str]:
     return env
 
 
+def runnable_here(names: tuple[str, ...], script: str) -> tuple[tuple[str, ...], str | None]:
+    """The benchmark runtimes of `names` this environment can run, and why `xla` is left out (None when it
+    is not): torch-xla's last release needs torch 2.9.0, so it lives in .venv-xla, not beside the newest
+    torch."""
+    if "xla" not in names or installed("torch_xla"):
+        return names, None
+    return (tuple(n for n in names if n != "xla"),
+            f"no torch-xla in this environment; `.venv-xla/bin/python {script} --runtime xla` runs it "
+            "(make install-xla)")
+
+
 def preload_xla(mentions: str) -> None:
     """Import torch_xla now if an XLA runtime will run later in this process (a sweep, a parity pair).
 
