@@ -7,8 +7,8 @@ child process's, plot or load; records are laid out as they are read, never all 
     python scripts/bench_report.py [N ...] [--plots] [--svg] [--jobs J] [--keep DIR]
 
 One line per size, e.g. "10,000 records: 7.57 s wall (goal < 5 s: NOT met), CPU 13.11 s ...". Wall seconds
-depend on what else the machine runs; CPU seconds (this process + its plot and load processes) do not: on a quiet 2-core machine
-the wall time is about half the CPU time when both cores are busy. Give sizes in ascending order: the peak RSS is
+depend on what else the machine runs; CPU seconds (this process + its plot and load processes) do not: on a quiet
+2-core machine the wall time is about half the CPU time when both cores are busy. Give sizes in ascending order: the peak RSS is
 the process's peak so far. Without --plots only loading and the tables are timed; --keep DIR leaves the (last)
 report there to look at.
 """

@@ -4,7 +4,6 @@ benchmark's XLA case asked in .venv once ended make bench on a traceback before 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -13,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli_env
+from xbench.extras import installed
 
 REPO = Path(__file__).resolve().parents[1]
 XLA_SCRIPTS = ("bench_overhead.py", "bench_process.py")  # the benchmarks with an XLA:CPU case
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None,
+pytestmark = pytest.mark.skipif(installed("torch_xla"),
                                 reason="this environment has torch-xla: the case is the one without it")
 
 
@@ -37,10 +37,10 @@ def test_make_bench_runs_each_xla_case_in_the_xla_environment_and_nothing_else_a
     named, its XLA case by .venv-xla's python, everything else by .venv's."""
     p = subprocess.run(["make", "-n", "bench"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    runs = [line for line in p.stdout.splitlines() if re.search(r"scripts/bench_\w+\.py", line)]
-    assert {re.search(r"scripts/(bench_\w+\.py)", line).group(1) for line in runs} >= set(XLA_SCRIPTS)
-    for line in runs:
-        script = re.search(r"scripts/(bench_\w+\.py)", line).group(1)
+    runs = [(m.group(1), line) for line in p.stdout.splitlines()
+            if (m := re.search(r"scripts/(bench_\w+\.py)", line))]
+    assert {script for script, _ in runs} >= set(XLA_SCRIPTS)
+    for script, line in runs:
         python = line.split()[0]
         if script in XLA_SCRIPTS:
             assert "--runtime eager" in line or "--runtime xla" in line, line  # never the default (both)
