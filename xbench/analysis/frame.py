@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -416,44 +417,93 @@ class _Flat:
         return cls(rec.run_id, getattr(rec, "source", None), row, why)
 
 
-PARALLEL_MIN_RECORDS = 2000  # from this many record files a second process reads half (a fork costs ~0.1 s)
+PARALLEL_MIN_RECORDS = 2000  # from this many record files a second process reads too (a fork costs ~0.1 s)
+CHUNK_RECORDS = 250  # record files a reader takes at a time (~60 ms of reading)
 
 
-def _flats(paths: list, skipped: list[str], progress: bool = False,
-           desc: str = "loading records") -> list[_Flat]:
-    return [_Flat.of(rec) for rec in read_records(paths, skipped, progress, desc=desc)]
+def _flats(paths: list, skipped: list[str]) -> list[_Flat]:
+    return [_Flat.of(rec) for rec in read_records(paths, skipped)]
 
 
-def _flats_job(paths: list) -> tuple[list[_Flat], list[str]]:
-    skipped: list[str] = []
-    return _flats(paths, skipped), skipped
+# The chunks of record files being read and the shared count of those taken (a multiprocessing.Value): the
+# forked reader inherits both (never pickled: 100,000 paths)
+_CHUNKS: list[list] = []
+_TAKEN = None
 
 
-def _read_flats(paths: list, skipped: list[str], progress: bool) -> list[_Flat]:
-    """_Flat per record file, in path order: from PARALLEL_MIN_RECORDS files on, a forked process reads and
-    lays out the second half while this one does the first (reading is most of the report's first seconds,
-    and on a 2-core machine the other core was idle then)."""
-    if len(paths) < PARALLEL_MIN_RECORDS or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
-        return _flats(paths, skipped, progress)
+def _take() -> int | None:
+    """The next chunk's index for this reader, or None when every chunk is taken."""
+    with _TAKEN.get_lock():
+        i = _TAKEN.value
+        if i >= len(_CHUNKS):
+            return None
+        _TAKEN.value = i + 1
+    return i
+
+
+def _read_chunks(bar=None) -> list[tuple[int, list[_Flat], list[str]]]:
+    """(index, flats, skipped) of each chunk this reader took, taking them until none is left."""
+    done = []
+    while (i := _take()) is not None:
+        skipped: list[str] = []
+        done.append((i, _flats(_CHUNKS[i], skipped), skipped))
+        if bar is not None:  # the chunks taken by either reader (the bar is this process's)
+            bar.n = min(_TAKEN.value * CHUNK_RECORDS, bar.total)
+            bar.refresh()
+    return done
+
+
+def _read_flats(paths: list, skipped: list[str], progress: bool, meanwhile=None) -> list[_Flat]:
+    """_Flat per record file, in path order. From PARALLEL_MIN_RECORDS files on, a forked process reads too
+    (reading is most of the report's first seconds; on a 2-core machine the other core was idle then): both
+    take chunks of CHUNK_RECORDS files in turn until none is left, this one after `meanwhile()` (the caller's
+    imports), so what that costs is shared rather than waited for."""
+    parallel = len(paths) >= PARALLEL_MIN_RECORDS and hasattr(os, "fork") and (os.cpu_count() or 1) >= 2
+    if not parallel:
+        if meanwhile is not None:
+            meanwhile()
+        return _flats(_bar(len(paths), progress, paths) or paths, skipped)
     import multiprocessing as mp
 
-    half = len(paths) // 2
-    with mp.get_context("fork").Pool(1) as pool:
-        job = pool.apply_async(_flats_job, (paths[half:],))
-        # the bar counts this process's half (the other's pace is about the same)
-        out = _flats(paths[:half], skipped, progress,
-                     f"loading records (half of {len(paths):,}; a second process reads the rest)")
-        more, bad = job.get()
-    skipped += bad
-    return out + more
+    global _CHUNKS, _TAKEN
+    _CHUNKS = [paths[i:i + CHUNK_RECORDS] for i in range(0, len(paths), CHUNK_RECORDS)]
+    ctx = mp.get_context("fork")
+    _TAKEN = ctx.Value("i", 0)
+    bar = _bar(len(paths), progress)
+    try:
+        with ctx.Pool(1) as pool:
+            job = pool.apply_async(_read_chunks)
+            if meanwhile is not None:
+                meanwhile()
+            done = _read_chunks(bar) + job.get()
+    finally:
+        _CHUNKS, _TAKEN = [], None
+        if bar is not None:
+            bar.close()
+    out = []
+    for _, flats, bad in sorted(done, key=lambda d: d[0]):
+        out += flats
+        skipped += bad
+    return out
 
 
-def load(stores: list[str | os.PathLike], progress: bool = True) -> Loaded:
+def _bar(total: int, progress: bool, paths: list | None = None):
+    """The loading bar on stderr (many files only; over `paths`: counting as they are read), or None."""
+    if not progress or total <= 200:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(paths, total=total, desc="loading records", unit="record", mininterval=0.5, file=sys.stderr)
+
+
+def load(stores: list[str | os.PathLike], progress: bool = True, meanwhile=None) -> Loaded:
     """Every readable record under the stores as a tidy frame; unreadable files are named in `skipped`. Each
-    record is laid out as it is read and let go (same frame and messages as to_frame over read())."""
+    record is laid out as it is read and let go (same frame and messages as to_frame over read()).
+    `meanwhile()`: the caller's own work (its imports), done while a second process reads."""
     skipped: list[str] = []
     folders, sources = _stores(stores)
-    flats = _read_flats([p for root in folders for p in iter_record_paths(root)], skipped, progress)
+    flats = _read_flats([p for root in folders for p in iter_record_paths(root)], skipped, progress,
+                        meanwhile)
     for src in sources:
         got, bad = wandb_source.read_source(src, progress)
         skipped += bad

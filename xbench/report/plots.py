@@ -11,10 +11,8 @@ come from xbench.analysis. matplotlib runs headless (Agg).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
-import math
 import os
 import warnings
 from collections.abc import Callable
@@ -31,7 +29,7 @@ from xbench.analysis.workload import SCALING, WORK
 from xbench.metrics import goals as goal_metrics
 from xbench.metrics import targets
 from xbench.records import safe_io
-from xbench.report import layout, llm
+from xbench.report import agg_text, layout, llm
 from xbench.report.interactive import json_block
 from xbench.report.layout import Bar, Facet, Line, Panel, hbar_figure, line_figure, plt, summarise
 from xbench.report.rows import (
@@ -697,121 +695,9 @@ def draw_pages(
     return out
 
 
-def _glyphs_drawn_fast(renderer, gc, x, y, angle, glyphs, boxes):
-    """matplotlib 3.11's RendererAgg._draw_text_glyphs_and_boxes with the per-glyph work that does not depend
-    on the glyph done once per string (the rotation matrix; the font size, set again only when the font or
-    size changes): the same calls for every glyph, so the same pixels (tests/test_report_scale.py compares
-    them). Text is most of a figure's drawing (~3,500 glyphs a figure); this is ~20% less of it."""
-    if boxes:  # mathtext's rules: matplotlib's own
-        return _AGG_GLYPHS(renderer, gc, x, y, angle, glyphs, boxes)
-    cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-    rot = 0x10000 * np.array([[cos, -sin], [sin, cos]])
-    flags, antialiased = backend_agg.get_hinting_flag(), gc.get_antialiased()
-    mode = RenderMode.NORMAL if antialiased else RenderMode.MONO
-    height, draw, dpi = renderer.height, renderer._renderer.draw_text_image, renderer.dpi
-    matrices: dict = {}
-    last = None
-    for font, size, glyph_index, slant, extend, dx, dy in glyphs:  # dy is upwards
-        if last is None or last[0] is not font or last[1] != size:
-            font.set_size(size, dpi)
-            last = (font, size)
-        m = matrices.get((slant, extend))
-        if m is None:
-            m = matrices[slant, extend] = (rot @ [[extend, extend * slant], [0, 1]]).round().astype(int)
-        font._set_transform(m, [round(0x40 * (x + dx * cos - dy * sin)),
-                                round(0x40 * (height - y + dx * sin + dy * cos))])  # FreeType's y is upwards
-        bitmap = font._render_glyph(glyph_index, flags, mode)
-        buffer = bitmap.buffer
-        if not antialiased:
-            buffer *= 0xff
-        draw(buffer, bitmap.left, int(height) - bitmap.top + buffer.shape[0], 0, gc)
-
-
-# While a PlotJob draws (fast_text): a text's glyph layout and its size, by font, size, dpi and text.
-# The same bar labels recur in one figure (drawn twice: measured, then drawn) and across the figures a process
-# draws (throughput, cost, MFU, energy, memory), and matplotlib 3.11 lays text out at ~45 us a character.
-_LAYOUTS: dict = {}
-_METRICS: dict = {}
-
-
-def _text_drawn_cached(renderer, gc, x, y, s, prop, angle, ismath=False, mtext=None):
-    """RendererAgg.draw_text (matplotlib 3.11) with the glyph layout looked up in _LAYOUTS first."""
-    if ismath:
-        return renderer.draw_mathtext(gc, x, y, s, prop, angle)
-    font = renderer._prepare_font(prop)
-    flags, size = backend_agg.get_hinting_flag(), prop.get_size_in_points()
-    features = mtext.get_fontfeatures() if mtext is not None else None
-    language = mtext.get_language() if mtext is not None else None
-    key = (font, size, renderer.dpi, s, flags, features, language)
-    try:
-        items = _LAYOUTS.get(key)
-    except TypeError:  # features or language given as a list: not cached
-        key = items = None
-    if items is None:
-        items = font._layout(s, flags=flags, features=features, language=language)
-        if key is not None:
-            _LAYOUTS[key] = items
-    renderer._draw_text_glyphs_and_boxes(
-        gc, x, y, angle, ((i.ft_object, size, i.glyph_index, 0, 1, i.x, i.y) for i in items), [])
-
-
-def _text_measured_cached(renderer, s, prop, ismath):
-    """RendererAgg.get_text_width_height_descent with plain text's (width, height, descent) kept in
-    _METRICS."""
-    if ismath:
-        return _AGG_MEASURE(renderer, s, prop, ismath)
-    key = (
-        renderer._prepare_font(prop),
-        prop.get_size_in_points(),
-        renderer.dpi,
-        s,
-        backend_agg.get_hinting_flag(),
-    )
-    got = _METRICS.get(key)
-    if got is None:
-        got = _METRICS[key] = _AGG_MEASURE(renderer, s, prop, ismath)
-    return got
-
-
-# the methods the functions above stand in for, as matplotlib 3.11 has them; absent elsewhere (left alone)
-try:
-    import matplotlib
-    import numpy as np
-    from matplotlib.backends import backend_agg
-    from matplotlib.ft2font import FT2Font, RenderMode
-
-    _AGG = backend_agg.RendererAgg
-    _AGG_GLYPHS, _AGG_TEXT, _AGG_MEASURE = (_AGG._draw_text_glyphs_and_boxes, _AGG.draw_text,
-                                            _AGG.get_text_width_height_descent)
-    # 3.11's loop exactly (other versions draw text their own way: left alone; the pixel tests say when
-    # to look)
-    _FT2FONT_API = (matplotlib.__version__.startswith("3.11.") and hasattr(FT2Font, "_layout")
-                    and hasattr(FT2Font, "_render_glyph"))
-except (ImportError, AttributeError):
-    _FT2FONT_API = False
-    _AGG_GLYPHS = None
-
-
-@contextlib.contextmanager
-def fast_text():
-    """While drawing the report's figures: Agg's glyph loop as _glyphs_drawn_fast, and each text's layout and
-    size computed once (_LAYOUTS, _METRICS: kept for the next figure, emptied when the PlotJob ends);
-    matplotlib's own methods restored after."""
-    if not _FT2FONT_API:
-        yield
-        return
-    _AGG._draw_text_glyphs_and_boxes = _glyphs_drawn_fast
-    _AGG.draw_text, _AGG.get_text_width_height_descent = _text_drawn_cached, _text_measured_cached
-    try:
-        yield
-    finally:
-        _AGG._draw_text_glyphs_and_boxes, _AGG.draw_text = _AGG_GLYPHS, _AGG_TEXT
-        _AGG.get_text_width_height_descent = _AGG_MEASURE
-
-
 def _draw(name: str) -> tuple[str, list | str]:
     rows, ctx, out_dir, svg = _JOB
-    with plt.rc_context(layout.STYLE), warnings.catch_warnings(), fast_text():
+    with plt.rc_context(layout.STYLE), warnings.catch_warnings(), agg_text.fast():
         warnings.filterwarnings("ignore", "overflow", RuntimeWarning)  # a 1e308 figure: its axis is clamped
         try:
             return name, draw_pages(name, rows, ctx, out_dir, svg)
@@ -870,8 +756,7 @@ class PlotJob:
                 self.pool.terminate()
             _JOB = ()
             _SPREAD.clear()
-            _LAYOUTS.clear()
-            _METRICS.clear()
+            agg_text.clear()
             self._thaw()
         made = {page: paths for _, r in done if isinstance(r, list) for page, paths in r}
         return made, {n: r for n, r in done if isinstance(r, str)}

@@ -302,7 +302,13 @@ def write_markdown(rep: Report, path: Path) -> Path:
     return path
 
 
-def write_csvs(tables: list[Table], tidy: pd.DataFrame, out: Path) -> list[Path]:
+def tidy_csv(tidy: pd.DataFrame) -> str:
+    """tidy_runs.csv's text: every scalar column of every run, for your own analysis."""
+    return csv_frame(tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns])).to_csv(index=False)
+
+
+def write_csvs(tables: list[Table], tidy_text: str, out: Path) -> list[Path]:
+    """One CSV per table, and tidy_runs.csv (its text from tidy_csv)."""
     d = out / "tables"
     d.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -311,8 +317,5 @@ def write_csvs(tables: list[Table], tidy: pd.DataFrame, out: Path) -> list[Path]
         with safe_io.atomic_writer(p, binary=False) as f:
             csv_frame(t.frame).to_csv(f, index=False, quoting=csv.QUOTE_MINIMAL)
         paths.append(p)
-    p = d / "tidy_runs.csv"  # every scalar column of every run, for your own analysis
-    with safe_io.atomic_writer(p, binary=False) as f:
-        csv_frame(tidy.drop(columns=[c for c in LIST_COLUMNS if c in tidy.columns])).to_csv(f, index=False)
-    paths.append(p)
+    paths.append(safe_io.atomic_write(d / "tidy_runs.csv", tidy_text))
     return paths
