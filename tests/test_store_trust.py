@@ -122,6 +122,20 @@ def test_yaml_and_json_from_the_store_are_bounded():
 
 
 
+def test_json_nesting_is_refused_past_the_limit_whether_or_not_brackets_are_counted():
+    """load_json skips walking the object when its text holds no more [ and { than the limit (no deeper nesting
+    is possible): at the limit it loads, one level past it is refused; brackets inside strings make the count
+    exceed the limit without nesting (walked: loads), and deep nesting among them is still refused."""
+    at = "[" * safe_io.MAX_DEPTH + "]" * safe_io.MAX_DEPTH
+    assert safe_io.depth(safe_io.load_json(at, 10_000)) == safe_io.MAX_DEPTH
+    with pytest.raises(ValueError, match="nested too deeply"):
+        safe_io.load_json("[" + at + "]", 10_000)
+    shallow = json.dumps({"note": "[{" * 200, "a": [[1]]})
+    assert safe_io.load_json(shallow, 10_000)["a"] == [[1]]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        safe_io.load_json(json.dumps({"note": "[" * 10, "a": json.loads("[" + at + "]")}), 10_000)
+
+
 def test_nesting_is_counted_past_a_series_of_numbers():
     """safe_io.depth skips a container holding only numbers and text in one C-level pass: a container after
     a thousand numbers, or in a dict subclass, still counts."""

@@ -243,7 +243,10 @@ def load_json(data: str | bytes, max_bytes: int, max_depth: int = MAX_DEPTH, **k
         raise ValueError(f"JSON nested too deeply (more than {max_depth} levels)") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    if depth(out, max_depth) > max_depth:
+    # each level opens with [ or {: text with no more of them than the limit (a record's usual ~25) cannot
+    # nest deeper, and counting them is ~1 us where walking the object is ~30 (10,000 records: 0.3 s)
+    opened = text.count("[") + text.count("{")
+    if opened > max_depth and depth(out, max_depth) > max_depth:
         raise ValueError(f"JSON nested too deeply (more than {max_depth} levels)")
     return out
 
