@@ -1,6 +1,9 @@
 # xbench: the README's two commands are `make run` and `make test`; both set up .venv when needed.
 SHELL := /bin/bash
-PY ?= python3
+# The interpreter both environments are built on: Debian's python3.11 where there is one (PGO + LTO, libpython
+# linked in), else python3. pyenv's build here has neither: pure-Python work ran 15-20% slower on it (the report
+# over 10,000 records 7.08 -> 6.45 s wall, alternated). PY=... picks another.
+PY ?= $(or $(wildcard /usr/bin/python3.11),python3)
 # Two environments, each from its lock: .venv (requirements/dev.lock: the newest torch PyPI serves, torchax on
 # JAX's CPU backend; runs, lint and most tests) and .venv-xla (requirements/xla.lock: torch 2.9.0 + torch-xla 2.9.0,
 # the only pair torch-xla's last release works with; the tests marked `xla`).
@@ -8,9 +11,9 @@ VENV ?= .venv
 XVENV ?= .venv-xla
 VPY := $(VENV)/bin/python
 XPY := $(XVENV)/bin/python
-# The stamp's name changes when the recipe gains a step that older .venvs lack (last: bytecode).
-STAMP := $(VENV)/.xbench-installed-bytecode
-XSTAMP := $(XVENV)/.xbench-installed-bytecode
+# The stamp's name changes when the recipe gains a step that older .venvs lack (last: the interpreter, PY).
+STAMP := $(VENV)/.xbench-installed-py
+XSTAMP := $(XVENV)/.xbench-installed-py
 ARGS ?=
 PYTEST_ARGS ?=
 
@@ -28,8 +31,10 @@ help:  ## list the targets
 define venv
 	@echo "==> setting up $(1) from $(2) (first time: a few minutes, torch's CUDA build is several GB)"
 	@command -v uv >/dev/null 2>&1 || $(PY) -m pip install -q uv || true
+	@# built afresh: a folder left from another interpreter keeps its links to it
+	@rm -rf $(1)
 	@if command -v uv >/dev/null 2>&1; then \
-	  uv venv -q --allow-existing --python $(PY) $(1) && \
+	  uv venv -q --python $(PY) $(1) && \
 	  uv pip install -q --prerelease allow --python $(1)/bin/python -r $(2) && \
 	  uv pip install -q --python $(1)/bin/python --no-deps --no-build-isolation -e . ; \
 	else \
@@ -39,7 +44,7 @@ define venv
 	@# A module written for a newer Python fails to compile (torch 2.15 ships torch/testing/_internal/py312_intrinsics.py)
 	@# and compileall then exits 1 after compiling everything else: that is not an install failure.
 	@$(1)/bin/python -m compileall -q -j 0 "$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
-	@touch $(1)/.xbench-installed-bytecode
+	@touch $(1)/.xbench-installed-py
 endef
 
 # xbench's own bytecode, before any command that starts processes: the editable install leaves xbench/ outside
