@@ -14,10 +14,8 @@ record says what was measured); 128+N a second signal N (exited at once).
 
 from __future__ import annotations
 
-import atexit
 import platform
 import sys
-import threading
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -29,13 +27,13 @@ from xbench.config import config_dir, register_configs, register_model_choices
 from xbench.envelope import SIGNALS, StopAtOnce, redact_hydra_files, say
 from xbench.hints import added_key_problems, compose_hints, moved_key_problems, refusals, resume_ignored
 from xbench.hydra_guard import install_listing, install_mode_shortcut
-from xbench.launch.child import exit_now
 from xbench.launch.isolation import isolated
 from xbench.models import patterns
 from xbench.rank import startup_phase
 from xbench.records.redact import RedactingStream, argv_secret_values
 from xbench.runtimes import preload_xla
 from xbench.sinks import sweep
+from xbench.tools import leave
 from xbench.version import __version__
 
 HELP_FLAGS = frozenset(("--help", "-h", "--hydra-help"))
@@ -181,19 +179,6 @@ def entry() -> None:
     except SystemExit as e:
         code = e.code
     leave(code)
-
-
-def leave(code: int | str | None) -> None:
-    """SystemExit's meaning of `code` (None 0, a string printed and 1), after a normal exit's duties."""
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    # Python's own order at exit: threading's exit hooks (concurrent.futures wakes its idle workers:
-    # inductor's compile pool would otherwise be joined forever), then every non-daemon thread joined, then
-    # atexit.
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    exit_now(code or 0)
 
 
 if __name__ == "__main__":

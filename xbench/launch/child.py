@@ -21,11 +21,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from multiprocessing import get_context
 
 from xbench.rank import STOP_SIGNALS, StopFlag, StopRequested
 from xbench.records.redact import RedactingStream
+from xbench.tools import exit_now
 
 PARENT_POLL_S = 0.2
 
@@ -207,15 +208,6 @@ def _pool_worker(parent: int) -> None:
     reads results from its queue, never a worker's exit status."""
     die_with_parent(parent)
     atexit.register(exit_now)
-
-
-def exit_now(code: int = 0) -> None:
-    """Out of this process without the interpreter's teardown, its buffered output flushed first: the one way
-    xbench's processes skip tearing down torch (the CLI's `leave`, a pool worker, a sweep's template)."""
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        with suppress(Exception):
-            stream.flush()
-    os._exit(code)
 
 
 def in_fresh_process(fn, args: tuple, stop, what: str):

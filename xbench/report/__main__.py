@@ -12,7 +12,7 @@ from pathlib import Path
 
 from xbench.extras import missing
 from xbench.report.beside import Beside
-from xbench.tools import StatusLine, prog
+from xbench.tools import StatusLine, leave, prog
 
 FORMATS = ("html", "md", "csv")
 
@@ -305,5 +305,5 @@ def _write_report(args, loaded, df, ctx, t0: float, line: StatusLine) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # out without tearing down the rows and frame of every run (0.2-0.5 s at 10,000)
+    leave(main())
