@@ -195,6 +195,18 @@ def test_impossible_values_are_named():
                     derived={"usd_per_hour": float("inf"), "window_cost_usd": -1.0, "mfu": float("nan")})
     probs = impossible_values(rec)
     assert len(probs) == 5 and not any("loss_last" in p or "overhead" in p for p in probs)
+    # the at-once check (min >= 0 and a finite sum) never hides one: a NaN beside positives, a float
+    # subclass, an integer past a float's range (named by its size, not a traceback); a sum that overflows
+    # from finite figures is no problem
+    import numpy as np
+
+    for bad, said in (({"a_s": 1.0, "b_s": float("nan"), "c_s": 2.0}, "b_s=nan is not a finite number"),
+                      ({"a_s": 1.0, "b_s": np.float64("inf")}, "b_s=inf is not a finite number"),
+                      ({"a_s": 10**400, "step_time_s_median": -0.1}, "step_time_s_median=-0.1 cannot be negative"),
+                      ({"a_s": 10**400, "b_s": 1.0}, "a_s=an integer of 401 digits is not a finite number")):
+        assert [p for p in impossible_values(RunRecord(run_id="r", measurements=bad)) if said in p], bad
+    assert impossible_values(RunRecord(run_id="r", measurements={"a_s": 1e308, "b_s": 1e308, "c": 3})) == []
+    assert impossible_values(RunRecord(run_id="r", measurements={"a_s": 2.0, "n": 7, "ok": True})) == []
     with pytest.raises(ValueError, match="JSON object"):
         RunRecord.from_dict([1, 2])
 

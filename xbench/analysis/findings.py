@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from xbench.analysis.overhead import eager_twins
 from xbench.analysis.reprice import one_machine, repriced
-from xbench.analysis.rows import TP, Rows, groups
+from xbench.analysis.rows import TP, Rows, groups, varies
 from xbench.analysis.scaling import scaling_rows
 from xbench.analysis.spread import spread
 from xbench.analysis.workload import CONFIGURATION, WORK, configuration_label, label_names
@@ -42,7 +42,7 @@ def _work(k: dict) -> str:
 
 
 def label_keys(rows) -> list[str]:
-    return label_names([k for k in LABEL_KEYS if len({r.get(k) for r in rows}) > 1])
+    return label_names([k for k in LABEL_KEYS if varies(rows, k)])
 
 
 def _names(found: list[Found]) -> list[str]:

@@ -15,7 +15,7 @@ import pandas as pd
 from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
 from xbench.analysis.frame import parse_query
-from xbench.analysis.rows import NoData, Rows, groups
+from xbench.analysis.rows import NoData, Rows, groups, varies
 from xbench.analysis.workload import (
     CONFIGURATION,
     DETAILS,
@@ -118,7 +118,7 @@ def pooled_text(
     """What one bar (row, point) holds: one configuration, or several pooled over the keys named (only the
     `candidates` can differ within one: the keys it was not grouped by)."""
     pooled = [
-        k for k in CONFIGURATION if k in candidates and any(_varies(g, k) for _, g in found if len(g) > 1)
+        k for k in CONFIGURATION if k in candidates and any(varies(g, k) for _, g in found if len(g) > 1)
     ]
     if pooled:
         return (f"Pooled within a {what}: {', '.join(KEY_LABELS.get(k, k) for k in pooled)} "
@@ -136,24 +136,15 @@ class Table:
     pooled: str = "Each row: one configuration (median over its repeated runs)."
 
 
-def _varies(rows: Rows, k: str) -> bool:
-    first = rows[0].get(k)
-    # a loop: any() over a generator is ~2x slower, and a constant key reads every row
-    for r in rows:  # noqa: SIM110
-        if r.get(k) != first:
-            return True
-    return False
-
-
 def varying_keys(rows: Rows, keys=CONFIGURATION) -> list[str]:
     """Config keys with more than one value (constant ones go into the caption instead)."""
-    return [k for k in keys if rows and _varies(rows, k)]
+    return [k for k in keys if rows and varies(rows, k)]
 
 
 def constant_caption(rows: Rows, keys=CONFIGURATION) -> str:
     """"All rows: model=..., ..." for the keys every row shares (option and shape details left out)."""
     parts = [f"{KEY_LABELS.get(k, k)}={whole(rows[0][k])}" for k in keys
-             if k not in DETAILS and rows and rows[0].get(k) is not None and not _varies(rows, k)]
+             if k not in DETAILS and rows and rows[0].get(k) is not None and not varies(rows, k)]
     return ("All rows: " + ", ".join(parts) + ".") if parts else ""
 
 
