@@ -282,3 +282,21 @@ def test_beside_runs_in_a_forked_process_with_its_arguments_unpickled_and_raises
     assert job.pool is None and not mp.active_children()
     here = Beside(_pid_and, 2, fork=False)
     assert here.pool is None and here.result() == (os.getpid(), 2)
+
+
+def test_plot_processes_and_the_caller_share_the_plots_and_give_them_in_order(tmp_path):
+    """PlotJob with 2 processes: they take the plots in turn and the caller takes the ones left at result()
+    (nobody idles while one draws); the plots come back in PLOTS' order with the same files and reasons as one
+    process drawing them all."""
+    from xbench.report import plots
+    from xbench.report.rows import Context, prepare
+
+    rows = prepare(frame.load([write_fake_store(tmp_path / "store", 60)], progress=False).frame, Context())
+    one = plots.PlotJob(rows, Context(), tmp_path / "one", jobs=1).result()
+    two = plots.PlotJob(rows, Context(), tmp_path / "two", jobs=2).result()
+    assert list(two[0]) == list(one[0]) and two[1] == one[1] and len(one[0]) > 5
+    for name in one[0]:
+        chart = tmp_path / "one" / f"{name}.chart.json"
+        if chart.exists():
+            assert (tmp_path / "two" / chart.name).read_bytes() == chart.read_bytes(), name
+    assert plots._JOB == ()

@@ -661,7 +661,7 @@ def save(fig, out_dir: Path, name: str, svg: bool = False) -> tuple[Path, Path |
     return png, vec if svg else None
 
 
-_JOB: tuple = ()  # (rows, ctx, out_dir, svg) of the plots being drawn: forked processes inherit it
+_JOB: tuple = ()  # (rows, ctx, out_dir, svg, count of plots taken) being drawn: forked processes inherit it
 
 
 def _page(rows: Rows, ctx: Context, keys: set[tuple]) -> tuple[Rows, Context]:
@@ -696,7 +696,7 @@ def draw_pages(
 
 
 def _draw(name: str) -> tuple[str, list | str]:
-    rows, ctx, out_dir, svg = _JOB
+    rows, ctx, out_dir, svg, _ = _JOB
     with plt.rc_context(layout.STYLE), warnings.catch_warnings(), agg_text.fast():
         warnings.filterwarnings("ignore", "overflow", RuntimeWarning)  # a 1e308 figure: its axis is clamped
         try:
@@ -706,17 +706,36 @@ def _draw(name: str) -> tuple[str, list | str]:
             return name, str(e)
 
 
+def _draw_taken() -> list[tuple[int, tuple[str, list | str]]]:
+    """(index, _draw's answer) of each plot this process took, taking the next one of PLOTS until none is
+    left (the plot processes, and the caller once its tables are done: nobody idles while one draws)."""
+    taken, names = _JOB[4], list(PLOTS)
+    done = []
+    while True:
+        with taken.get_lock():
+            i = taken.value
+            if i >= len(names):
+                return done
+            taken.value = i + 1
+        done.append((i, _draw(names[i])))
+
+
 class PlotJob:
-    """Plots being drawn: in forked processes while the caller builds the tables (`jobs` > 1), else at
-    `result()`. Figures are independent and drawing text is CPU-bound, so they spread over cores."""
+    """Plots being drawn: in forked processes while the caller builds the tables (`jobs` > 1), the ones left
+    also by the caller at `result()`; all of them there with one job. Figures are independent and drawing
+    text is CPU-bound, so they spread over cores."""
 
     def __init__(self, rows: Rows, ctx: Context, out_dir: Path, jobs: int = 1, svg: bool = False):
         global _JOB
-        _JOB = (rows, ctx, out_dir, svg)
+        import multiprocessing as mp
+
+        fork = mp.get_context("fork") if hasattr(os, "fork") else None
+        # the plots taken so far, shared with the forked processes (a lock and a count)
+        _JOB = (rows, ctx, out_dir, svg, (fork or mp).Value("i", 0))
         self.pool = self.pending = None
         # one process a plot at most (--jobs 10000: len(PLOTS))
         self.jobs = jobs = max(1, min(jobs, len(PLOTS)))
-        if jobs > 1 and hasattr(os, "fork"):
+        if jobs > 1 and fork is not None:
             for _, g in groups(rows.ok()):  # once here, not in each process: most plots ask for these
                 tp_interval(g)
         # The rows (a dict per run: ~1M objects at 10,000 runs) and everything else alive now never become
@@ -726,11 +745,9 @@ class PlotJob:
         self.froze = gc.get_freeze_count() == 0  # another's freeze is left as it is
         if self.froze:
             gc.freeze()
-        if self.pool is None and jobs > 1 and hasattr(os, "fork"):
-            import multiprocessing as mp
-
-            self.pool = mp.get_context("fork").Pool(jobs)  # the children inherit _JOB
-            self.pending = self.pool.map_async(_draw, list(PLOTS), chunksize=1)
+        if jobs > 1 and fork is not None:
+            self.pool = fork.Pool(jobs)  # the children inherit _JOB
+            self.pending = [self.pool.apply_async(_draw_taken) for _ in range(jobs)]
 
     def _thaw(self) -> None:
         if self.froze:
@@ -745,12 +762,12 @@ class PlotJob:
     def result(self) -> tuple[dict[str, tuple[Path, Path | None]], dict[str, str]]:
         global _JOB
         try:
+            done = _draw_taken()  # the plots no process has taken yet, here
             if self.pool is not None:
-                done = self.pending.get()
+                for pending in self.pending:
+                    done += pending.get()
                 self.pool.close()
                 self.pool.join()
-            else:
-                done = [_draw(name) for name in PLOTS]
         finally:
             if self.pool is not None:
                 self.pool.terminate()
@@ -758,6 +775,7 @@ class PlotJob:
             _SPREAD.clear()
             agg_text.clear()
             self._thaw()
+        done = [answer for _, answer in sorted(done, key=lambda d: d[0])]  # in PLOTS' order
         made = {page: paths for _, r in done if isinstance(r, list) for page, paths in r}
         return made, {n: r for n, r in done if isinstance(r, str)}
 
