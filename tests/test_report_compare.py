@@ -35,7 +35,7 @@ def _bars(fig) -> dict[str, float]:
     """{y tick label: bar width} of every horizontal bar chart in a figure (its drawn values)."""
     out = {}
     for ax in fig.axes:
-        labels = {round(t.get_position()[1]): t.get_text() for t in ax.get_yticklabels()}
+        labels = {round(t.get_position()[1]): t.get_text() for t in layout.bar_labels(ax)}
         for p in ax.patches:
             y = round(p.get_y() + p.get_height() / 2)
             if y in labels:

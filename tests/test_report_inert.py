@@ -75,11 +75,11 @@ def test_markdown_escape_covers_html_table_code_links_and_line_breaks():
 
 
 def test_plot_text_with_dollars_draws_as_text():
-    from xbench.report.layout import Bar, Facet, hbar_figure, plt, text_problems
+    from xbench.report.layout import Bar, Facet, bar_labels, hbar_figure, plt, text_problems
 
     fig = hbar_figure([Facet("$\\frac{1}{0", [Bar("cost $5 $x^", 1.0), Bar("b", 2.0)])], "t $", "x $")
     assert text_problems(fig) == []  # drawn (mathtext would fail on the unbalanced formula)
-    texts = {t.get_text() for t in fig.axes[0].get_yticklabels()}
+    texts = {t.get_text() for t in bar_labels(fig.axes[0])}
     plt.close(fig)
     assert "cost \\$5 \\$x^" in texts
 

@@ -61,7 +61,7 @@ def test_summarised_facets_name_what_they_left_out(rows200):
     rows, ctx = rows200
     with plt.rc_context(layout.STYLE):
         fig = PLOTS["throughput"](rows, ctx)
-    ticks = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    ticks = [t.get_text() for ax in fig.axes for t in layout.bar_labels(ax)]
     gaps = [t for t in ticks if "more (in the tables)" in t]
     assert gaps, "200 records over 3 works: more configurations than a facet draws"
     note = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)

@@ -123,7 +123,7 @@ def test_bar_labels_keep_the_keys_that_tell_bars_apart():
     assert len(fa) <= layout.LABEL_CHARS and fa.endswith("batch 8 / 4/device") and fb.endswith("batch 16 / 4/device")
     assert fa.startswith("local") and "_1y / reserved_1y" in fa
     fig = layout.hbar_figure([layout.Facet("w", [layout.Bar(a, 1.0), layout.Bar(b, 2.0)])], "t", "x")
-    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ticks = [t.get_text() for t in layout.bar_labels(fig.axes[0])]
     assert sorted(ticks) == sorted([fa, fb]) and layout.text_problems(fig) == []
     layout.plt.close(fig)
 
