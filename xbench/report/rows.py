@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from xbench.analysis import currency as fx
 from xbench.analysis.baseline import normalised_rows
@@ -24,6 +23,9 @@ from xbench.analysis.workload import (
     label_names,
 )
 from xbench.metrics.numbers import whole
+
+if TYPE_CHECKING:  # pandas is imported by frame() only: the CLI checks --pool before it loads anything
+    import pandas as pd
 
 KEY_LABELS = {
     "batch_size_per_device": "batch/device",
@@ -176,4 +178,6 @@ def reasons(rows: Rows) -> str | None:
 
 def frame(rows: list[dict]) -> pd.DataFrame:
     """A table's frame, without the columns no row has a value in."""
+    import pandas as pd
+
     return pd.DataFrame(rows).dropna(axis=1, how="all")
