@@ -77,3 +77,14 @@ def leave(code: int | str | None) -> None:
     threading._shutdown()
     atexit._run_exitfuncs()
     exit_now(code or 0)
+
+
+def take(count, n: int) -> int | None:
+    """The next of `n` items for this process, from `count` (a multiprocessing.Value shared with forked
+    processes taking the same items: each index is taken once), or None when all are taken."""
+    with count.get_lock():
+        i = count.value
+        if i >= n:
+            return None
+        count.value = i + 1
+    return i

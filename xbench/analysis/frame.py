@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -26,7 +25,8 @@ from xbench.metrics.goals import GOALS
 from xbench.metrics.stats import ci95, log_moments
 from xbench.records import batch_trials
 from xbench.records.record import RunRecord
-from xbench.records.store import iter_record_paths, iter_records, read_records
+from xbench.records.store import iter_record_paths, iter_records, loading_bar, read_records
+from xbench.tools import take
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -421,8 +421,8 @@ PARALLEL_MIN_RECORDS = 2000  # from this many record files a second process read
 CHUNK_RECORDS = 250  # record files a reader takes at a time (~60 ms of reading)
 
 
-def _flats(paths: list, skipped: list[str]) -> list[_Flat]:
-    return [_Flat.of(rec) for rec in read_records(paths, skipped)]
+def _flats(paths: list, skipped: list[str], progress: bool = False) -> list[_Flat]:
+    return [_Flat.of(rec) for rec in read_records(paths, skipped, progress)]
 
 
 # The chunks of record files being read and the shared count of those taken (a multiprocessing.Value): the
@@ -431,20 +431,10 @@ _CHUNKS: list[list] = []
 _TAKEN = None
 
 
-def _take() -> int | None:
-    """The next chunk's index for this reader, or None when every chunk is taken."""
-    with _TAKEN.get_lock():
-        i = _TAKEN.value
-        if i >= len(_CHUNKS):
-            return None
-        _TAKEN.value = i + 1
-    return i
-
-
 def _read_chunks(bar=None) -> list[tuple[int, list[_Flat], list[str]]]:
     """(index, flats, skipped) of each chunk this reader took, taking them until none is left."""
     done = []
-    while (i := _take()) is not None:
+    while (i := take(_TAKEN, len(_CHUNKS))) is not None:
         skipped: list[str] = []
         done.append((i, _flats(_CHUNKS[i], skipped), skipped))
         if bar is not None:  # the chunks taken by either reader (the bar is this process's)
@@ -462,14 +452,14 @@ def _read_flats(paths: list, skipped: list[str], progress: bool, meanwhile=None)
     if not parallel:
         if meanwhile is not None:
             meanwhile()
-        return _flats(_bar(len(paths), progress, paths) or paths, skipped)
+        return _flats(paths, skipped, progress)
     import multiprocessing as mp
 
     global _CHUNKS, _TAKEN
     _CHUNKS = [paths[i:i + CHUNK_RECORDS] for i in range(0, len(paths), CHUNK_RECORDS)]
     ctx = mp.get_context("fork")
     _TAKEN = ctx.Value("i", 0)
-    bar = _bar(len(paths), progress)
+    bar = loading_bar(len(paths), progress)
     try:
         with ctx.Pool(1) as pool:
             job = pool.apply_async(_read_chunks)
@@ -485,15 +475,6 @@ def _read_flats(paths: list, skipped: list[str], progress: bool, meanwhile=None)
         out += flats
         skipped += bad
     return out
-
-
-def _bar(total: int, progress: bool, paths: list | None = None):
-    """The loading bar on stderr (many files only; over `paths`: counting as they are read), or None."""
-    if not progress or total <= 200:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(paths, total=total, desc="loading records", unit="record", mininterval=0.5, file=sys.stderr)
 
 
 def load(stores: list[str | os.PathLike], progress: bool = True, meanwhile=None) -> Loaded:

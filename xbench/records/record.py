@@ -160,7 +160,7 @@ def _figure_problems(rec: RunRecord) -> list[str]:
     for where, figures in (("measurements", rec.measurements), ("derived", rec.derived)):
         # at once first: numbers that are all >= 0 with a finite sum have no problem (one sum and one min
         # in C; each figure in Python was ~1 us, 34 a record); else each figure, for the messages
-        nums = [v for v in figures.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        nums = [v for v in figures.values() if _number(v)]
         try:
             if not nums or (min(nums) >= 0 and math.isfinite(sum(nums))):
                 continue

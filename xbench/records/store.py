@@ -238,15 +238,20 @@ def iter_records(*roots: str | os.PathLike, skipped: list[str], progress: bool =
     return read_records([p for root in roots for p in iter_record_paths(root)], skipped, progress, strict)
 
 
-def read_records(paths: list[Path], skipped: list[str], progress: bool = False,
-                 strict: bool = False, desc: str = "loading records") -> Iterator[RunRecord]:
-    """The records at `paths`, one at a time; each unreadable file is named in `skipped` (`desc`: the
-    progress bar's label)."""
-    if progress and len(paths) > 200:
-        from tqdm import tqdm
+def loading_bar(total: int, progress: bool, paths: list | None = None):
+    """The bar on stderr while records are read (many files only; over `paths`: counting as they are read),
+    or None."""
+    if not progress or total <= 200:
+        return None
+    from tqdm import tqdm
 
-        paths = tqdm(paths, desc=desc, unit="record", mininterval=0.5, file=sys.stderr)
-    for path in paths:
+    return tqdm(paths, total=total, desc="loading records", unit="record", mininterval=0.5, file=sys.stderr)
+
+
+def read_records(paths: list[Path], skipped: list[str], progress: bool = False,
+                 strict: bool = False) -> Iterator[RunRecord]:
+    """The records at `paths`, one at a time; each unreadable file is named in `skipped`."""
+    for path in loading_bar(len(paths), progress, paths) or paths:
         try:
             rec = read_record(path)
         except Exception as e:  # one odd file never stops a reader: it is named and skipped

@@ -42,6 +42,7 @@ from xbench.report.rows import (
     pooled_text,
     prepare,
 )
+from xbench.tools import take
 
 PLOTS: dict[str, Callable] = {}
 SPREAD_NOTE = (
@@ -725,13 +726,9 @@ def _draw_taken() -> list[tuple[int, tuple[str, list | str]]]:
     draws)."""
     taken, names, order = _JOB[4], list(PLOTS), _take_order()
     done = []
-    while True:
-        with taken.get_lock():
-            k = taken.value
-            if k >= len(order):
-                return done
-            taken.value = k + 1
+    while (k := take(taken, len(order))) is not None:
         done.append((order[k], _draw(names[order[k]])))
+    return done
 
 
 class PlotJob:
